@@ -1,0 +1,34 @@
+"""Shared fixtures: one real local Ray per test session, shared-data lookup."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """A real local Ray, started once (about 4 s here) and reused by every Ray test."""
+    import ray
+
+    if not ray.is_initialized():
+        # logical CPUs, not cores: a trial's placement group needs one bundle per party
+        ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/datasets``; tests that need it skip with the reason elsewhere."""
+    from trainables.data import default_data_dir
+
+    path = default_data_dir()
+    if path is None or not (path / "README.md").exists():
+        pytest.skip("needs ../shared/datasets (present in CI; set VFLSWEEP_DATA elsewhere)")
+    return path

@@ -1,0 +1,100 @@
+"""Dataset registry, data-directory resolution and the cached ``load_dataset`` entry point.
+
+Why a cache: a sweep runs many trials in one process and parsing Adult or MNIST each time
+would dominate short trials. The cached ``Dataset`` is frozen with read-only arrays, so
+sharing one object between trials is safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from trainables.data.dataset import Dataset
+from trainables.errors import ConfigError, MissingDataError
+from trainables.registry import Registry
+
+DATA_ENV = "VFLSWEEP_DATA"
+
+# The repository's sibling ``shared/datasets`` (…/work/main/trainables/data/catalog.py ->
+# …/work/shared/datasets): where the offline benchmark files live in a standard checkout.
+SIBLING_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets"
+
+Loader = Callable[..., Dataset]
+
+DATASETS: Registry[Loader] = Registry("dataset")
+
+
+def builtin(loader: Loader) -> Loader:
+    """Mark a loader as needing no files, so its cache key ignores the data directory."""
+    loader.ignores_data_dir = True  # type: ignore[attr-defined]
+    return loader
+
+
+def default_data_dir() -> Path | None:
+    """``$VFLSWEEP_DATA`` if set, else the sibling ``shared/datasets`` if it exists, else None.
+
+    The environment value is returned even if it does not exist, so that the error a file
+    loader raises names the directory the user actually asked for.
+    """
+    env = os.environ.get(DATA_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    return SIBLING_DATA_DIR if SIBLING_DATA_DIR.is_dir() else None
+
+
+def data_file(data_dir: Path | None, relative: str, dataset: str) -> Path:
+    """The path of ``relative`` under ``data_dir``; MissingDataError naming it if absent."""
+    how = f"point at the data with --data-dir DIR or {DATA_ENV}=DIR"
+    if data_dir is None:
+        raise MissingDataError(
+            f"dataset {dataset!r} needs the file {relative} from a data directory, but none "
+            f"is set and the default {SIBLING_DATA_DIR / relative} does not exist; {how}"
+        )
+    path = data_dir / relative
+    if not path.is_file():
+        raise MissingDataError(
+            f"dataset {dataset!r} needs {path}, which does not exist; {how} "
+            f"(DIR must contain {relative})"
+        )
+    return path
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(
+    name: str, data_dir: Path | None, params: tuple[tuple[str, object], ...]
+) -> Dataset:
+    return DATASETS.get(name)(data_dir, **dict(params))
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, **params: object) -> Dataset:
+    """Load the dataset registered as ``name``; unknown names raise ConfigError with the list.
+
+    ``data_dir`` None falls back to ``default_data_dir()``. Built-in datasets ignore it.
+    Results are cached per (name, resolved directory, params).
+    """
+    loader = DATASETS.get(name)
+    if getattr(loader, "ignores_data_dir", False):
+        resolved: Path | None = None
+    else:
+        chosen = default_data_dir() if data_dir is None else Path(data_dir).expanduser()
+        resolved = None if chosen is None else chosen.resolve()
+    key = tuple(sorted(params.items()))
+    try:
+        hash(key)
+    except TypeError:
+        return loader(resolved, **params)
+    return _load_cached(name, resolved, key)
+
+
+def reject_params(dataset: str, params: dict[str, object], allowed: tuple[str, ...] = ()) -> None:
+    """ConfigError for parameters a loader does not take (a typo would silently do nothing)."""
+    extra = sorted(set(params) - set(allowed))
+    if extra:
+        allowed_text = ", ".join(allowed) if allowed else "none"
+        raise ConfigError(
+            f"dataset {dataset!r} got unknown parameter(s) {', '.join(extra)}; "
+            f"allowed: {allowed_text}"
+        )

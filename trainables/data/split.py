@@ -1,0 +1,164 @@
+"""How a dataset is divided among parties: by columns (features) and by rows (samples).
+
+Why here and not in the protocols: every protocol must see the same partition for the same
+config, so trials are comparable; the split is a property of the data setting, not of the
+algorithm. Column splits follow the usual VFL benchmarks: contiguous blocks of original
+fields for tabular data, image halves/quadrants/stripes for images (as VFLAIR and FedHSSL
+do with MNIST).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainables.data.dataset import Dataset
+from trainables.errors import ConfigError
+
+SCHEMES = ("auto", "blocks", "halves", "quarters", "stripes")
+
+
+def _cols(indices: np.ndarray | list[int]) -> np.ndarray:
+    return np.sort(np.asarray(indices, dtype=np.int64))
+
+
+def _stripes(shape: tuple[int, int], n_parties: int) -> list[np.ndarray]:
+    """Vertical stripes of near-equal width; each party sees every row of its columns."""
+    h, w = shape
+    grid = np.arange(h * w).reshape(h, w)
+    return [_cols(grid[:, cols].ravel()) for cols in np.array_split(np.arange(w), n_parties)]
+
+
+def _quarters(shape: tuple[int, int]) -> list[np.ndarray]:
+    """2x2 quadrants in reading order: top-left, top-right, bottom-left, bottom-right."""
+    h, w = shape
+    grid = np.arange(h * w).reshape(h, w)
+    return [
+        _cols(grid[rows][:, cols].ravel())
+        for rows in np.array_split(np.arange(h), 2)
+        for cols in np.array_split(np.arange(w), 2)
+    ]
+
+
+def _blocks(ds: Dataset, n_parties: int) -> list[np.ndarray]:
+    """Contiguous near-equal runs of original fields; a one-hot group is never split."""
+    chunks = np.array_split(np.arange(len(ds.feature_groups)), n_parties)
+    return [_cols([i for g in chunk for i in ds.feature_groups[g]]) for chunk in chunks]
+
+
+def _check_parties(ds: Dataset, n_parties: int, maximum: int, unit: str) -> None:
+    if n_parties < 2 or n_parties > maximum:
+        raise ConfigError(
+            f"n_parties={n_parties} is not allowed for dataset {ds.name!r}: it has {maximum} "
+            f"{unit}, so n_parties must be in [2, {maximum}]"
+        )
+
+
+def vertical_split(ds: Dataset, n_parties: int, scheme: str = "auto") -> list[np.ndarray]:
+    """Column indices per party: disjoint, together all columns, each sorted int64.
+
+    ``auto``: image datasets get ``halves`` for 2 parties, ``quarters`` for 4 and
+    ``stripes`` otherwise; tabular datasets get ``blocks``. ``halves``/``quarters`` demand an
+    image dataset and exactly 2/4 parties. Party 0 holds the first (left / top-left) part.
+    """
+    if isinstance(n_parties, bool) or not isinstance(n_parties, int | np.integer):
+        raise ConfigError(f"n_parties={n_parties!r} must be an integer >= 2")
+    n_parties = int(n_parties)
+    if scheme not in SCHEMES:
+        raise ConfigError(f"unknown split scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    shape = ds.image_shape
+    if scheme == "auto":
+        scheme = (
+            "blocks" if shape is None else {2: "halves", 4: "quarters"}.get(n_parties, "stripes")
+        )
+    if scheme == "blocks":
+        _check_parties(ds, n_parties, len(ds.feature_groups), "feature groups (fields)")
+        return _blocks(ds, n_parties)
+    if shape is None:
+        raise ConfigError(
+            f"split scheme {scheme!r} needs an image dataset, but {ds.name!r} is tabular "
+            f"(image_shape is None); use 'blocks' or 'auto'"
+        )
+    if scheme == "stripes":
+        _check_parties(ds, n_parties, shape[1], "image columns")
+        return _stripes(shape, n_parties)
+    wanted = 2 if scheme == "halves" else 4
+    if n_parties != wanted:
+        raise ConfigError(
+            f"split scheme {scheme!r} needs n_parties={wanted}, got n_parties={n_parties}; "
+            f"use 'auto' or 'stripes' for other counts"
+        )
+    if min(shape) < 2:
+        raise ConfigError(f"split scheme {scheme!r} needs an image at least 2x2, got {shape}")
+    return _stripes(shape, 2) if scheme == "halves" else _quarters(shape)
+
+
+@dataclass(frozen=True)
+class SampleSplit:
+    """Which training rows are aligned (shared by all parties) and which of those are labeled.
+
+    Why: semi-supervised and partially-aligned VFL (FedCVT, FedHSSL, VFLAIR's settings) differ
+    exactly in these two fractions; the unaligned rows stay usable for local self-supervision.
+    """
+
+    aligned: np.ndarray
+    unaligned: np.ndarray
+    labeled: np.ndarray
+
+
+def _pick_labeled(order: np.ndarray, n_labeled: int, y: np.ndarray | None) -> np.ndarray:
+    """The first ``n_labeled`` rows of a random ``order``, but when ``y`` is given and there
+    is room, the first row of each class present is taken first, so no class goes unlabeled.
+    Once ``n_labeled`` covers the classes, growing it only adds rows (nested label sets)."""
+    if y is None:
+        return order[:n_labeled]
+    _, first = np.unique(y[order], return_index=True)
+    if n_labeled < len(first):
+        return order[:n_labeled]
+    must = order[np.sort(first)]
+    rest = order[~np.isin(order, must)]
+    return np.concatenate([must, rest[: n_labeled - len(must)]])
+
+
+def split_samples(
+    n_train: int,
+    aligned_ratio: float = 1.0,
+    n_labeled: int | None = None,
+    seed: int = 0,
+    y: np.ndarray | None = None,
+) -> SampleSplit:
+    """Choose aligned / unaligned / labeled training rows, deterministically in ``seed``.
+
+    ``aligned_ratio`` in (0, 1] is the fraction of train rows all parties share (rounded, at
+    least 1). ``n_labeled`` (default: all aligned) of the aligned rows carry labels; with
+    ``y`` given, every class present among the aligned rows gets a labeled row whenever
+    ``n_labeled`` is at least the number of such classes.
+    """
+    if isinstance(n_train, bool) or not isinstance(n_train, int | np.integer) or n_train < 1:
+        raise ConfigError(f"n_train={n_train!r} must be a positive integer")
+    ratio = float(aligned_ratio)
+    if not 0.0 < ratio <= 1.0:  # also rejects NaN
+        raise ConfigError(f"aligned_ratio={aligned_ratio} is outside (0, 1]")
+    if y is not None and np.shape(y) != (n_train,):
+        raise ConfigError(f"y has shape {np.shape(y)}, expected ({n_train},) for n_train")
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(int(n_train))
+    n_aligned = max(1, min(int(n_train), math.floor(ratio * n_train + 0.5)))
+    aligned = np.sort(perm[:n_aligned]).astype(np.int64)
+    unaligned = np.sort(perm[n_aligned:]).astype(np.int64)
+    if n_labeled is None:
+        labeled = aligned.copy()
+    else:
+        if isinstance(n_labeled, bool) or not isinstance(n_labeled, int | np.integer):
+            raise ConfigError(f"n_labeled={n_labeled!r} must be an integer or null")
+        if not 1 <= n_labeled <= n_aligned:
+            raise ConfigError(
+                f"n_labeled={n_labeled} is outside [1, {n_aligned}]: there are {n_aligned} "
+                f"aligned rows (n_train={n_train}, aligned_ratio={aligned_ratio})"
+            )
+        order = aligned[rng.permutation(n_aligned)]
+        labels = None if y is None else np.asarray(y)
+        labeled = np.sort(_pick_labeled(order, int(n_labeled), labels)).astype(np.int64)
+    return SampleSplit(aligned=aligned, unaligned=unaligned, labeled=labeled)

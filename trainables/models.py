@@ -1,0 +1,97 @@
+"""Bottom models (one per party) and the global top model (at the active party).
+
+VFLAIR's main-task models (ALGORITHMS.md): LR, MLP-2 (I-32-C), MLP-3 (I-200-100-C),
+MLP-4 (I-64-128-64-C on adult, I-100-50-20-C on credit). Each bottom maps a party's
+features to C logits, so aggVFL can sum them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from trainables.errors import ConfigError
+from trainables.registry import Registry
+
+BOTTOMS: Registry = Registry("model")
+
+# Default hidden widths per (model, dataset); "*" applies to any dataset.
+DEFAULT_HIDDEN: dict[str, dict[str, tuple[int, ...]]] = {
+    "lr": {"*": ()},
+    "mlp2": {"*": (32,)},
+    "mlp3": {"*": (200, 100)},
+    "mlp4": {"*": (64, 128, 64), "credit": (100, 50, 20)},
+}
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int) -> nn.Sequential:
+    """Linear-ReLU stack: (N, in_dim) -> (N, out_dim); no activation on the output."""
+    layers: list[nn.Module] = []
+    width = in_dim
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    layers.append(nn.Linear(width, out_dim))
+    return nn.Sequential(*layers)
+
+
+def _fixed_depth(name: str, depth: int) -> None:
+    def build(in_dim: int, out_dim: int, hidden: Sequence[int]) -> nn.Module:
+        if len(hidden) != depth - 1:
+            raise ConfigError(
+                f"model {name!r} needs {depth - 1} hidden widths, got hidden={tuple(hidden)}"
+            )
+        return mlp(in_dim, hidden, out_dim)
+
+    BOTTOMS.register(name, build)
+
+
+for _name, _depth in (("lr", 1), ("mlp2", 2), ("mlp3", 3), ("mlp4", 4)):
+    _fixed_depth(_name, _depth)
+
+
+def default_hidden(model: str, dataset: str) -> tuple[int, ...]:
+    BOTTOMS.get(model)  # unknown model -> ConfigError with the known names
+    table = DEFAULT_HIDDEN.get(model, {"*": ()})
+    return table.get(dataset, table["*"])
+
+
+def build_bottom(
+    model: str, in_dim: int, out_dim: int, hidden: Sequence[int] | None, dataset: str
+) -> nn.Module:
+    widths = default_hidden(model, dataset) if hidden is None else tuple(hidden)
+    return BOTTOMS.create(model, in_dim, out_dim, widths)  # type: ignore[return-value]
+
+
+class AggTop(nn.Module):
+    """aggVFL's global model: the sum of the parties' logits (softmax lives in the loss)."""
+
+    trainable = False
+
+    def forward(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
+        # K x (N, C) -> (N, C)
+        return torch.stack(list(embeddings), dim=0).sum(dim=0)
+
+
+class SplitTop(nn.Module):
+    """splitVFL's global model: one trainable fully connected layer over concat(H_1..H_K)."""
+
+    trainable = True
+
+    def __init__(self, n_parties: int, emb_dim: int, n_classes: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(n_parties * emb_dim, n_classes)
+
+    def forward(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
+        # K x (N, C) -> (N, K*C) -> (N, C)
+        return self.fc(torch.cat(list(embeddings), dim=1))
+
+
+def build_top(partition: str, n_parties: int, n_classes: int) -> nn.Module:
+    if partition == "agg":
+        return AggTop()
+    if partition == "split":
+        return SplitTop(n_parties, n_classes, n_classes)
+    raise ConfigError(f"partition={partition!r} is not one of: agg, split")

@@ -1,0 +1,237 @@
+"""Parties: plain Python, no Ray. The same objects run in-process or inside a PartyActor.
+
+A ``Party`` holds only its own feature slice, its bottom model and optimizer. The
+``ActiveParty`` also holds the labels and the global (top) model. A passive party is
+built from a ``PartyInit`` whose ``labels`` is None, and has no attribute that could hold
+them: the threat model is enforced by construction, and tests inspect it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol as TypingProtocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainables.errors import ConfigError
+from trainables.messages import BatchRef, BatchSchedule, Message
+from trainables.models import build_bottom, build_top
+
+
+@dataclass(frozen=True)
+class Labels:
+    """What only the active party may hold."""
+
+    y_train: np.ndarray  # (n_train,) int64, aligned with the party's X_train rows
+    y_test: np.ndarray  # (n_test,) int64
+
+
+@dataclass(frozen=True)
+class PartyConfig:
+    """How a party builds and trains its models; the same for every party of a trial."""
+
+    model: str
+    hidden: tuple[int, ...] | None
+    dataset: str
+    n_classes: int
+    n_parties: int
+    partition: str
+    optimizer: str
+    lr: float
+    batch_size: int
+    seed: int
+    local_steps: int = 1  # Q of FedBCD; 1 is FedSGD
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class PartyInit:
+    """Everything needed to build one party, and nothing more. Sent to its actor as is."""
+
+    party_id: int
+    X_train: np.ndarray  # (n_train, d_k) float32, scaled, rows in the shared aligned order
+    X_test: np.ndarray  # (n_test, d_k) float32
+    config: PartyConfig
+    labels: Labels | None = None  # set for the active party only
+    columns: tuple[int, ...] = field(default=())  # which dataset columns this party holds
+
+    @property
+    def is_active(self) -> bool:
+        return self.labels is not None
+
+    def build(self) -> Party:
+        return ActiveParty(self) if self.is_active else Party(self)
+
+
+class MessageHook(TypingProtocol):
+    """Middleware on a party's messages (defenses, attack recorders). Stack in a list."""
+
+    def on_send(self, party: Party, msg: Message) -> Message: ...
+
+    def on_receive(self, party: Party, msg: Message) -> Message: ...
+
+
+def as_tensor(payload: object, device: torch.device) -> torch.Tensor:
+    """A received payload as a tensor; copies read-only buffers (Ray hands those out)."""
+    arr = np.asarray(payload)
+    if not arr.flags.writeable:
+        arr = arr.copy()
+    return torch.from_numpy(arr).to(device)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` takes the GPU Ray made visible to this actor, if any."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device='cuda' but no CUDA device is visible here; use cpu or auto")
+    return torch.device(device)
+
+
+def _make_optimizer(name: str, params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr)
+
+
+class Party:
+    """A passive party: bottom model G_k over its own features; sends H_k, receives dL/dH_k."""
+
+    def __init__(self, init: PartyInit) -> None:
+        cfg = init.config
+        self.party_id = init.party_id
+        self.config = cfg
+        self.device = resolve_device(cfg.device)
+        self.X_train = torch.from_numpy(np.array(init.X_train, dtype=np.float32)).to(self.device)
+        self.X_test = torch.from_numpy(np.array(init.X_test, dtype=np.float32)).to(self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed * 1009 + init.party_id)
+            self.bottom = build_bottom(
+                cfg.model, self.X_train.shape[1], cfg.n_classes, cfg.hidden, cfg.dataset
+            ).to(self.device)
+        self.schedule = BatchSchedule(self.X_train.shape[0], cfg.batch_size, cfg.seed)
+        self.hooks: list[MessageHook] = []
+        self._pending: tuple[BatchRef, torch.Tensor] | None = None
+        self.optimizer = _make_optimizer(cfg.optimizer, self.trainable_parameters(), cfg.lr)
+
+    @property
+    def active_id(self) -> int:
+        return self.config.n_parties - 1
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return list(self.bottom.parameters())
+
+    def _send(self, msg: Message) -> Message:
+        for hook in self.hooks:
+            msg = hook.on_send(self, msg)
+        return msg
+
+    def _receive(self, msg: Message) -> Message:
+        for hook in reversed(self.hooks):
+            msg = hook.on_receive(self, msg)
+        return msg
+
+    def forward(self, ref: BatchRef) -> Message:
+        """H_k = G_k(X_k[batch]) : (B, C), kept with its graph until the gradient comes back."""
+        self.bottom.train()
+        rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
+        h = self.bottom(self.X_train[rows])
+        self._pending = (ref, h)
+        out = Message.of("embedding", self.party_id, self.active_id, h.detach().cpu().numpy(), ref)
+        return self._send(out)
+
+    def backward(self, msg: Message) -> None:
+        """Apply dL/dH_k: one step, then Q-1 more reusing the same (stale) gradient (FedBCD)."""
+        msg = self._receive(msg)
+        if self._pending is None or self._pending[0] != msg.batch:
+            raise RuntimeError(f"party {self.party_id}: gradient for {msg.batch} unexpected")
+        ref, h = self._pending
+        self._pending = None
+        grad = as_tensor(msg.payload, self.device)
+        rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
+        for step in range(self.config.local_steps):
+            if step > 0:
+                h = self.bottom(self.X_train[rows])
+            self.optimizer.zero_grad(set_to_none=True)
+            h.backward(grad)
+            self.optimizer.step()
+
+    def step(self, grad: Message | None, ref: BatchRef | None) -> Message | None:
+        """One round in one call: apply round t's gradient, return round t+1's embedding.
+
+        This keeps FedSGD's semantics (the update precedes the next forward) while a
+        remote party costs one round trip per round.
+        """
+        if grad is not None:
+            self.backward(grad)
+        return None if ref is None else self.forward(ref)
+
+    @torch.no_grad()
+    def embed(self, split: str = "test") -> Message:
+        """H_k for every row of ``split`` (evaluation; no graph kept)."""
+        self.bottom.eval()
+        x = self.X_test if split == "test" else self.X_train
+        h = self.bottom(x).cpu().numpy()
+        return self._send(Message.of(f"{split}_embedding", self.party_id, self.active_id, h))
+
+
+class ActiveParty(Party):
+    """The label holder: its own bottom, the global model F, the loss, and the gradients."""
+
+    def __init__(self, init: PartyInit) -> None:
+        assert init.labels is not None
+        cfg = init.config
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed * 1009 + 977)
+            self.top = build_top(cfg.partition, cfg.n_parties, cfg.n_classes)
+        super().__init__(init)
+        self.top.to(self.device)
+        self.y_train = torch.from_numpy(np.array(init.labels.y_train, dtype=np.int64)).to(
+            self.device
+        )
+        self.y_test = torch.from_numpy(np.array(init.labels.y_test, dtype=np.int64)).to(self.device)
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.last_loss = float("nan")
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return list(self.bottom.parameters()) + list(self.top.parameters())
+
+    def train_round(self, ref: BatchRef, embeddings: Sequence[Message]) -> list[Message]:
+        """Loss on the batch, update own models (Q local steps), return dL/dH_k per passive."""
+        if self._pending is None or self._pending[0] != ref:
+            self.forward(ref)
+        assert self._pending is not None
+        _, h_own = self._pending
+        self._pending = None
+        h_passive = [
+            as_tensor(self._receive(m).payload, self.device).requires_grad_() for m in embeddings
+        ]  # (K-1) x (B, C)
+        rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
+        y = self.y_train[rows]
+        for step in range(self.config.local_steps):
+            if step > 0:  # FedBCD: fresh own embedding, stale passive ones
+                h_own = self.bottom(self.X_train[rows])
+                h_passive = [h.detach() for h in h_passive]
+            logits = self.top([*h_passive, h_own])  # (B, C)
+            loss = self.loss_fn(logits, y)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if step == 0:
+                grads = [h.grad.cpu().numpy() for h in h_passive]  # type: ignore[union-attr]
+            self.optimizer.step()
+        self.last_loss = float(loss.detach())
+        return [
+            self._send(Message.of("gradient", self.party_id, m.src, g, ref))
+            for m, g in zip(embeddings, grads, strict=True)
+        ]
+
+    @torch.no_grad()
+    def evaluate(self, test_embeddings: Sequence[Message]) -> float:
+        """Main-task accuracy on the test rows from every party's test embeddings."""
+        self.bottom.eval()
+        h_passive = [as_tensor(self._receive(m).payload, self.device) for m in test_embeddings]
+        logits = self.top([*h_passive, self.bottom(self.X_test)])
+        return float((logits.argmax(dim=1) == self.y_test).float().mean())

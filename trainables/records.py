@@ -1,0 +1,113 @@
+"""Frozen trial records and the one pyarrow schema that fixes their types (DESIGN.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from trainables.spec import TrialSpec
+
+ENGINE_VERSION = "0.1.0"
+
+RECORD_SCHEMA = pa.schema(
+    [
+        ("sweep", pa.string()),
+        ("trial_id", pa.string()),
+        ("config_hash", pa.string()),
+        ("dataset", pa.string()),
+        ("n_parties", pa.int32()),
+        ("partition", pa.string()),
+        ("protocol", pa.string()),
+        ("protocol_params", pa.string()),
+        ("model", pa.string()),
+        ("defense", pa.string()),
+        ("defense_param", pa.float64()),
+        ("defense_party", pa.string()),
+        ("attack", pa.string()),
+        ("attack_type", pa.string()),
+        ("attacker_party", pa.int32()),
+        ("ssl_variant", pa.string()),
+        ("aligned_ratio", pa.float64()),
+        ("n_labeled", pa.int64()),
+        ("seed", pa.int64()),
+        ("mp", pa.float64()),
+        ("ap", pa.float64()),
+        ("rounds", pa.int64()),
+        ("comm_bytes", pa.int64()),
+        ("train_seconds", pa.float64()),
+        ("attack_seconds", pa.float64()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("engine_version", pa.string()),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+        ("spec_json", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One row: a trial's clean main task (``attack='none'``) or one attack on it."""
+
+    config_hash: str
+    dataset: str
+    n_parties: int
+    partition: str
+    protocol: str
+    protocol_params: str
+    model: str
+    ssl_variant: str
+    aligned_ratio: float
+    n_labeled: int | None
+    seed: int
+    mp: float | None
+    rounds: int
+    comm_bytes: int
+    train_seconds: float
+    spec_json: str
+    sweep: str = ""
+    trial_id: str = ""
+    defense: str = "none"
+    defense_param: float | None = None
+    defense_party: str = ""
+    attack: str = "none"
+    attack_type: str = "none"
+    attacker_party: int | None = None
+    ap: float | None = None
+    attack_seconds: float = 0.0
+    status: str = "ok"
+    error: str = ""
+    engine_version: str = ENGINE_VERSION
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @classmethod
+    def clean(cls, spec: TrialSpec, n_labeled: int, **measured: object) -> Record:
+        """The ``attack='none'`` row of ``spec`` with the measured values."""
+        return cls(
+            config_hash=spec.config_hash,
+            dataset=spec.dataset,
+            n_parties=spec.n_parties,
+            partition=spec.partition,
+            protocol=spec.protocol,
+            protocol_params=json.dumps(spec.protocol_params, sort_keys=True),
+            model=str(spec.model),
+            ssl_variant=spec.ssl_variant,
+            aligned_ratio=spec.aligned_ratio,
+            n_labeled=n_labeled,
+            seed=spec.seed,
+            spec_json=spec.model_dump_json(),
+            **measured,  # type: ignore[arg-type]
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def records_to_table(records: list[Record]) -> pa.Table:
+    """Records as one Arrow table with exactly RECORD_SCHEMA."""
+    rows = [r.to_dict() for r in records]
+    return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA)

@@ -1,0 +1,94 @@
+"""The frozen description of one VFL trial.
+
+Why a pydantic model: a YAML space, the CLI and the sweep planner all build specs from
+untrusted input, and every bad value must be reported with its key and what is allowed
+before anything runs. ``frozen=True`` makes a spec an immutable record (Optuna's
+``FrozenTrial`` idea); ``config_hash`` identifies it across runs and machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trainables.errors import ConfigError
+
+# VFLAIR's main-task settings (ALGORITHMS.md); used wherever a spec leaves a field unset.
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "breast_cancer": {"model": "mlp2", "lr": 0.05, "epochs": 50, "batch_size": 1024},
+    "digits": {"model": "mlp2", "lr": 0.01, "epochs": 30, "batch_size": 256},
+    "synthetic": {"model": "mlp2", "lr": 0.01, "epochs": 20, "batch_size": 1024},
+    "mnist": {"model": "mlp2", "lr": 0.01, "epochs": 30, "batch_size": 2048},
+    "diabetes": {"model": "lr", "lr": 0.05, "epochs": 80, "batch_size": 1024},
+    "adult": {"model": "mlp4", "lr": 0.01, "epochs": 50, "batch_size": 1024},
+    "credit": {"model": "mlp4", "lr": 0.01, "epochs": 40, "batch_size": 1024},
+    "nursery": {"model": "mlp3", "lr": 0.01, "epochs": 50, "batch_size": 1024},
+}
+FALLBACK_DEFAULTS: dict[str, Any] = {"model": "mlp2", "lr": 0.01, "epochs": 30, "batch_size": 1024}
+
+
+class TrialSpec(BaseModel):
+    """Everything that determines a trial's records (with the seed); nothing about where it runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dataset: str = "breast_cancer"
+    dataset_params: dict[str, int | float | str] = Field(default_factory=dict)
+    n_parties: int = Field(2, ge=2)
+    split_scheme: str = "auto"
+    partition: Literal["agg", "split"] = "agg"
+    model: str | None = None  # None -> the dataset's VFLAIR default
+    hidden: tuple[int, ...] | None = None  # None -> the model's default widths for the dataset
+    protocol: str = "fedsgd"
+    protocol_params: dict[str, int | float | str] = Field(default_factory=dict)
+    optimizer: Literal["adam", "sgd"] = "adam"
+    lr: float | None = Field(None, gt=0)
+    epochs: int | None = Field(None, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+    aligned_ratio: float = Field(1.0, gt=0, le=1)
+    n_labeled: int | None = Field(None, ge=1)
+    ssl_variant: str = "none"
+    seed: int = Field(0, ge=0)
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, values: Any) -> Any:
+        if not isinstance(values, dict):
+            return values
+        values = dict(values)
+        base = DATASET_DEFAULTS.get(str(values.get("dataset", "breast_cancer")), FALLBACK_DEFAULTS)
+        for key, default in base.items():
+            if values.get(key) is None:
+                values[key] = default
+        return values
+
+    @classmethod
+    def build(cls, **fields: Any) -> TrialSpec:
+        """Validate ``fields``; a ConfigError naming every bad key, value and rule otherwise."""
+        try:
+            return cls(**fields)
+        except ValidationError as err:
+            raise ConfigError(format_validation_error(err, source="trial spec")) from None
+
+    @property
+    def config_hash(self) -> str:
+        """Stable 16-hex-digit id of this spec: same fields, same hash, on any machine."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def __hash__(self) -> int:  # dict fields are not hashable; the content hash is
+        return hash(self.config_hash)
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line per problem: ``<source>: <key path>: <bad value> — <what is allowed>``."""
+    lines = []
+    for problem in err.errors():
+        path = ".".join(str(p) for p in problem["loc"]) or "<root>"
+        value = problem.get("input")
+        lines.append(f"{source}: {path}={value!r}: {problem['msg']}")
+    return "\n".join(lines)

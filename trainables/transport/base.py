@@ -1,0 +1,78 @@
+"""The transport interface and its counters (shared by every transport)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainables.messages import Message
+
+
+@dataclass
+class Pending:
+    """Calls in flight, one per passive party."""
+
+    handles: list[Any]
+    training: bool
+
+
+@dataclass
+class CommStats:
+    rounds: int = 0
+    bytes_up: int = 0  # passive -> active
+    bytes_down: int = 0  # active -> passive
+    eval_bytes: int = 0  # evaluation traffic, kept apart from training cost
+
+    @property
+    def comm_bytes(self) -> int:
+        return self.bytes_up + self.bytes_down
+
+
+def _message_bytes(values: Sequence[Any]) -> int:
+    return sum(v.nbytes for v in values if isinstance(v, Message))
+
+
+class Transport(ABC):
+    """Calls methods of the passive parties and counts what crosses the boundary."""
+
+    def __init__(self) -> None:
+        self.stats = CommStats()
+
+    @property
+    @abstractmethod
+    def n_peers(self) -> int: ...
+
+    @abstractmethod
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]: ...
+
+    @abstractmethod
+    def _gather(self, handles: list[Any]) -> list[Any]: ...
+
+    def submit(
+        self, method: str, args: Sequence[tuple[Any, ...]], *, training: bool, new_round: bool
+    ) -> Pending:
+        """Start ``party.method(*args[k])`` on every passive party k; returns at once."""
+        if len(args) != self.n_peers:
+            raise ValueError(f"{len(args)} argument tuples for {self.n_peers} passive parties")
+        sent = sum(_message_bytes(a) for a in args)
+        if training:
+            self.stats.bytes_down += sent
+            self.stats.rounds += int(new_round)
+        else:
+            self.stats.eval_bytes += sent
+        return Pending(self._submit(method, args), training)
+
+    def gather(self, pending: Pending) -> list[Any]:
+        """Wait for the calls and return their results in party order."""
+        results = self._gather(pending.handles)
+        received = _message_bytes(results)
+        if pending.training:
+            self.stats.bytes_up += received
+        else:
+            self.stats.eval_bytes += received
+        return results
+
+    def call(self, method: str, args: Sequence[tuple[Any, ...]], *, training: bool) -> list[Any]:
+        return self.gather(self.submit(method, args, training=training, new_round=False))

@@ -1,0 +1,27 @@
+"""In-process transport: the passive parties are plain objects in this process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from trainables.party import Party
+from trainables.transport.base import Transport
+
+
+class LocalTransport(Transport):
+    """Runs each call at submit time; used by tests and tiny trials."""
+
+    def __init__(self, peers: Sequence[Party]) -> None:
+        super().__init__()
+        self.peers = list(peers)
+
+    @property
+    def n_peers(self) -> int:
+        return len(self.peers)
+
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return [getattr(p, method)(*a) for p, a in zip(self.peers, args, strict=True)]
+
+    def _gather(self, handles: list[Any]) -> list[Any]:
+        return handles

@@ -1,0 +1,174 @@
+"""The ``ray`` transport: each party in its own actor inside the trial's placement group.
+
+This module is the only place that knows about Ray. ``PartyActor`` is a thin shell
+around a Ray-free ``Party``; the protocol itself runs inside the active party's actor
+and reaches the passive actors through ``RayTransport`` (one actor round trip per round
+per passive party, in parallel across parties).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from ray.util.placement_group import (
+    PlacementGroup,
+    get_current_placement_group,
+    placement_group,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from trainables.party import ActiveParty, Party, PartyInit
+from trainables.protocols import PROTOCOLS, TrainResult
+from trainables.transport.base import Transport
+
+
+@dataclass(frozen=True)
+class PartyResources:
+    """What each party actor reserves: its bundle in the trial's placement group."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+    def bundle(self) -> dict[str, float]:
+        return {"CPU": self.cpu, **({"GPU": self.gpu} if self.gpu else {})}
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Join ``address`` (``auto``, ``ray://…``) or start a local Ray once per process."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+    if address is None:
+        kwargs["num_cpus"] = num_cpus
+    ray.init(address=address, **kwargs)
+
+
+@ray.remote
+class PartyActor:
+    """Hosts one party. Holds exactly what its ``PartyInit`` gave it."""
+
+    def __init__(self, threads: int = 1) -> None:
+        torch.set_num_threads(threads)  # same arithmetic as the local transport
+        self.party: Party | None = None
+
+    def load(self, init: PartyInit) -> bool:
+        self.party = init.build()
+        return True
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.party, method)(*args)
+
+    def ping(self) -> None:
+        return None
+
+    def call_peer_rtt(self, peer: Any, n: int) -> float:
+        """Median ms of an empty call from this actor to ``peer`` (a round's floor)."""
+        ray.get(peer.ping.remote())
+        samples = []
+        for _ in range(n):
+            start = time.perf_counter()
+            ray.get(peer.ping.remote())
+            samples.append(time.perf_counter() - start)
+        return float(np.median(samples) * 1000)
+
+    def train(
+        self, protocol: str, params: dict[str, Any], peers: Sequence[Any], epochs: int
+    ) -> TrainResult:
+        """Run the protocol here, next to the active party, against the passive actors."""
+        assert isinstance(self.party, ActiveParty), "train runs on the active party's actor"
+        proto = PROTOCOLS.create(protocol, **params)
+        return proto.run(self.party, RayTransport(peers), epochs)  # type: ignore[union-attr]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array-valued attribute of the hosted party (for threat-model tests)."""
+        out: dict[str, np.ndarray] = {}
+        for name, value in vars(self.party).items():
+            if isinstance(value, torch.Tensor):
+                out[name] = value.detach().cpu().numpy()
+            elif isinstance(value, np.ndarray):
+                out[name] = value
+        return out
+
+
+class RayTransport(Transport):
+    """Calls ``PartyActor.call`` on each passive actor; results are gathered with ray.get."""
+
+    def __init__(self, peers: Sequence[Any]) -> None:
+        super().__init__()
+        self.peers = list(peers)
+
+    @property
+    def n_peers(self) -> int:
+        return len(self.peers)
+
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return [p.call.remote(method, *a) for p, a in zip(self.peers, args, strict=True)]
+
+    def _gather(self, handles: list[Any]) -> list[Any]:
+        return ray.get(handles)
+
+
+class RayParties:
+    """The actors of one trial: placement group, one actor per party, then training.
+
+    Inside a Tune trial the trial's own placement group is used (bundle 0 is the trial,
+    bundles 1..K the parties); standalone, a group with one bundle per party is created
+    and removed on ``close``.
+    """
+
+    def __init__(self, inits: Sequence[PartyInit], resources: PartyResources) -> None:
+        start = time.perf_counter()
+        current = get_current_placement_group()
+        self._own_pg: PlacementGroup | None = None
+        if current is not None and current.bundle_count >= len(inits) + 1:
+            pg, offset = current, 1
+        else:
+            pg = self._own_pg = placement_group([resources.bundle()] * len(inits))
+            ray.get(pg.ready())
+            offset = 0
+        threads = max(1, int(resources.cpu))
+        self.actors = [
+            PartyActor.options(
+                num_cpus=resources.cpu,
+                num_gpus=resources.gpu,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=offset + i
+                ),
+            ).remote(threads)
+            for i in range(len(inits))
+        ]
+        ray.get([a.load.remote(init) for a, init in zip(self.actors, inits, strict=True)])
+        self.setup_seconds = time.perf_counter() - start
+
+    @property
+    def active(self) -> Any:
+        return self.actors[-1]
+
+    @property
+    def passives(self) -> list[Any]:
+        return self.actors[:-1]
+
+    def train(self, protocol: str, params: dict[str, Any], epochs: int) -> TrainResult:
+        return ray.get(self.active.train.remote(protocol, params, self.passives, epochs))
+
+    def close(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        if self._own_pg is not None:
+            remove_placement_group(self._own_pg)
+            self._own_pg = None
+
+    def __enter__(self) -> RayParties:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
