@@ -22,6 +22,7 @@ from typing import Any
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import ray
+import torch
 
 from trainables.data import load_dataset
 from trainables.spec import TrialSpec
@@ -29,8 +30,9 @@ from trainables.transport.ray_actors import (
     PartyResources,
     RayParties,
     ensure_ray,
+    release_warm_actors,
 )
-from trainables.trial import prepare_parties, train_local
+from trainables.trial import PreparedTrial, prepare_parties, train_local
 
 
 def _rtt_ms(actor: Any, n: int = 200) -> float:
@@ -43,44 +45,70 @@ def _rtt_ms(actor: Any, n: int = 200) -> float:
     return statistics.median(samples) * 1000
 
 
+def _ray_trial(prepared: PreparedTrial, epochs: int, reuse: bool) -> dict[str, float]:
+    start = time.perf_counter()
+    with RayParties(prepared.inits, PartyResources(cpu=1.0), reuse=reuse) as group:
+        result = group.train("fedsgd", {}, epochs)
+        wall = time.perf_counter() - start
+        return {
+            "wall": wall,
+            "setup": group.setup_seconds,
+            "reused": float(group.reused),
+            "rounds": result.rounds,
+            "mp": result.mp,
+            "submit_ms": result.submit_seconds / result.rounds * 1000,
+            "wait_ms": result.wait_seconds / result.rounds * 1000,
+            "rtt": _rtt_ms(group.passives[0]),
+            "a2a": ray.get(group.active.call_peer_rtt.remote(group.passives[0], 200)),
+        }
+
+
 def measure(repeats: int, epochs: int) -> dict[str, Any]:
+    torch.set_num_threads(1)  # the same arithmetic budget as one party actor (1 CPU)
     ensure_ray(num_cpus=max(4, os.cpu_count() or 1))
     spec = TrialSpec.build(dataset="digits", model="mlp2", epochs=epochs, batch_size=256)
     prepared = prepare_parties(spec, load_dataset("digits"))
-    runs: dict[str, list[float]] = {k: [] for k in ("local", "ray", "setup", "rtt", "a2a")}
-    mps: dict[str, set[float]] = {"local": set(), "ray": set()}
-    rounds = 0
+    train_local(prepared, 1)  # warm this process's torch (actors warm up when they start)
+    local, local_mp = [], set()
     for _ in range(repeats):
-        t = time.perf_counter()
-        local = train_local(prepared, epochs)
-        runs["local"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        with RayParties(prepared.inits, PartyResources(cpu=1.0)) as group:
-            result = group.train(spec.protocol, {}, epochs)
-            runs["ray"].append(time.perf_counter() - t)
-            runs["setup"].append(group.setup_seconds)
-            runs["rtt"].append(_rtt_ms(group.passives[0]))
-            runs["a2a"].append(ray.get(group.active.call_peer_rtt.remote(group.passives[0], 200)))
-        rounds = result.rounds
-        mps["local"].add(local.mp)
-        mps["ray"].add(result.mp)
-    med = {k: statistics.median(v) for k, v in runs.items()}
-    overhead_ms = (med["ray"] - med["local"] - med["setup"]) / rounds * 1000
+        start = time.perf_counter()
+        result = train_local(prepared, epochs)
+        local.append(time.perf_counter() - start)
+        local_mp.add(result.mp)
+    cold = [_ray_trial(prepared, epochs, reuse=False) for _ in range(repeats)]
+    _ray_trial(prepared, epochs, reuse=True)  # starts the actor set the next trials reuse
+    warm = [_ray_trial(prepared, epochs, reuse=True) for _ in range(repeats)]
+    release_warm_actors()
+    assert all(w["reused"] for w in warm)
+
+    def med(runs: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    rounds = int(warm[0]["rounds"])
+    local_s = statistics.median(local)
+    overhead_ms = (med(warm, "wall") - local_s - med(warm, "setup")) / rounds * 1000
+    overhead_cold_ms = (med(cold, "wall") - local_s - med(cold, "setup")) / rounds * 1000
     return {
         "trial": "digits mlp2 2 parties fedsgd batch 256",
         "epochs": epochs,
         "repeats": repeats,
         "rounds": rounds,
-        "local_wall_s": round(med["local"], 4),
-        "ray_wall_s": round(med["ray"], 4),
-        "ray_over_local": round(med["ray"] / med["local"], 3),
-        "setup_s": round(med["setup"], 4),
+        "local_wall_s": round(local_s, 4),
+        "ray_wall_s": round(med(warm, "wall"), 4),
+        "ray_over_local": round(med(warm, "wall") / local_s, 3),
+        "setup_s": round(med(warm, "setup"), 4),
+        "setup_cold_s": round(med(cold, "setup"), 4),
+        "ray_wall_cold_s": round(med(cold, "wall"), 4),
         "overhead_per_round_ms": round(overhead_ms, 4),
-        "actor_rtt_ms": round(med["rtt"], 4),
-        "actor_to_actor_rtt_ms": round(med["a2a"], 4),
-        "overhead_over_rtt": round(overhead_ms / med["rtt"], 3),
-        "mp_local": sorted(mps["local"]),
-        "mp_ray": sorted(mps["ray"]),
+        "overhead_per_round_cold_ms": round(overhead_cold_ms, 4),
+        "actor_rtt_ms": round(med(warm, "rtt"), 4),
+        "actor_to_actor_rtt_ms": round(med(warm, "a2a"), 4),
+        "overhead_over_rtt": round(overhead_ms / med(warm, "rtt"), 3),
+        "active_submit_ms_per_round": round(med(warm, "submit_ms"), 4),
+        "active_wait_ms_per_round": round(med(warm, "wait_ms"), 4),
+        "local_ms_per_round": round(local_s / rounds * 1000, 4),
+        "mp_local": sorted(local_mp),
+        "mp_ray": sorted({r["mp"] for r in cold + warm}),
     }
 
 

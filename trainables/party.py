@@ -195,12 +195,17 @@ class ActiveParty(Party):
         self.y_test = torch.from_numpy(np.array(init.labels.y_test, dtype=np.int64)).to(self.device)
         self.loss_fn = nn.CrossEntropyLoss()
         self.last_loss = float("nan")
+        self._stash: tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]] | None = None
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return list(self.bottom.parameters()) + list(self.top.parameters())
 
-    def train_round(self, ref: BatchRef, embeddings: Sequence[Message]) -> list[Message]:
-        """Loss on the batch, update own models (Q local steps), return dL/dH_k per passive."""
+    def passive_gradients(self, ref: BatchRef, embeddings: Sequence[Message]) -> list[Message]:
+        """Loss on the batch and dL/dH_k for each passive party, before any local update.
+
+        Only the top model's backward runs here, so the gradients can leave at once and the
+        passive parties work while ``update`` trains this party's own models.
+        """
         if self._pending is None or self._pending[0] != ref:
             self.forward(ref)
         assert self._pending is not None
@@ -210,23 +215,28 @@ class ActiveParty(Party):
             as_tensor(self._receive(m).payload, self.device).requires_grad_() for m in embeddings
         ]  # (K-1) x (B, C)
         rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
-        y = self.y_train[rows]
-        for step in range(self.config.local_steps):
-            if step > 0:  # FedBCD: fresh own embedding, stale passive ones
-                h_own = self.bottom(self.X_train[rows])
-                h_passive = [h.detach() for h in h_passive]
-            logits = self.top([*h_passive, h_own])  # (B, C)
-            loss = self.loss_fn(logits, y)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if step == 0:
-                grads = [h.grad.cpu().numpy() for h in h_passive]  # type: ignore[union-attr]
-            self.optimizer.step()
-        self.last_loss = float(loss.detach())
+        loss = self.loss_fn(self.top([*h_passive, h_own]), self.y_train[rows])
+        grads = torch.autograd.grad(loss, h_passive, retain_graph=True) if h_passive else ()
+        self._stash = (rows, loss, [h.detach() for h in h_passive])
         return [
-            self._send(Message.of("gradient", self.party_id, m.src, g, ref))
+            self._send(Message.of("gradient", self.party_id, m.src, g.cpu().numpy(), ref))
             for m, g in zip(embeddings, grads, strict=True)
         ]
+
+    def update(self) -> None:
+        """Update own bottom and top: the step on this batch's loss, then Q-1 FedBCD steps
+        with fresh own embeddings and the stale passive ones."""
+        rows, loss, h_passive = self._stash
+        params = self.trainable_parameters()
+        for step in range(self.config.local_steps):
+            if step > 0:
+                logits = self.top([*h_passive, self.bottom(self.X_train[rows])])
+                loss = self.loss_fn(logits, self.y_train[rows])
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward(inputs=params)
+            self.optimizer.step()
+        self.last_loss = float(loss.detach())
+        self._stash = None
 
     @torch.no_grad()
     def evaluate(self, test_embeddings: Sequence[Message]) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ class CommStats:
     bytes_up: int = 0  # passive -> active
     bytes_down: int = 0  # active -> passive
     eval_bytes: int = 0  # evaluation traffic, kept apart from training cost
+    submit_seconds: float = 0.0  # time spent handing calls to the transport
+    wait_seconds: float = 0.0  # time blocked waiting for the passive parties' answers
 
     @property
     def comm_bytes(self) -> int:
@@ -62,11 +65,16 @@ class Transport(ABC):
             self.stats.rounds += int(new_round)
         else:
             self.stats.eval_bytes += sent
-        return Pending(self._submit(method, args), training)
+        start = time.perf_counter()
+        handles = self._submit(method, args)
+        self.stats.submit_seconds += time.perf_counter() - start
+        return Pending(handles, training)
 
     def gather(self, pending: Pending) -> list[Any]:
         """Wait for the calls and return their results in party order."""
+        start = time.perf_counter()
         results = self._gather(pending.handles)
+        self.stats.wait_seconds += time.perf_counter() - start
         received = _message_bytes(results)
         if pending.training:
             self.stats.bytes_up += received

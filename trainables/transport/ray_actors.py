@@ -8,6 +8,7 @@ per passive party, in parallel across parties).
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Sequence
@@ -52,6 +53,18 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     ray.init(address=address, **kwargs)
 
 
+def _warm_up_torch() -> None:
+    """Pay torch's one-time costs (autograd engine, optimizer kernels) at actor start.
+
+    A fresh process spends ~1 s on its first backward pass; without this, that time lands
+    in the first training round instead of in the trial's setup.
+    """
+    layer = torch.nn.Linear(4, 4)
+    opt = torch.optim.Adam(layer.parameters())
+    layer(torch.zeros(2, 4)).sum().backward()
+    opt.step()
+
+
 @ray.remote
 class PartyActor:
     """Hosts one party. Holds exactly what its ``PartyInit`` gave it."""
@@ -59,9 +72,16 @@ class PartyActor:
     def __init__(self, threads: int = 1) -> None:
         torch.set_num_threads(threads)  # same arithmetic as the local transport
         self.party: Party | None = None
+        _warm_up_torch()
 
     def load(self, init: PartyInit) -> bool:
         self.party = init.build()
+        return True
+
+    def unload(self) -> bool:
+        """Forget the party and all it held, so a reused actor starts the next trial empty."""
+        self.party = None
+        gc.collect()
         return True
 
     def call(self, method: str, *args: Any) -> Any:
@@ -69,6 +89,16 @@ class PartyActor:
 
     def ping(self) -> None:
         return None
+
+    def where(self) -> dict[str, Any]:
+        """Process, placement group and party of this actor (tests and diagnostics)."""
+        pg = get_current_placement_group()
+        return {
+            "pid": os.getpid(),
+            "placement_group": None if pg is None else pg.id.hex(),
+            "party_id": None if self.party is None else self.party.party_id,
+            "active": isinstance(self.party, ActiveParty),
+        }
 
     def call_peer_rtt(self, peer: Any, n: int) -> float:
         """Median ms of an empty call from this actor to ``peer`` (a round's floor)."""
@@ -91,7 +121,7 @@ class PartyActor:
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array-valued attribute of the hosted party (for threat-model tests)."""
         out: dict[str, np.ndarray] = {}
-        for name, value in vars(self.party).items():
+        for name, value in (vars(self.party) if self.party is not None else {}).items():
             if isinstance(value, torch.Tensor):
                 out[name] = value.detach().cpu().numpy()
             elif isinstance(value, np.ndarray):
@@ -117,37 +147,89 @@ class RayTransport(Transport):
         return ray.get(handles)
 
 
+@dataclass
+class _ActorSet:
+    """Party actors with their placement group; kept warm between trials when reused."""
+
+    actors: list[Any]
+    own_pg: PlacementGroup | None  # None: the actors live in a Tune trial's group
+
+
+# Warm actor sets by (parties, resources, enclosing placement group). A sweep's trainable
+# process runs many trials; reusing their actors saves the ~2 s a fresh actor pays for
+# process start, ``import torch`` and torch's first backward pass.
+_POOL: dict[tuple[Any, ...], list[_ActorSet]] = {}
+
+
+def _start_actors(n: int, resources: PartyResources) -> _ActorSet:
+    current = get_current_placement_group()
+    own_pg: PlacementGroup | None = None
+    if current is not None and current.bundle_count >= n + 1:
+        pg, offset = current, 1  # a Tune trial: bundle 0 is the trial, 1..K the parties
+    else:
+        pg = own_pg = placement_group([resources.bundle()] * n)
+        ray.get(pg.ready())
+        offset = 0
+    actors = [
+        PartyActor.options(
+            num_cpus=resources.cpu,
+            num_gpus=resources.gpu,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=offset + i
+            ),
+        ).remote(max(1, int(resources.cpu)))
+        for i in range(n)
+    ]
+    return _ActorSet(actors, own_pg)
+
+
+def _stop_actors(actor_set: _ActorSet) -> None:
+    for actor in actor_set.actors:
+        ray.kill(actor)
+    if actor_set.own_pg is not None:
+        remove_placement_group(actor_set.own_pg)
+
+
+def release_warm_actors() -> int:
+    """Stop every pooled actor set; returns how many actors were stopped."""
+    stopped = 0
+    for sets in _POOL.values():
+        for actor_set in sets:
+            _stop_actors(actor_set)
+            stopped += len(actor_set.actors)
+    _POOL.clear()
+    return stopped
+
+
 class RayParties:
     """The actors of one trial: placement group, one actor per party, then training.
 
     Inside a Tune trial the trial's own placement group is used (bundle 0 is the trial,
-    bundles 1..K the parties); standalone, a group with one bundle per party is created
-    and removed on ``close``.
+    bundles 1..K the parties); standalone, a group with one bundle per party is created.
+    With ``reuse=True`` the actors are emptied on ``close`` (``unload`` drops the party and
+    everything it held) and kept for the next trial of the same shape in this process.
     """
 
-    def __init__(self, inits: Sequence[PartyInit], resources: PartyResources) -> None:
+    def __init__(
+        self, inits: Sequence[PartyInit], resources: PartyResources, reuse: bool = False
+    ) -> None:
         start = time.perf_counter()
         current = get_current_placement_group()
-        self._own_pg: PlacementGroup | None = None
-        if current is not None and current.bundle_count >= len(inits) + 1:
-            pg, offset = current, 1
-        else:
-            pg = self._own_pg = placement_group([resources.bundle()] * len(inits))
-            ray.get(pg.ready())
-            offset = 0
-        threads = max(1, int(resources.cpu))
-        self.actors = [
-            PartyActor.options(
-                num_cpus=resources.cpu,
-                num_gpus=resources.gpu,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=offset + i
-                ),
-            ).remote(threads)
-            for i in range(len(inits))
-        ]
+        self._key = (len(inits), resources, None if current is None else current.id.hex())
+        self._reuse = reuse
+        warm = _POOL.get(self._key) if reuse else None
+        self.reused = bool(warm)
+        self._set = warm.pop() if warm else _start_actors(len(inits), resources)
         ray.get([a.load.remote(init) for a, init in zip(self.actors, inits, strict=True)])
         self.setup_seconds = time.perf_counter() - start
+
+    @property
+    def actors(self) -> list[Any]:
+        return self._set.actors
+
+    @property
+    def _own_pg(self) -> PlacementGroup | None:
+        return self._set.own_pg
 
     @property
     def active(self) -> Any:
@@ -161,11 +243,11 @@ class RayParties:
         return ray.get(self.active.train.remote(protocol, params, self.passives, epochs))
 
     def close(self) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
-        if self._own_pg is not None:
-            remove_placement_group(self._own_pg)
-            self._own_pg = None
+        if self._reuse:
+            ray.get([a.unload.remote() for a in self.actors])
+            _POOL.setdefault(self._key, []).append(self._set)
+        else:
+            _stop_actors(self._set)
 
     def __enter__(self) -> RayParties:
         return self
