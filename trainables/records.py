@@ -106,6 +106,15 @@ class Record:
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
+    def to_json(self) -> str:
+        return json.dumps({**self.to_dict(), "created_at": self.created_at.isoformat()})
+
+    @classmethod
+    def from_json(cls, text: str) -> Record:
+        fields = json.loads(text)
+        fields["created_at"] = datetime.fromisoformat(fields["created_at"])
+        return cls(**fields)
+
 
 def records_to_table(records: list[Record]) -> pa.Table:
     """Records as one Arrow table with exactly RECORD_SCHEMA."""

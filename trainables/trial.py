@@ -21,7 +21,7 @@ from trainables.data import (
     split_samples,
     vertical_split,
 )
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, MissingDataError
 from trainables.party import Labels, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
 from trainables.records import Record
@@ -93,12 +93,14 @@ def train_ray(
     cpu_per_party: float = 1.0,
     gpu_per_party: float = 0.0,
     address: str | None = None,
+    reuse_actors: bool = False,
 ) -> TrainResult:
     """Each party in its own Ray actor, in the trial's placement group."""
     from trainables.transport.ray_actors import PartyResources, RayParties, ensure_ray
 
     ensure_ray(address, num_cpus=None)
-    with RayParties(prepared.inits, PartyResources(cpu_per_party, gpu_per_party)) as group:
+    resources = PartyResources(cpu_per_party, gpu_per_party)
+    with RayParties(prepared.inits, resources, reuse=reuse_actors) as group:
         return group.train(spec.protocol, dict(spec.protocol_params), int(spec.epochs))  # type: ignore[arg-type]
 
 
@@ -112,6 +114,7 @@ def run_trial(
     address: str | None = None,
     sweep: str = "",
     trial_id: str = "",
+    reuse_actors: bool = False,
 ) -> list[Record]:
     """Run ``spec`` to completion; returns the clean (``attack='none'``) record."""
     if transport not in TRANSPORTS:
@@ -121,7 +124,7 @@ def run_trial(
     if transport == "local":
         result = train_local(prepared, int(spec.epochs))  # type: ignore[arg-type]
     else:
-        result = train_ray(prepared, spec, cpu_per_party, gpu_per_party, address)
+        result = train_ray(prepared, spec, cpu_per_party, gpu_per_party, address, reuse_actors)
     record = Record.clean(
         spec,
         prepared.n_labeled,
@@ -141,3 +144,31 @@ def summarize(records: list[Record]) -> dict[str, object]:
     out = {k: v for k, v in clean.to_dict().items() if k not in ("spec_json", "created_at")}
     out["mp"] = None if clean.mp is None else float(np.round(clean.mp, 6))
     return out
+
+
+def check_names(spec: TrialSpec) -> None:
+    """Raise ConfigError if a name in ``spec`` is not registered or its parameters are bad."""
+    from trainables.data import DATASETS
+    from trainables.models import BOTTOMS
+
+    DATASETS.get(spec.dataset)
+    BOTTOMS.get(str(spec.model))
+    PROTOCOLS.create(spec.protocol, **spec.protocol_params)
+    if spec.ssl_variant != "none":
+        raise ConfigError(f"ssl_variant={spec.ssl_variant!r} is not available yet; allowed: none")
+
+
+def incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str | None:
+    """Why ``spec`` cannot run on its dataset (too many parties, too few rows), or None.
+
+    A missing data file is not an incompatibility: it raises MissingDataError.
+    """
+    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+    try:
+        vertical_split(ds, spec.n_parties, spec.split_scheme)
+        split_samples(len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed)
+    except MissingDataError:
+        raise
+    except ConfigError as err:
+        return str(err)
+    return None

@@ -1,0 +1,141 @@
+"""The planner: a validated space in, a frozen plan of trainings out.
+
+Bad values are errors (exit 2, naming ``base.<key>`` or ``grid.<axis>[i]``); cells that
+are valid one value at a time but cannot run together (say 40 parties on a 30-feature
+dataset) are dropped with their reason, printed and kept in the plan. Identical cells
+collapse into one training (its ``config_hash``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweep_engine.space import Space, SpaceError, apply_value, check_axis_name
+from trainables.errors import ConfigError, MissingDataError
+from trainables.spec import TrialSpec
+from trainables.trial import check_names, incompatibility
+
+
+@dataclass(frozen=True)
+class Training:
+    """One training to run: its spec, id, and the grid values that produced it."""
+
+    spec: TrialSpec
+    cell: dict[str, Any] = field(hash=False, compare=False)
+    search: bool = False  # a search cell: Optuna fills the searched fields per trial
+
+    @property
+    def trial_id(self) -> str:
+        return self.spec.config_hash
+
+
+@dataclass(frozen=True)
+class Dropped:
+    cell: dict[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    space: Space
+    trainings: tuple[Training, ...]  # for a search space: one per cell (a study each)
+    dropped: tuple[Dropped, ...]
+    duplicates: int
+
+    @property
+    def n_trainings(self) -> int:
+        n_trials = self.space.search.n_trials if self.space.search else 1
+        return len(self.trainings) * n_trials
+
+    @property
+    def n_evaluations(self) -> int:
+        """Attack evaluations; one training serves all inference-time attacks (none yet)."""
+        return 0
+
+    def bundles(self, n_parties: int) -> list[dict[str, float]]:
+        """The placement group of one trial: the trial's bundle, then one per party."""
+        res = self.space.resources
+        party = {"CPU": res.cpu_per_party, **({"GPU": res.gpu_per_party} if res.gpu_per_party else {})}
+        head = {"CPU": res.cpu_per_trial} if res.cpu_per_trial > 0 else {"memory": float(1 << 20)}
+        return [head] + [dict(party) for _ in range(n_parties)]
+
+    def summary(self) -> dict[str, Any]:
+        shapes = sorted({t.spec.n_parties for t in self.trainings})
+        return {
+            "space": self.space.name,
+            "source": self.space.source,
+            "trainings": self.n_trainings,
+            "evaluations": self.n_evaluations,
+            "dropped": len(self.dropped),
+            "duplicates_merged": self.duplicates,
+            "search": None
+            if self.space.search is None
+            else {"cells": len(self.trainings), "trials_per_cell": self.space.search.n_trials},
+            "dropped_cells": [{"cell": d.cell, "reason": d.reason} for d in self.dropped],
+            "trial_resources": {f"{k}_parties": self.bundles(k) for k in shapes},
+            "transport": self.space.run.transport,
+        }
+
+
+def _spec(space: Space, fields: dict[str, Any], where: str) -> TrialSpec:
+    try:
+        spec = TrialSpec.build(**fields)
+        check_names(spec)
+        return spec
+    except MissingDataError as err:
+        raise SpaceError(f"{space.source}: {where}: {err}") from None
+    except ConfigError as err:
+        raise SpaceError(f"{space.source}: {where}: {err}") from None
+
+
+def _check_values(space: Space) -> None:
+    """Each base key and each grid value alone on top of ``base``: errors name their path."""
+    for key in space.base:
+        check_axis_name(space, key, f"base.{key}")
+    _spec(space, space.base, "base")
+    for axis, values in space.grid.items():
+        check_axis_name(space, axis, f"grid.{axis}")
+        for i, value in enumerate(values):
+            if isinstance(value, dict) and "." not in axis:
+                for key in value:
+                    check_axis_name(space, key, f"grid.{axis}[{i}].{key}")
+            _spec(space, apply_value(space.base, axis, value), f"grid.{axis}[{i}]={value!r}")
+    if space.search:
+        for name in space.search.params:
+            check_axis_name(space, name, f"search.params.{name}")
+
+
+def expand(space: Space, data_dir: str | Path | None = None) -> Plan:
+    """Every grid cell as a training, dropped cells with reasons, duplicates merged."""
+    _check_values(space)
+    axes = list(space.grid)
+    trainings: dict[str, Training] = {}
+    dropped: list[Dropped] = []
+    duplicates = 0
+    for combo in itertools.product(*(space.grid[a] for a in axes)):
+        fields, cell = dict(space.base), {}
+        for axis, value in zip(axes, combo, strict=True):
+            fields = apply_value(fields, axis, value)
+            cell[axis] = value
+        try:
+            spec = TrialSpec.build(**fields)
+            reason = incompatibility(spec, data_dir)
+        except MissingDataError as err:
+            raise SpaceError(f"{space.source}: {err}") from None
+        except ConfigError as err:
+            reason = str(err)
+        if reason is not None:
+            dropped.append(Dropped(cell, reason))
+        elif spec.config_hash in trainings:
+            duplicates += 1
+        else:
+            trainings[spec.config_hash] = Training(spec, cell, search=space.search is not None)
+    if not trainings:
+        raise SpaceError(
+            f"{space.source}: grid: every cell was dropped; reasons: "
+            + "; ".join(sorted({d.reason for d in dropped}))
+        )
+    return Plan(space, tuple(trainings.values()), tuple(dropped), duplicates)

@@ -1,0 +1,164 @@
+"""The YAML space: schema, loading and validation with errors a user can act on.
+
+Every problem is reported as ``<file>: <key path>=<bad value>: <what is allowed>`` before
+anything runs; ``SpaceError`` (a ConfigError) makes the CLI exit with code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trainables.errors import ConfigError
+from trainables.spec import TrialSpec, format_validation_error
+
+SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
+NESTED_FIELDS = ("protocol_params", "dataset_params")  # grid axes may be "protocol_params.q"
+METRICS = ("mp", "rounds", "comm_bytes", "train_seconds")
+
+
+class SpaceError(ConfigError):
+    """A space file that cannot be run; the message names file, key path, value, allowed."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    """What one trial reserves: a bundle for the trial itself and one per party."""
+
+    cpu_per_party: float = Field(1.0, gt=0)
+    gpu_per_party: float = Field(0.0, ge=0)
+    cpu_per_trial: float = Field(0.1, ge=0)  # the trainable mostly waits on its parties
+
+
+class RunSettings(_Strict):
+    max_concurrent_trials: int | None = Field(None, ge=1)
+    max_failures: int = Field(1, ge=0)
+    transport: Literal["ray", "local"] = "ray"
+    reuse_actors: bool = True
+
+
+class SearchParam(_Strict):
+    """A searched axis: a range (``low``/``high``, optionally ``log`` or ``step``) or ``choices``."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    integer: bool = False
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SearchParam:
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either choices or low/high, not both")
+            if not self.choices:
+                raise ValueError("choices must not be empty")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("a range needs both low and high (or give choices)")
+        if self.low >= self.high:
+            raise ValueError(f"low={self.low} must be below high={self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log range needs low > 0, got low={self.low}")
+        return self
+
+
+class Objective(_Strict):
+    metric: str
+    mode: Literal["max", "min"]
+
+    @model_validator(mode="after")
+    def _known_metric(self) -> Objective:
+        if self.metric not in METRICS:
+            raise ValueError(f"metric {self.metric!r} is not one of: {', '.join(METRICS)}")
+        return self
+
+
+class SearchBlock(_Strict):
+    params: dict[str, SearchParam] = Field(min_length=1)
+    objectives: list[Objective] = Field(min_length=1)
+    n_trials: int = Field(8, ge=1)
+    sampler: Literal["tpe", "random", "nsga2"] = "tpe"
+    seed: int = 0
+
+
+class Space(_Strict):
+    """A sweep: ``base`` trial fields, ``grid`` axes over them, resources, run settings."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    base: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    run: RunSettings = Field(default_factory=RunSettings)
+    search: SearchBlock | None = None
+    source: str = ""  # the file it came from, for messages
+
+    @model_validator(mode="after")
+    def _non_empty_axes(self) -> Space:
+        for axis, values in self.grid.items():
+            if not values:
+                raise ValueError(f"grid.{axis} is an empty list; give at least one value")
+        return self
+
+
+def resolve_space_path(arg: str) -> Path:
+    """``--space X`` names a file, or a shipped space in ``search_spaces/`` (``.yaml`` optional)."""
+    candidates = [Path(arg), SPACES_DIR / arg, SPACES_DIR / f"{arg}.yaml"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    shipped = ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
+    raise SpaceError(f"{arg}: no such space file (looked in . and {SPACES_DIR}); shipped: {shipped}")
+
+
+def load_space(arg: str) -> Space:
+    """Read, parse and schema-check a space file; field values are checked by ``check_space``."""
+    path = resolve_space_path(arg)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SpaceError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise SpaceError(f"{path}: the top level must be a mapping with at least 'name'")
+    try:
+        return Space(**raw, source=str(path))
+    except ValidationError as err:
+        raise SpaceError(format_validation_error(err, source=str(path))) from None
+    except TypeError as err:  # e.g. a non-string key at the top level
+        raise SpaceError(f"{path}: {err}") from None
+
+
+def allowed_axes() -> list[str]:
+    return sorted(TrialSpec.model_fields) + [f"{f}.<name>" for f in NESTED_FIELDS]
+
+
+def apply_value(fields: dict[str, Any], axis: str, value: Any) -> dict[str, Any]:
+    """``fields`` with ``axis`` set to ``value``; a mapping value sets several fields at once."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in fields.items()}
+    if "." in axis:
+        head, key = axis.split(".", 1)
+        out[head] = {**out.get(head, {}), key: value}
+    elif isinstance(value, dict) and axis not in NESTED_FIELDS:
+        for key, inner in value.items():
+            out = apply_value(out, key, inner)
+    else:
+        out[axis] = value
+    return out
+
+
+def check_axis_name(space: Space, axis: str, where: str) -> None:
+    head = axis.split(".", 1)[0]
+    ok = head in TrialSpec.model_fields and ("." not in axis or head in NESTED_FIELDS)
+    if not ok:
+        raise SpaceError(
+            f"{space.source}: {where}: unknown trial field {axis!r}; allowed: "
+            + ", ".join(allowed_axes())
+        )
