@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	RAY_USAGE_STATS_ENABLED=0 $(PY) -m trainables.run --dataset breast_cancer --transport ray --seed 0
+	RAY_USAGE_STATS_ENABLED=0 $(PY) sweep.py --space search_spaces/smoke.yaml
 
 test: $(STAMP)
 	RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -q

@@ -68,8 +68,11 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
     else:
         todo = [t for t in plan.trainings if t.trial_id not in done]
         skipped = len(plan.trainings) - len(todo)
-        print(f"{len(plan.trainings)} trainings planned, {skipped} already recorded, "
-              f"{len(todo)} to run", flush=True)
+        print(
+            f"{len(plan.trainings)} trainings planned, {skipped} already recorded, "
+            f"{len(todo)} to run",
+            flush=True,
+        )
         written = failed = 0
         if todo:
             runner.start_ray(args.address, args.num_cpus)

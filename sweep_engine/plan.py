@@ -58,7 +58,10 @@ class Plan:
     def bundles(self, n_parties: int) -> list[dict[str, float]]:
         """The placement group of one trial: the trial's bundle, then one per party."""
         res = self.space.resources
-        party = {"CPU": res.cpu_per_party, **({"GPU": res.gpu_per_party} if res.gpu_per_party else {})}
+        party = {
+            "CPU": res.cpu_per_party,
+            **({"GPU": res.gpu_per_party} if res.gpu_per_party else {}),
+        }
         head = {"CPU": res.cpu_per_trial} if res.cpu_per_trial > 0 else {"memory": float(1 << 20)}
         return [head] + [dict(party) for _ in range(n_parties)]
 

@@ -19,15 +19,15 @@ from typing import Any
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import ray  # noqa: E402
-from ray import tune  # noqa: E402
+import ray
+from ray import tune
 
-from sweep_engine.plan import Plan, Training  # noqa: E402
-from sweep_engine.sink import RecordSink  # noqa: E402
-from sweep_engine.space import SpaceError, apply_value  # noqa: E402
-from trainables.records import Record  # noqa: E402
-from trainables.spec import TrialSpec  # noqa: E402
-from trainables.trial import run_trial  # noqa: E402
+from sweep_engine.plan import Plan, Training
+from sweep_engine.sink import RecordSink
+from sweep_engine.space import SpaceError, apply_value
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.trial import run_trial
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,9 @@ class Progress(tune.Callback):
         self.failed: dict[str, str] = {}
         self.start = time.perf_counter()
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **_: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **_: Any
+    ) -> None:
         if "records_json" not in result:
             return
         records = [Record.from_json(r) for r in json.loads(result["records_json"])]
@@ -184,15 +186,25 @@ def record_failures(sink: RecordSink, failures: list[tuple[TrialSpec, str]], swe
         if spec.config_hash in done:
             continue
         record = Record.clean(
-            spec, spec.n_labeled or 0, mp=None, rounds=0, comm_bytes=0, train_seconds=0.0,
-            sweep=sweep, trial_id=spec.config_hash, status="error", error=error[-4000:],
+            spec,
+            spec.n_labeled or 0,
+            mp=None,
+            rounds=0,
+            comm_bytes=0,
+            train_seconds=0.0,
+            sweep=sweep,
+            trial_id=spec.config_hash,
+            status="error",
+            error=error[-4000:],
         )
         sink.write(spec.config_hash, [record])
         count += 1
     return count
 
 
-def run_grid(plan: Plan, sweep_dir: Path, todo: list[Training], data_dir: str | None) -> tuple[int, int]:
+def run_grid(
+    plan: Plan, sweep_dir: Path, todo: list[Training], data_dir: str | None
+) -> tuple[int, int]:
     """Run the grid trainings in ``todo``; returns (written, failed)."""
     sink = RecordSink(sweep_dir)
     callback = Progress(sink, len(todo))

@@ -44,7 +44,7 @@ class RunSettings(_Strict):
 
 
 class SearchParam(_Strict):
-    """A searched axis: a range (``low``/``high``, optionally ``log`` or ``step``) or ``choices``."""
+    """A searched axis: a range (``low``/``high``, optionally ``log``/``step``) or ``choices``."""
 
     low: float | None = None
     high: float | None = None
@@ -116,7 +116,9 @@ def resolve_space_path(arg: str) -> Path:
         if path.is_file():
             return path
     shipped = ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
-    raise SpaceError(f"{arg}: no such space file (looked in . and {SPACES_DIR}); shipped: {shipped}")
+    raise SpaceError(
+        f"{arg}: no such space file (looked in . and {SPACES_DIR}); shipped: {shipped}"
+    )
 
 
 def load_space(arg: str) -> Space:
@@ -131,7 +133,7 @@ def load_space(arg: str) -> Space:
     try:
         return Space(**raw, source=str(path))
     except ValidationError as err:
-        raise SpaceError(format_validation_error(err, source=str(path))) from None
+        raise SpaceError(format_validation_error(err, str(path), Space)) from None
     except TypeError as err:  # e.g. a non-string key at the top level
         raise SpaceError(f"{path}: {err}") from None
 

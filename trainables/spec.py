@@ -84,11 +84,55 @@ class TrialSpec(BaseModel):
         return hash(self.config_hash)
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    """One line per problem: ``<source>: <key path>: <bad value> — <what is allowed>``."""
+def format_validation_error(
+    err: ValidationError, source: str, model: type[BaseModel] | None = None
+) -> str:
+    """One line per problem: ``<source>: <key path>=<bad value>: <what is allowed>``.
+
+    For an unknown key, the allowed keys at that level are listed (from ``model``).
+    """
     lines = []
     for problem in err.errors():
-        path = ".".join(str(p) for p in problem["loc"]) or "<root>"
+        loc = problem["loc"]
+        path = ".".join(str(p) for p in loc) or "<root>"
         value = problem.get("input")
-        lines.append(f"{source}: {path}={value!r}: {problem['msg']}")
+        line = f"{source}: {path}={value!r}: {problem['msg']}"
+        if problem["type"] == "extra_forbidden" and model is not None:
+            allowed = _fields_at(model, loc[:-1])
+            if allowed:
+                line = f"{source}: {path}: unknown key; allowed: {', '.join(allowed)}"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the (nested) model that ``loc`` points into."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            current = _model_in(current)
+            if current is None:
+                return []
+            if part not in current.model_fields:  # a dict key (e.g. search.params.lr)
+                continue
+        info = current.model_fields.get(str(part))
+        if info is None:
+            return []
+        current = info.annotation
+    current = current if isinstance(current, type) else _model_in(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(k for k in current.model_fields if k != "source")
+    return []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel inside ``X | None``, ``list[X]`` or ``dict[str, X]``."""
+    for arg in getattr(annotation, "__args__", ()):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+        inner = _model_in(arg)
+        if inner is not None:
+            return inner
+    return None

@@ -1,0 +1,193 @@
+"""Search beyond grids: one Optuna study per grid cell, run through Ray Tune's OptunaSearch.
+
+Why OptunaSearch rather than Optuna's own study with shared storage: trials then get the
+same placement groups, retries, progress and record sink as grid trials, and Tune
+schedules them next to each other. Tune's grid and a searcher do not mix, so each grid
+cell gets its own Tuner and study. The study's trials, best trial (one objective) or
+Pareto set (several) are written to ``<sweep>/search/<cell>.json`` from the records on
+disk, so a resumed search counts what earlier runs finished and runs only the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+from ray import tune
+from ray.tune.search.optuna import OptunaSearch
+
+from sweep_engine import runner
+from sweep_engine.plan import Plan, Training
+from sweep_engine.sink import RecordSink
+from sweep_engine.space import SearchBlock, SearchParam
+from trainables.spec import TrialSpec
+
+
+def distribution(param: SearchParam) -> optuna.distributions.BaseDistribution:
+    if param.choices is not None:
+        return optuna.distributions.CategoricalDistribution(param.choices)
+    assert param.low is not None and param.high is not None
+    if param.integer:
+        step = int(param.step or 1)
+        return optuna.distributions.IntDistribution(
+            int(param.low), int(param.high), log=param.log, step=step
+        )
+    return optuna.distributions.FloatDistribution(
+        param.low, param.high, log=param.log, step=param.step
+    )
+
+
+def sampler(search: SearchBlock, offset: int) -> optuna.samplers.BaseSampler:
+    seed = search.seed + offset  # a resumed study samples new points, not the same ones again
+    if search.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if search.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def _without(spec: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec.items()}
+    for key in keys:
+        head, _, tail = key.partition(".")
+        if tail:
+            out.get(head, {}).pop(tail, None)
+        else:
+            out.pop(head, None)
+    return out
+
+
+def cell_id(spec: dict[str, Any], searched: list[str]) -> str:
+    blob = json.dumps(_without(spec, searched), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _value(spec: dict[str, Any], key: str) -> Any:
+    head, _, tail = key.partition(".")
+    return spec.get(head, {}).get(tail) if tail else spec.get(head)
+
+
+def study_trials(sink: RecordSink, cell: Training, search: SearchBlock) -> list[dict[str, Any]]:
+    """Finished trials of ``cell``'s study, from the records on disk."""
+    searched = list(search.params)
+    target = cell_id(cell.spec.model_dump(mode="json"), searched)
+    table = sink.read().to_pylist()
+    trials = []
+    for row in table:
+        spec = json.loads(row["spec_json"])
+        if row["status"] != "ok" or row["attack"] != "none" or cell_id(spec, searched) != target:
+            continue
+        trials.append(
+            {
+                "trial_id": row["trial_id"],
+                "params": {k: _value(spec, k) for k in searched},
+                "values": [row[o.metric] for o in search.objectives],
+            }
+        )
+    return trials
+
+
+def pareto(trials: list[dict[str, Any]], modes: list[str]) -> list[dict[str, Any]]:
+    """Trials no other trial beats on every objective (and strictly on one)."""
+    sign = [1.0 if m == "max" else -1.0 for m in modes]
+
+    def key(t: dict[str, Any]) -> list[float]:
+        return [s * float(v) for s, v in zip(sign, t["values"], strict=True)]
+
+    front = []
+    for t in trials:
+        kt = key(t)
+        dominated = any(
+            all(a >= b for a, b in zip(key(o), kt, strict=True)) and key(o) != kt for o in trials
+        )
+        if not dominated:
+            front.append(t)
+    return front
+
+
+def write_summary(sweep_dir: Path, cell: Training, search: SearchBlock, sink: RecordSink) -> Path:
+    trials = study_trials(sink, cell, search)
+    modes = [o.mode for o in search.objectives]
+    summary: dict[str, Any] = {
+        "cell": cell.cell,
+        "objectives": [o.model_dump() for o in search.objectives],
+        "n_trials": len(trials),
+        "trials": trials,
+        "pareto": pareto(trials, modes),
+    }
+    if len(modes) == 1 and trials:
+        pick = max if modes[0] == "max" else min
+        summary["best"] = pick(trials, key=lambda t: t["values"][0])
+    out_dir = sweep_dir / "search"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{cell_id(cell.spec.model_dump(mode='json'), list(search.params))}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def run_searches(plan: Plan, sweep_dir: Path, data_dir: str | None) -> tuple[int, int, int]:
+    """One study per cell; returns (trainings recorded, failed, skipped as already done)."""
+    search = plan.space.search
+    assert search is not None
+    sink = RecordSink(sweep_dir)
+    written = failed = skipped = 0
+    for i, cell in enumerate(plan.trainings):
+        done = len(study_trials(sink, cell, search))
+        remaining = search.n_trials - done
+        skipped += min(done, search.n_trials)
+        label = f"study {i + 1}/{len(plan.trainings)} "
+        print(f"{label}{cell.cell}: {done} trials recorded, {max(remaining, 0)} to run", flush=True)
+        if remaining > 0:
+            w, f = _run_study(plan, sweep_dir, cell, search, remaining, done, data_dir, label)
+            written, failed = written + w, failed + f
+        path = write_summary(sweep_dir, cell, search, sink)
+        print(f"{label}summary: {path}", flush=True)
+    return written, failed, skipped
+
+
+def _run_study(
+    plan: Plan,
+    sweep_dir: Path,
+    cell: Training,
+    search: SearchBlock,
+    n: int,
+    offset: int,
+    data_dir: str | None,
+    label: str,
+) -> tuple[int, int]:
+    metrics = [o.metric for o in search.objectives]
+    modes = [o.mode for o in search.objectives]
+    single = len(metrics) == 1
+    searcher = OptunaSearch(
+        space={k: distribution(p) for k, p in search.params.items()},
+        metric=metrics[0] if single else metrics,
+        mode=modes[0] if single else modes,
+        sampler=sampler(search, offset),
+    )
+    ctx = runner.context(plan, data_dir, cell=cell.spec.model_dump(mode="json"))
+    sink = RecordSink(sweep_dir)
+    callback = runner.Progress(sink, n, label)
+    tuner = tune.Tuner(
+        runner.trainable(plan, ctx, n_parties=cell.spec.n_parties),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher,
+            num_samples=n,
+            max_concurrent_trials=plan.space.run.max_concurrent_trials,
+            reuse_actors=plan.space.run.reuse_actors,
+            trial_dirname_creator=runner._dirname,
+        ),
+        run_config=runner.run_config(plan, sweep_dir, callback, f"search{offset}"),
+    )
+    results = tuner.fit()
+    failures: list[tuple[TrialSpec, str]] = []
+    for r in results:
+        if r.error is not None:
+            params = {k: v for k, v in r.config.items() if k in search.params}
+            failures.append((runner.spec_of(params, ctx), runner._error_text(r.error)))
+    return len(callback.written), runner.record_failures(sink, failures, plan.space.name)

@@ -1,0 +1,190 @@
+"""``sweep.py`` end to end against real Ray: records exactly once, resume, kill, cluster, search."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pytest
+
+from sweep_engine.plan import expand
+from sweep_engine.space import load_space
+
+pytestmark = pytest.mark.ray
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sweep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "sweep.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
+
+
+def read_records(results: Path, name: str) -> list[dict]:
+    return pads.dataset(results / name / "records", format="parquet").to_table().to_pylist()
+
+
+def write_space(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\n{body}")
+    return path
+
+
+def test_smoke_records_exactly_the_plan_and_a_rerun_adds_nothing(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    first = sweep("--space", "smoke", "--results", str(results))
+    assert first.returncode == 0, first.stderr[-3000:]
+    plan = expand(load_space("smoke"))
+    rows = read_records(results, "smoke")
+    assert len(rows) == len(plan.trainings) == 8  # one clean row per training, no attacks yet
+    assert len({(r["trial_id"], r["attack"]) for r in rows}) == len(rows)
+    assert {r["trial_id"] for r in rows} == {t.trial_id for t in plan.trainings}
+    assert all(r["status"] == "ok" and r["mp"] > 0.85 for r in rows)
+    assert "done: 8 trainings recorded, 0 failed" in first.stdout
+    files = {p: p.stat().st_mtime_ns for p in (results / "smoke" / "records").iterdir()}
+
+    again = sweep("--space", "smoke", "--results", str(results))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 to run" in again.stdout and "Started a local Ray" not in again.stderr
+    assert {p: p.stat().st_mtime_ns for p in (results / "smoke" / "records").iterdir()} == files
+    assert len(read_records(results, "smoke")) == 8
+
+
+def test_killed_driver_then_rerun_records_every_training_once(
+    tmp_path: Path, ray_session: None
+) -> None:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    space = write_space(
+        tmp_path,
+        "killed",
+        "base: {dataset: digits, epochs: 15}\n"
+        "grid: {seed: [0, 1, 2, 3, 4, 5], partition: [agg, split]}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 2}\n",
+    )
+    results = tmp_path / "results"
+    records = results / "killed" / "records"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "sweep.py",
+            "--space",
+            str(space),
+            "--results",
+            str(results),
+            "--address",
+            address,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list(records.glob("*.parquet"))) < 3:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = len(list(records.glob("*.parquet")))
+    assert 3 <= before < 12, before
+
+    rerun = sweep("--space", str(space), "--results", str(results), "--address", address)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"{before} already recorded, {12 - before} to run" in rerun.stdout
+    rows = read_records(results, "killed")
+    assert len(rows) == 12 and len({r["trial_id"] for r in rows}) == 12
+    assert not list(records.glob(".*"))  # no temporary file left behind
+
+
+def test_sweep_on_a_multi_node_cluster_through_address(tmp_path: Path) -> None:
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=2)
+        cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        space = write_space(
+            tmp_path,
+            "cluster",
+            "base: {dataset: breast_cancer, epochs: 10}\ngrid: {seed: [0, 1, 2, 3]}\n"
+            "resources: {cpu_per_party: 1, cpu_per_trial: 0}\n",
+        )
+        results = tmp_path / "results"
+        out = sweep("--space", str(space), "--results", str(results), "--address", cluster.address)
+        assert out.returncode == 0, out.stderr[-3000:]
+        rows = read_records(results, "cluster")
+        assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    finally:
+        cluster.shutdown()
+
+
+def test_optuna_search_of_lr_records_its_trials_and_best(tmp_path: Path, ray_session: None) -> None:
+    import ray
+
+    space = write_space(
+        tmp_path,
+        "lrsearch",
+        "base: {dataset: breast_cancer, epochs: 15}\n"
+        "search:\n  params: {lr: {low: 0.001, high: 0.3, log: true}}\n"
+        "  objectives: [{metric: mp, mode: max}]\n  n_trials: 8\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n",
+    )
+    results = tmp_path / "results"
+    address = ray.get_runtime_context().gcs_address
+    out = sweep("--space", str(space), "--results", str(results), "--address", address)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_records(results, "lrsearch")
+    assert len(rows) == 8
+    lrs = {json.loads(r["spec_json"])["lr"] for r in rows}
+    assert len(lrs) == 8 and all(0.001 <= lr <= 0.3 for lr in lrs)
+    (summary_file,) = (results / "lrsearch" / "search").glob("*.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["n_trials"] == 8
+    assert summary["best"]["values"][0] == max(r["mp"] for r in rows)
+    assert summary["best"]["trial_id"] in {r["trial_id"] for r in rows}
+
+
+def test_failing_training_is_recorded_as_error_and_exits_1(
+    tmp_path: Path, ray_session: None
+) -> None:
+    import ray
+
+    space = write_space(
+        tmp_path,
+        "failing",
+        "base: {dataset: breast_cancer, epochs: 3}\ngrid: {device: [cpu, cuda]}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_failures: 1}\n",
+    )
+    results = tmp_path / "results"
+    address = ray.get_runtime_context().gcs_address
+    out = sweep("--space", str(space), "--results", str(results), "--address", address)
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = {json.loads(r["spec_json"])["device"]: r for r in read_records(results, "failing")}
+    assert rows["cpu"]["status"] == "ok"
+    assert rows["cuda"]["status"] == "error" and "CUDA" in rows["cuda"]["error"]
+    assert "1 failed" in out.stdout
+
+
+def test_trial_bigger_than_the_cluster_exits_2(tmp_path: Path, ray_session: None) -> None:
+    import ray
+
+    space = write_space(
+        tmp_path, "huge", "base: {dataset: breast_cancer}\nresources: {cpu_per_party: 64}\n"
+    )
+    address = ray.get_runtime_context().gcs_address
+    out = sweep("--space", str(space), "--results", str(tmp_path / "r"), "--address", address)
+    assert out.returncode == 2
+    assert "resources" in out.stderr and "128.1 CPU" in out.stderr and "has 6" in out.stderr
+    assert not (tmp_path / "r").exists()
