@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from typing import Protocol as TypingProtocol
 
 import numpy as np
@@ -57,6 +58,9 @@ class PartyInit:
     config: PartyConfig
     labels: Labels | None = None  # set for the active party only
     columns: tuple[int, ...] = field(default=())  # which dataset columns this party holds
+    record: bool = False  # keep a log of sent/received messages (attacks read it)
+    # training-time attacks on this party: (name, params, the aux knowledge it is granted)
+    install: tuple[tuple[str, dict[str, Any], Any], ...] = ()
 
     @property
     def is_active(self) -> bool:
@@ -116,6 +120,17 @@ class Party:
         self.hooks: list[MessageHook] = []
         self._pending: tuple[BatchRef, torch.Tensor] | None = None
         self.optimizer = _make_optimizer(cfg.optimizer, self.trainable_parameters(), cfg.lr)
+        self._attach(init)
+
+    def _attach(self, init: PartyInit) -> None:
+        """Message log and training-time attacks, as the trial asked for this party."""
+        from trainables.attacks import ATTACKS
+        from trainables.hooks import MessageLog
+
+        if init.record:
+            self.hooks.append(MessageLog())
+        for name, params, aux in init.install:
+            ATTACKS.create(name, **params).install(self, aux)  # type: ignore[attr-defined]
 
     @property
     def active_id(self) -> int:
@@ -244,4 +259,4 @@ class ActiveParty(Party):
         self.bottom.eval()
         h_passive = [as_tensor(self._receive(m).payload, self.device) for m in test_embeddings]
         logits = self.top([*h_passive, self.bottom(self.X_test)])
-        return float((logits.argmax(dim=1) == self.y_test).float().mean())
+        return float((logits.argmax(dim=1) == self.y_test).double().mean())

@@ -51,6 +51,8 @@ class TrialSpec(BaseModel):
     aligned_ratio: float = Field(1.0, gt=0, le=1)
     n_labeled: int | None = Field(None, ge=1)
     ssl_variant: str = "none"
+    train_attack: str = "none"  # a training-time attack (it changes the training itself)
+    train_attack_params: dict[str, int | float | str] = Field(default_factory=dict)
     seed: int = Field(0, ge=0)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
 

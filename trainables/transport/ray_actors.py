@@ -78,6 +78,9 @@ class PartyActor:
         self.party = init.build()
         return True
 
+    def snapshot(self) -> Party | None:
+        return self.party
+
     def unload(self) -> bool:
         """Forget the party and all it held, so a reused actor starts the next trial empty."""
         self.party = None
@@ -241,6 +244,10 @@ class RayParties:
 
     def train(self, protocol: str, params: dict[str, Any], epochs: int) -> TrainResult:
         return ray.get(self.active.train.remote(protocol, params, self.passives, epochs))
+
+    def snapshot(self) -> list[Party]:
+        """Copies of the trained parties, in party order (the trial's attack harness)."""
+        return ray.get([a.snapshot.remote() for a in self.actors])
 
     def close(self) -> None:
         if self._reuse:

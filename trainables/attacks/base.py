@@ -1,0 +1,136 @@
+"""The attack interface: one class per attack, bounded by the threat model.
+
+An attack may tamper with its party during training (``install``: hooks on messages, a
+malicious optimizer) and acts after training on a ``PartyView`` of that party only — its
+own features, its own trained models, the messages it sent and received, and the
+auxiliary knowledge its threat model grants (``AttackInfo``). It never sees ground truth:
+it returns a *guess* (labels, features, or a tampered inference), and the trial's
+``Judge`` (``judge.py``) scores it as VFLAIR defines AP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from torch import nn
+
+from trainables.errors import ConfigError
+from trainables.messages import BatchSchedule, Message
+from trainables.registry import Registry
+
+ATTACKS: Registry = Registry("attack")
+
+AttackType = Literal["LI", "FR", "TB", "NTB"]
+
+
+@dataclass(frozen=True)
+class AttackInfo:
+    """What the planner and the harness need to know about an attack."""
+
+    type: AttackType
+    role: Literal["passive", "active"]  # which party attacks: passive = party 0, active = K-1
+    training_time: bool  # tampers with training: needs a training of its own
+    binary_only: bool = False
+    needs_messages: bool = False  # reads the gradients/embeddings of training (a log is kept)
+    aux_labels_per_class: int = 0  # labeled training rows the attacker is assumed to know
+    aux_labels_total: int = 0  # or a total, spread evenly over the classes (MC: 80)
+    aux_feature_fraction: float = 0.0  # share of training rows whose peer features it knows
+    query_model: bool = False  # may query the released trained model (GRN's setting)
+
+
+@dataclass(frozen=True)
+class AuxData:
+    """Auxiliary knowledge granted by the threat model, drawn by the harness from a seed."""
+
+    label_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    feature_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    peer_features: np.ndarray | None = None  # (len(feature_rows), d_peer) of the other party
+
+
+@dataclass(frozen=True)
+class PartyView:
+    """Everything the attacker party has, and nothing else."""
+
+    party_id: int
+    role: Literal["passive", "active"]
+    n_parties: int
+    n_classes: int
+    X_train: np.ndarray  # (n_train, d_k) own features, scaled, rows in the shared order
+    X_test: np.ndarray  # (n_test, d_k)
+    bottom: nn.Module  # own trained bottom model (a copy: changing it changes nothing)
+    top: nn.Module | None  # the active party's global model; None for a passive party
+    y_train: np.ndarray | None  # the active party's labels; None for a passive party
+    sent: tuple[Message, ...]  # messages it sent during training, in order
+    received: tuple[Message, ...]  # messages it received during training, in order
+    schedule: BatchSchedule  # which training rows each round covered (known to all parties)
+    aux: AuxData
+    seed: int
+    query: Any = None  # QueryModel when the threat model releases the trained model
+
+
+@dataclass(frozen=True)
+class LabelGuess:
+    """Inferred labels (accuracy) or binary scores (AUC) for rows of a split."""
+
+    split: Literal["train", "test"]
+    rows: np.ndarray  # (n,) row positions in that split
+    labels: np.ndarray | None = None  # (n,) predicted classes
+    scores: np.ndarray | None = None  # (n,) score of class 1 (binary attacks, AUC)
+
+
+@dataclass(frozen=True)
+class FeatureGuess:
+    """Reconstructed features of another party (AP = 1 - MSE on [0, 1]-scaled features)."""
+
+    party_id: int
+    split: Literal["train", "test"]
+    rows: np.ndarray
+    X: np.ndarray  # (n, d_party) in that party's scaled feature space
+
+
+@dataclass(frozen=True)
+class InferenceTamper:
+    """The attacker's test-time inputs or outputs, changed; scored through the whole model.
+
+    ``X_test`` replaces its test features (rows outside ``rows`` unchanged) or
+    ``embeddings`` replaces its test embeddings. With ``target`` set, AP is the share of
+    ``rows`` (of other classes) classified as ``target`` (targeted backdoor); otherwise AP
+    is MP(clean) - MP(tampered) over all test rows (non-targeted).
+    """
+
+    rows: np.ndarray
+    X_test: np.ndarray | None = None  # (n_test, d_k)
+    embeddings: np.ndarray | None = None  # (n_test, C)
+    target: int | None = None
+
+
+Guess = LabelGuess | FeatureGuess | InferenceTamper
+
+
+class Attack:
+    """Base class: subclasses set ``info`` and ``defaults`` and implement ``run``."""
+
+    name: ClassVar[str] = "base"
+    info: ClassVar[AttackInfo]
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **params: Any) -> None:
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            allowed = ", ".join(sorted(self.defaults)) or "none"
+            raise ConfigError(
+                f"attack {self.name!r}: unknown parameter(s) {unknown}; allowed: {allowed}"
+            )
+        self.params = {**self.defaults, **params}
+
+    def install(self, party: Any, aux: AuxData) -> None:
+        """Training-time attacks change their party here (hooks, optimizer). Default: none.
+
+        ``aux`` is the same auxiliary knowledge ``run`` will see in its view.
+        """
+
+    def run(self, view: PartyView) -> Guess:
+        raise NotImplementedError

@@ -1,0 +1,113 @@
+"""Runs attacks after training: draws each attacker's auxiliary knowledge, builds its
+``PartyView`` from its own party alone, runs the attack and lets the judge score it."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainables.attacks.base import ATTACKS, Attack, AttackInfo, AuxData, PartyView
+from trainables.attacks.judge import Judge, QueryModel
+from trainables.hooks import MessageLog
+
+
+@dataclass(frozen=True)
+class AttackOutcome:
+    name: str
+    type: str
+    attacker: int
+    ap: float
+    mp: float
+    seconds: float
+
+
+def attacker_index(info: AttackInfo, n_parties: int) -> int:
+    """Passive attacks are run by party 0, active ones by the label holder (K-1)."""
+    return n_parties - 1 if info.role == "active" else 0
+
+
+def draw_aux(
+    info: AttackInfo, y_train: np.ndarray, peer_X_train: np.ndarray | None, seed: int
+) -> AuxData:
+    """The auxiliary knowledge ``info`` grants, drawn from the training rows by ``seed``.
+
+    The same function runs before training (for training-time attacks) and after it, so
+    an attacker gets the same knowledge in both places.
+    """
+    rng = np.random.default_rng([seed, 7919])
+    label_rows: list[int] = []
+    per_class = info.aux_labels_per_class
+    if info.aux_labels_total:
+        per_class = max(1, info.aux_labels_total // len(np.unique(y_train)))
+    if per_class:
+        for c in np.unique(y_train):
+            members = np.flatnonzero(y_train == c)
+            take = min(per_class, len(members))
+            label_rows += rng.choice(members, size=take, replace=False).tolist()
+    rows = np.sort(np.asarray(label_rows, dtype=np.int64))
+    feature_rows = np.zeros(0, dtype=np.int64)
+    peer = None
+    if info.aux_feature_fraction and peer_X_train is not None:
+        n = len(y_train)
+        k = max(1, round(info.aux_feature_fraction * n))
+        feature_rows = np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
+        peer = peer_X_train[feature_rows]
+    return AuxData(rows, y_train[rows], feature_rows, peer)
+
+
+def peer_index(attacker: int) -> int:
+    """The party whose features an attacker targets: party 0, or party 1 if it is party 0."""
+    return 0 if attacker != 0 else 1
+
+
+def make_view(
+    party: Any, info: AttackInfo, aux: AuxData, query: QueryModel | None, seed: int
+) -> PartyView:
+    """The attacker's own party, copied so that the attack cannot change the trial."""
+    log = next((h for h in party.hooks if isinstance(h, MessageLog)), MessageLog())
+    is_active = hasattr(party, "y_train")
+    return PartyView(
+        party_id=party.party_id,
+        role="active" if is_active else "passive",
+        n_parties=party.config.n_parties,
+        n_classes=party.config.n_classes,
+        X_train=party.X_train.cpu().numpy().copy(),
+        X_test=party.X_test.cpu().numpy().copy(),
+        bottom=copy.deepcopy(party.bottom).cpu(),
+        top=copy.deepcopy(party.top).cpu() if is_active else None,
+        y_train=party.y_train.cpu().numpy().copy() if is_active else None,
+        sent=tuple(log.sent),
+        received=tuple(log.received),
+        schedule=copy.deepcopy(party.schedule),
+        aux=aux,
+        seed=seed,
+        query=query,
+    )
+
+
+def run_attacks(
+    parties: Sequence[Any], attacks: Sequence[tuple[str, dict[str, Any]]], seed: int
+) -> list[AttackOutcome]:
+    """Every attack in ``attacks`` on the trained ``parties`` (order: 0..K-1, active last)."""
+    judge = Judge(parties)
+    outcomes = []
+    for name, params in attacks:
+        attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
+        info = attack.info
+        who = attacker_index(info, len(parties))
+        start = time.perf_counter()
+        y = parties[-1].y_train.cpu().numpy()
+        peer_x = parties[peer_index(who)].X_train.cpu().numpy()
+        aux = draw_aux(info, y, peer_x, seed)
+        query = QueryModel(parties) if info.query_model else None
+        guess = attack.run(make_view(parties[who], info, aux, query, seed))
+        score = judge.score(guess, who)
+        outcomes.append(
+            AttackOutcome(name, info.type, who, score.ap, score.mp, time.perf_counter() - start)
+        )
+    return outcomes

@@ -1,0 +1,121 @@
+"""The judge: scores an attack's guess against ground truth the attacker never sees.
+
+It holds every party's trained models and data, as the simulator of a trial does, and
+implements VFLAIR's AP definitions: accuracy or AUC of inferred labels, 1 - MSE of
+reconstructed features on [0, 1]-scaled columns, the share of triggered samples sent to
+the target class, and the MP drop under a non-targeted inference-time attack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score
+
+from trainables.attacks.base import FeatureGuess, Guess, InferenceTamper, LabelGuess
+
+
+@dataclass
+class Score:
+    ap: float
+    mp: float  # main-task performance under attack
+
+
+class Judge:
+    """Full-model evaluation over parties [0..K-1]; party K-1 is active (has labels, top)."""
+
+    def __init__(self, parties: Sequence[object]) -> None:
+        self.parties = list(parties)
+        self.active = self.parties[-1]
+        self.y_train = self.active.y_train.cpu().numpy()  # type: ignore[attr-defined]
+        self.y_test = self.active.y_test.cpu().numpy()  # type: ignore[attr-defined]
+        self.clean_mp = self.mp(self.predict())
+
+    @torch.no_grad()
+    def embeddings(self, split: str = "test") -> list[torch.Tensor]:
+        out = []
+        for p in self.parties:
+            p.bottom.eval()  # type: ignore[attr-defined]
+            x = p.X_test if split == "test" else p.X_train  # type: ignore[attr-defined]
+            out.append(p.bottom(x))  # type: ignore[attr-defined]
+        return out
+
+    @torch.no_grad()
+    def predict(self, embeddings: list[torch.Tensor] | None = None) -> np.ndarray:
+        hs = self.embeddings() if embeddings is None else embeddings
+        return self.active.top(hs).argmax(dim=1).cpu().numpy()  # type: ignore[attr-defined]
+
+    def mp(self, predictions: np.ndarray) -> float:
+        return float((predictions == self.y_test).mean())
+
+    def score(self, guess: Guess, attacker: int) -> Score:
+        if isinstance(guess, LabelGuess):
+            return Score(self._labels(guess), self.clean_mp)
+        if isinstance(guess, FeatureGuess):
+            return Score(self.feature_ap(guess), self.clean_mp)
+        return self._tamper(guess, attacker)
+
+    def _labels(self, guess: LabelGuess) -> float:
+        truth = (self.y_train if guess.split == "train" else self.y_test)[guess.rows]
+        if guess.scores is not None:
+            if len(np.unique(truth)) < 2:
+                return float("nan")
+            return float(roc_auc_score(truth, guess.scores))
+        assert guess.labels is not None, "a LabelGuess needs labels or scores"
+        return float((np.asarray(guess.labels) == truth).mean()) if len(truth) else float("nan")
+
+    def truth_features(self, party_id: int, split: str, rows: np.ndarray) -> np.ndarray:
+        p = self.parties[party_id]
+        x = p.X_test if split == "test" else p.X_train  # type: ignore[attr-defined]
+        return x.cpu().numpy()[rows]
+
+    def feature_ap(self, guess: FeatureGuess) -> float:
+        """1 - MSE after scaling each column to [0, 1] by the true split's min and max."""
+        p = self.parties[guess.party_id]
+        full = (p.X_test if guess.split == "test" else p.X_train).cpu().numpy()  # type: ignore[attr-defined]
+        lo, hi = full.min(axis=0), full.max(axis=0)
+        span = np.where(hi > lo, hi - lo, 1.0)
+        truth = (full[guess.rows] - lo) / span
+        est = np.clip((np.asarray(guess.X, dtype=np.float64) - lo) / span, 0.0, 1.0)
+        return float(1.0 - np.mean((est - truth) ** 2))
+
+    @torch.no_grad()
+    def _tamper(self, guess: InferenceTamper, attacker: int) -> Score:
+        hs = self.embeddings()
+        party = self.parties[attacker]
+        if guess.X_test is not None:
+            x = torch.as_tensor(np.asarray(guess.X_test, dtype=np.float32), device=hs[0].device)
+            hs[attacker] = party.bottom(x)  # type: ignore[attr-defined]
+        elif guess.embeddings is not None:
+            hs[attacker] = torch.as_tensor(np.asarray(guess.embeddings, dtype=np.float32))
+        preds = self.predict(hs)
+        if guess.target is not None:
+            rows = guess.rows[self.y_test[guess.rows] != guess.target]
+            ap = float((preds[rows] == guess.target).mean()) if len(rows) else float("nan")
+            return Score(ap, self.clean_mp)
+        tampered = self.mp(preds)
+        return Score(max(0.0, self.clean_mp - tampered), tampered)
+
+
+class QueryModel(torch.nn.Module):
+    """The released trained VFL model as a differentiable function of every party's input.
+
+    Only attacks whose threat model releases the model (``AttackInfo.query_model``) get
+    one; the parties' data are not reachable through it.
+    """
+
+    def __init__(self, parties: Sequence[object]) -> None:
+        super().__init__()
+        import copy
+
+        self.bottoms = torch.nn.ModuleList([copy.deepcopy(p.bottom).cpu().eval() for p in parties])  # type: ignore[attr-defined]
+        self.top = copy.deepcopy(parties[-1].top).cpu().eval()  # type: ignore[attr-defined]
+        for param in self.parameters():
+            param.requires_grad_(False)
+
+    def forward(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """[(N, d_0), ..., (N, d_{K-1})] -> (N, C) logits."""
+        return self.top([b(x) for b, x in zip(self.bottoms, inputs, strict=True)])
