@@ -8,28 +8,43 @@ collapse into one training (its ``config_hash``).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sweep_engine.space import Space, SpaceError, apply_value, check_axis_name
+from trainables.attacks import ATTACKS
+from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
 from trainables.spec import TrialSpec
 from trainables.trial import check_names, incompatibility
 
+AttackSpec = tuple[str, dict[str, Any]]
+
 
 @dataclass(frozen=True)
 class Training:
-    """One training to run: its spec, id, and the grid values that produced it."""
+    """One training to run: its spec, the inference-time attacks that share it, its id."""
 
     spec: TrialSpec
     cell: dict[str, Any] = field(hash=False, compare=False)
     search: bool = False  # a search cell: Optuna fills the searched fields per trial
+    attacks: tuple[AttackSpec, ...] = field(default=(), hash=False, compare=False)
 
     @property
     def trial_id(self) -> str:
-        return self.spec.config_hash
+        """The spec's hash, extended by the attacks it serves (adding one re-runs it)."""
+        if not self.attacks:
+            return self.spec.config_hash
+        blob = json.dumps([self.spec.config_hash, list(self.attacks)], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def n_evaluations(self) -> int:
+        return len(self.attacks) + int(self.spec.train_attack != "none")
 
 
 @dataclass(frozen=True)
@@ -52,8 +67,9 @@ class Plan:
 
     @property
     def n_evaluations(self) -> int:
-        """Attack evaluations; one training serves all inference-time attacks (none yet)."""
-        return 0
+        """Attack evaluations; one training serves all inference-time attacks of a cell."""
+        n_trials = self.space.search.n_trials if self.space.search else 1
+        return sum(t.n_evaluations for t in self.trainings) * n_trials
 
     def bundles(self, n_parties: int) -> list[dict[str, float]]:
         """The placement group of one trial: the trial's bundle, then one per party."""
@@ -109,6 +125,35 @@ def _check_values(space: Space) -> None:
     if space.search:
         for name in space.search.params:
             check_axis_name(space, name, f"search.params.{name}")
+    for i, entry in enumerate(space.attack_entries()):
+        try:
+            ATTACKS.create(entry.name, **entry.params)
+        except ConfigError as err:
+            raise SpaceError(f"{space.source}: attacks[{i}]={entry.name!r}: {err}") from None
+
+
+def _attack_cells(
+    space: Space, spec: TrialSpec, n_classes: int, cell: dict[str, Any]
+) -> tuple[list[Training], list[Dropped]]:
+    """The clean training with every applicable inference-time attack, plus one training
+    per training-time attack; attacks that cannot apply here are dropped with a reason."""
+    shared: list[AttackSpec] = []
+    own: list[Training] = []
+    dropped: list[Dropped] = []
+    search = space.search is not None
+    for entry in space.attack_entries():
+        info = ATTACKS.get(entry.name).info
+        if info.binary_only and n_classes != 2:
+            reason = f"attack {entry.name!r} is binary-only; {spec.dataset} has {n_classes} classes"
+            dropped.append(Dropped({**cell, "attack": entry.name}, reason))
+        elif info.training_time:
+            tampered = spec.model_copy(
+                update={"train_attack": entry.name, "train_attack_params": dict(entry.params)}
+            )
+            own.append(Training(tampered, {**cell, "attack": entry.name}, search=search))
+        else:
+            shared.append((entry.name, dict(entry.params)))
+    return [Training(spec, cell, search=search, attacks=tuple(shared)), *own], dropped
 
 
 def expand(space: Space, data_dir: str | Path | None = None) -> Plan:
@@ -132,10 +177,15 @@ def expand(space: Space, data_dir: str | Path | None = None) -> Plan:
             reason = str(err)
         if reason is not None:
             dropped.append(Dropped(cell, reason))
-        elif spec.config_hash in trainings:
-            duplicates += 1
-        else:
-            trainings[spec.config_hash] = Training(spec, cell, search=space.search is not None)
+            continue
+        n_classes = load_dataset(spec.dataset, data_dir, **spec.dataset_params).n_classes
+        cell_trainings, cell_dropped = _attack_cells(space, spec, n_classes, cell)
+        dropped += cell_dropped
+        for training in cell_trainings:
+            if training.trial_id in trainings:
+                duplicates += 1
+            else:
+                trainings[training.trial_id] = training
     if not trainings:
         raise SpaceError(
             f"{space.source}: grid: every cell was dropped; reasons: "

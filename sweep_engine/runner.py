@@ -41,10 +41,20 @@ class SweepContext:
     reuse_actors: bool
     data_dir: str | None
     cell: dict[str, Any] = field(default_factory=dict)  # a search cell's fixed fields
+    attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks
+
+
+def _grid_config(training: Training) -> dict[str, str]:
+    return {
+        "spec": training.spec.model_dump_json(),
+        "attacks": json.dumps(list(training.attacks)),
+        "trial_id": training.trial_id,
+    }
 
 
 def spec_of(config: dict[str, Any], ctx: SweepContext) -> TrialSpec:
     """The trial's spec: given whole for grid trials, cell + sampled values for searches."""
+    config = config.get("cell", config)
     if "spec" in config:
         return TrialSpec.model_validate_json(config["spec"])
     fields = dict(ctx.cell)
@@ -56,6 +66,9 @@ def spec_of(config: dict[str, Any], ctx: SweepContext) -> TrialSpec:
 def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
     """The Tune trainable: one training, its records reported (the driver writes them)."""
     spec = spec_of(config, ctx)
+    cell = config.get("cell", {})
+    attacks = [tuple(a) for a in json.loads(cell["attacks"])] if cell else list(ctx.attacks)
+    trial_id = cell.get("trial_id", spec.config_hash)
     records = run_trial(
         spec,
         transport=ctx.transport,
@@ -63,18 +76,20 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
         cpu_per_party=ctx.cpu_per_party,
         gpu_per_party=ctx.gpu_per_party,
         sweep=ctx.sweep,
-        trial_id=spec.config_hash,
+        trial_id=trial_id,
         reuse_actors=ctx.reuse_actors,
+        attacks=attacks,  # type: ignore[arg-type]
     )
     clean = records[0]
     tune.report(
         {
-            "config_hash": spec.config_hash,
+            "config_hash": trial_id,
             "mp": clean.mp,
             "rounds": clean.rounds,
             "comm_bytes": clean.comm_bytes,
             "train_seconds": clean.train_seconds,
             "records_json": json.dumps([r.to_json() for r in records]),
+            **{f"ap:{r.attack}": r.ap for r in records if r.attack != "none"},
         }
     )
 
@@ -114,6 +129,7 @@ def _dirname(trial: Any) -> str:
 
 
 def _short(config: dict[str, Any]) -> str:
+    config = config.get("cell", config)
     if "spec" not in config:
         return json.dumps(config, default=str)
     spec = json.loads(config["spec"])
@@ -147,7 +163,12 @@ def check_fits(plan: Plan) -> None:
                 )
 
 
-def context(plan: Plan, data_dir: str | None, cell: dict[str, Any] | None = None) -> SweepContext:
+def context(
+    plan: Plan,
+    data_dir: str | None,
+    cell: dict[str, Any] | None = None,
+    attacks: tuple[tuple[str, dict[str, Any]], ...] = (),
+) -> SweepContext:
     res, run = plan.space.resources, plan.space.run
     return SweepContext(
         sweep=plan.space.name,
@@ -157,12 +178,13 @@ def context(plan: Plan, data_dir: str | None, cell: dict[str, Any] | None = None
         reuse_actors=run.reuse_actors,
         data_dir=data_dir,
         cell=cell or {},
+        attacks=attacks,
     )
 
 
 def trainable(plan: Plan, ctx: SweepContext, n_parties: int | None = None) -> Any:
     def bundles(config: dict[str, Any]) -> tune.PlacementGroupFactory:
-        k = n_parties if n_parties is not None else json.loads(config["spec"])["n_parties"]
+        k = n_parties if n_parties is not None else json.loads(config["cell"]["spec"])["n_parties"]
         return tune.PlacementGroupFactory(plan.bundles(k))
 
     return tune.with_resources(tune.with_parameters(train_one, ctx=ctx), bundles)
@@ -178,12 +200,14 @@ def run_config(plan: Plan, sweep_dir: Path, callback: Progress, tag: str) -> tun
     )
 
 
-def record_failures(sink: RecordSink, failures: list[tuple[TrialSpec, str]], sweep: str) -> int:
+def record_failures(
+    sink: RecordSink, failures: list[tuple[str, TrialSpec, str]], sweep: str
+) -> int:
     """Write a ``status='error'`` record for each training that kept failing."""
     done = sink.done()
     count = 0
-    for spec, error in failures:
-        if spec.config_hash in done:
+    for trial_id, spec, error in failures:
+        if trial_id in done:
             continue
         record = Record.clean(
             spec,
@@ -193,11 +217,11 @@ def record_failures(sink: RecordSink, failures: list[tuple[TrialSpec, str]], swe
             comm_bytes=0,
             train_seconds=0.0,
             sweep=sweep,
-            trial_id=spec.config_hash,
+            trial_id=trial_id,
             status="error",
             error=error[-4000:],
         )
-        sink.write(spec.config_hash, [record])
+        sink.write(trial_id, [record])
         count += 1
     return count
 
@@ -210,7 +234,7 @@ def run_grid(
     callback = Progress(sink, len(todo))
     tuner = tune.Tuner(
         trainable(plan, context(plan, data_dir)),
-        param_space={"spec": tune.grid_search([t.spec.model_dump_json() for t in todo])},
+        param_space={"cell": tune.grid_search([_grid_config(t) for t in todo])},
         tune_config=tune.TuneConfig(
             max_concurrent_trials=plan.space.run.max_concurrent_trials,
             reuse_actors=plan.space.run.reuse_actors,
@@ -220,7 +244,11 @@ def run_grid(
     )
     results = tuner.fit()
     failures = [
-        (TrialSpec.model_validate_json(r.config["spec"]), _error_text(r.error))
+        (
+            r.config["cell"]["trial_id"],
+            spec_of(r.config, context(plan, data_dir)),
+            _error_text(r.error),
+        )
         for r in results
         if r.error is not None
     ]

@@ -76,6 +76,9 @@ def study_trials(sink: RecordSink, cell: Training, search: SearchBlock) -> list[
     searched = list(search.params)
     target = cell_id(cell.spec.model_dump(mode="json"), searched)
     table = sink.read().to_pylist()
+    rows_by_trial: dict[str, list[dict[str, Any]]] = {}
+    for row in table:
+        rows_by_trial.setdefault(row["trial_id"], []).append(row)
     trials = []
     for row in table:
         spec = json.loads(row["spec_json"])
@@ -85,10 +88,20 @@ def study_trials(sink: RecordSink, cell: Training, search: SearchBlock) -> list[
             {
                 "trial_id": row["trial_id"],
                 "params": {k: _value(spec, k) for k in searched},
-                "values": [row[o.metric] for o in search.objectives],
+                "values": [_metric(row, rows_by_trial, o.metric) for o in search.objectives],
             }
         )
     return trials
+
+
+def _metric(
+    row: dict[str, Any], rows_by_trial: dict[str, list[dict[str, Any]]], metric: str
+) -> Any:
+    """A record metric of the clean row, or ``ap:<attack>`` from the trial's attack row."""
+    if metric.startswith("ap:"):
+        attack = metric[3:]
+        return next(r["ap"] for r in rows_by_trial[row["trial_id"]] if r["attack"] == attack)
+    return row[metric]
 
 
 def pareto(trials: list[dict[str, Any]], modes: list[str]) -> list[dict[str, Any]]:
@@ -170,7 +183,7 @@ def _run_study(
         mode=modes[0] if single else modes,
         sampler=sampler(search, offset),
     )
-    ctx = runner.context(plan, data_dir, cell=cell.spec.model_dump(mode="json"))
+    ctx = runner.context(plan, data_dir, cell.spec.model_dump(mode="json"), cell.attacks)
     sink = RecordSink(sweep_dir)
     callback = runner.Progress(sink, n, label)
     tuner = tune.Tuner(
@@ -185,9 +198,10 @@ def _run_study(
         run_config=runner.run_config(plan, sweep_dir, callback, f"search{offset}"),
     )
     results = tuner.fit()
-    failures: list[tuple[TrialSpec, str]] = []
+    failures: list[tuple[str, TrialSpec, str]] = []
     for r in results:
         if r.error is not None:
             params = {k: v for k, v in r.config.items() if k in search.params}
-            failures.append((runner.spec_of(params, ctx), runner._error_text(r.error)))
+            spec = runner.spec_of(params, ctx)
+            failures.append((spec.config_hash, spec, runner._error_text(r.error)))
     return len(callback.written), runner.record_failures(sink, failures, plan.space.name)

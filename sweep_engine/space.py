@@ -76,8 +76,9 @@ class Objective(_Strict):
 
     @model_validator(mode="after")
     def _known_metric(self) -> Objective:
-        if self.metric not in METRICS:
-            raise ValueError(f"metric {self.metric!r} is not one of: {', '.join(METRICS)}")
+        if self.metric not in METRICS and not self.metric.startswith("ap:"):
+            allowed = ", ".join(METRICS) + ", ap:<attack in the space's attacks>"
+            raise ValueError(f"metric {self.metric!r} is not one of: {allowed}")
         return self
 
 
@@ -87,6 +88,13 @@ class SearchBlock(_Strict):
     n_trials: int = Field(8, ge=1)
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
     seed: int = 0
+
+
+class AttackEntry(_Strict):
+    """An attack evaluated on every cell: a registry name and VFLAIR-default overrides."""
+
+    name: str
+    params: dict[str, int | float | str] = Field(default_factory=dict)
 
 
 class Space(_Strict):
@@ -99,6 +107,7 @@ class Space(_Strict):
     resources: Resources = Field(default_factory=Resources)
     run: RunSettings = Field(default_factory=RunSettings)
     search: SearchBlock | None = None
+    attacks: list[str | AttackEntry] = Field(default_factory=list)
     source: str = ""  # the file it came from, for messages
 
     @model_validator(mode="after")
@@ -107,6 +116,20 @@ class Space(_Strict):
             if not values:
                 raise ValueError(f"grid.{axis} is an empty list; give at least one value")
         return self
+
+    @model_validator(mode="after")
+    def _ap_objectives_have_attacks(self) -> Space:
+        names = {e.name for e in self.attack_entries()}
+        for obj in self.search.objectives if self.search else []:
+            if obj.metric.startswith("ap:") and obj.metric[3:] not in names:
+                raise ValueError(
+                    f"search objective {obj.metric!r} needs {obj.metric[3:]!r} in attacks; "
+                    f"attacks: {sorted(names) or 'none'}"
+                )
+        return self
+
+    def attack_entries(self) -> list[AttackEntry]:
+        return [AttackEntry(name=a) if isinstance(a, str) else a for a in self.attacks]
 
 
 def resolve_space_path(arg: str) -> Path:
