@@ -7,8 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# One torch thread in the test process, as in every party actor: the suite shares 2 cores
+# with Ray workers, and oversubscribed intra-op threads slow small models by 10-50x here.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

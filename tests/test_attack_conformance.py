@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainables.attacks import ATTACKS
+from trainables.attacks import ATTACKS, MODULES
 from trainables.attacks.harness import attacker_index, draw_aux, make_view, peer_index
 from trainables.data import load_dataset
 from trainables.spec import TrialSpec
@@ -19,6 +19,10 @@ def _spec(name: str, seed: int = 0) -> TrialSpec:
     dataset = "breast_cancer" if info.binary_only else "digits"
     train_attack = name if info.training_time else "none"
     return TrialSpec.build(dataset=dataset, epochs=3, seed=seed, train_attack=train_attack)
+
+
+def test_every_attack_module_is_registered() -> None:
+    assert sorted(NAMES) == sorted(MODULES)
 
 
 @pytest.mark.parametrize("name", NAMES)

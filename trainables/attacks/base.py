@@ -98,7 +98,7 @@ class InferenceTamper:
     ``X_test`` replaces its test features (rows outside ``rows`` unchanged) or
     ``embeddings`` replaces its test embeddings. With ``target`` set, AP is the share of
     ``rows`` (of other classes) classified as ``target`` (targeted backdoor); otherwise AP
-    is MP(clean) - MP(tampered) over all test rows (non-targeted).
+    is MP(clean, all test rows) - MP(tampered, on ``rows``) (non-targeted, VFLAIR Eq. 7).
     """
 
     rows: np.ndarray

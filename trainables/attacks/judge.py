@@ -96,8 +96,11 @@ class Judge:
             rows = guess.rows[self.y_test[guess.rows] != guess.target]
             ap = float((preds[rows] == guess.target).mean()) if len(rows) else float("nan")
             return Score(ap, self.clean_mp)
-        tampered = self.mp(preds)
-        return Score(max(0.0, self.clean_mp - tampered), tampered)
+        # VFLAIR's Eq. 7: AP = MP_all - MP on the attacked samples (clean MP over all rows)
+        hit = (
+            float((preds[guess.rows] == self.y_test[guess.rows]).mean()) if len(guess.rows) else 0.0
+        )
+        return Score(max(0.0, self.clean_mp - hit), self.mp(preds))
 
 
 class QueryModel(torch.nn.Module):

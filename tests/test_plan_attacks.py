@@ -1,0 +1,41 @@
+"""The planner with attacks: shared trainings, own trainings, dropped (cell, attack) pairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweep_engine.plan import expand
+from sweep_engine.space import load_space
+from trainables.attacks import ATTACKS
+
+
+def test_inference_attacks_share_a_training_and_training_time_ones_get_their_own(
+    tmp_path: Path,
+) -> None:
+    space = tmp_path / "a.yaml"
+    space.write_text(
+        "name: a\nbase: {epochs: 2}\n"
+        "grid: {dataset: [digits, breast_cancer], seed: [0, 1]}\n"
+        "attacks: [dli, ns, amc, {name: bli, params: {steps: 50}}]\n"
+    )
+    plan = expand(load_space(str(space)))
+    assert ATTACKS.get("amc").info.training_time and ATTACKS.get("ns").info.binary_only
+    # per cell: one shared training (+ amc's own); ns is dropped on 10-class digits
+    assert len(plan.trainings) == 4 * 2
+    shared = [t for t in plan.trainings if t.spec.train_attack == "none"]
+    own = [t for t in plan.trainings if t.spec.train_attack == "amc"]
+    assert len(shared) == len(own) == 4
+    for t in shared:
+        names = [a[0] for a in t.attacks]
+        expected = ["dli", "ns", "bli"] if t.spec.dataset == "breast_cancer" else ["dli", "bli"]
+        assert names == expected
+    assert plan.n_evaluations == 2 * 3 + 2 * 2 + 4
+    assert len(plan.dropped) == 2
+    assert all(d.cell["attack"] == "ns" and "binary-only" in d.reason for d in plan.dropped)
+    assert {t.trial_id for t in shared}.isdisjoint(t.spec.config_hash for t in shared)
+
+
+def test_shipped_attacks_space_plans(tmp_path: Path) -> None:
+    plan = expand(load_space("attacks"))
+    assert plan.summary()["trainings"] == 12 * 3  # clean + AMC + LRB per cell
+    assert len(plan.dropped) == 6 * 2  # NS and DS on the six digits cells

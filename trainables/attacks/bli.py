@@ -1,0 +1,160 @@
+"""BLI, batch-level label inference (VFLAIR; Zou et al. 2022, "Defending batch-level label
+inference and replacement attacks in VFL"): a passive party recovers the labels of a
+training batch from the batch-level gradient of its own bottom model alone.
+
+Threat model: per-sample gradients are hidden (e.g. encrypted); the party learns only
+dL/dθ = J^T G (J: Jacobian of its output H (B, C) w.r.t. its parameters θ (P,); G (B, C):
+dL/dH). The attack forms that from the G it received and then uses dL/dθ only: VFLAIR's
+gradient-matching inversion trains dummy active-party logits Z (B, C) and dummy label
+logits V (B, C) with Adam (lr 0.05, at most 10,000 steps) so that the batch gradient of
+the dummy G' = (softmax(H + Z) - softmax(V)) / B (aggVFL's summing top, mean CE) matches
+the observed one; labels = argmax(V). Why it works: G has one negative entry per row, at
+the label, and with an untrained model's J the map G -> J^T G keeps enough of it.
+Choices (measured on digits, 2-5 seeds): as VFLAIR (``first_epoch_state``) the first
+round is inverted, with J at that round's model: the initial bottom, rebuilt from the
+party's seeding and used if it reproduces the embeddings sent that round (else the
+trained one; AP with the trained J ~0.9, on the last round 0.3-0.4). The match is
+whitened (distance in an orthonormal basis of J's range: the same information) when J
+fits in memory: ~1k steps instead of several thousand. Dummies start near uniform at
+0.1 * N(0, 1) (VFLAIR: N(0, 1)): AP 0.97-1.0 instead of 0.89-0.98. Early stop once no
+label changed for ``patience`` steps. Not done: VFLAIR's second, trainable-head dummy.
+AP: accuracy of the inferred labels over that batch's rows.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, jacrev, vmap
+
+from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
+from trainables.messages import Message
+
+
+def initial_bottom(view: PartyView) -> nn.Module:
+    """The party's bottom as ``Party.__init__`` seeded it, before any update."""
+    model = copy.deepcopy(view.bottom)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(view.seed * 1009 + view.party_id)
+        for module in model.modules():  # construction order: the same draws as at build
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+    return model
+
+
+def round_model(view: PartyView, x: torch.Tensor, sent: Message | None) -> nn.Module:
+    """The model (initial or trained) whose output on ``x`` is closest to what it sent."""
+    first = initial_bottom(view)
+    if sent is None:
+        return first
+    try:  # an encoded (compressed) payload that does not read as (B, C): trust the seeding
+        h_sent = torch.as_tensor(np.asarray(sent.payload, dtype=np.float32))  # (B, C)
+        with torch.no_grad():
+            errors = [float(((m(x) - h_sent) ** 2).mean()) for m in (first, view.bottom)]
+    except (TypeError, ValueError, RuntimeError):
+        return first
+    return first if errors[0] <= errors[1] else view.bottom
+
+
+MAX_JACOBIAN = 2**25  # entries of the (B*C, P) Jacobian the whitened match may hold
+
+
+def matcher(model: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> Callable[[Tensor], Tensor]:
+    """loss(G'): squared distance of J^T G' to the observed J^T ``grad``, relative; whitened
+    (in an orthonormal basis of J's range) when J fits in memory."""
+    names = [k for k, p in model.named_parameters() if p.requires_grad]
+    theta = {k: p.detach() for k, p in model.named_parameters() if p.requires_grad}
+    n, c = grad.shape
+    if n * c * sum(p.numel() for p in theta.values()) <= MAX_JACOBIAN:
+
+        def one(params: dict[str, Tensor], xi: Tensor) -> Tensor:
+            return functional_call(model, params, (xi[None],))[0]  # (C,)
+
+        per_row = vmap(jacrev(one), in_dims=(None, 0))(theta, x)  # {k: (B, C, *shape_k)}
+        jac = torch.cat([per_row[k].reshape(n * c, -1) for k in names], 1).double()  # (BC, P)
+        observed = jac.T @ grad.reshape(-1).double()  # (P,) the batch gradient dL/dθ
+        u, s, vh = torch.linalg.svd(jac, full_matrices=False)
+        keep = s > s[0] * 1e-7  # J's rank
+        basis = u[:, keep].float()  # (BC, r)
+        target = ((vh[keep] @ observed) / s[keep]).float()  # (r,) = basis^T G, from dL/dθ
+        scale = float((target**2).sum()) or 1.0
+        return lambda g: ((g.reshape(-1) @ basis - target) ** 2).sum() / scale
+    params = [theta[k].requires_grad_() for k in names]
+    h = functional_call(model, theta, (x,))  # (B, C), graph kept for every step
+    observed = [t.detach() for t in torch.autograd.grad(h, params, grad, retain_graph=True)]
+    scale = sum(float((t**2).sum()) for t in observed) or 1.0
+
+    def plain(g: Tensor) -> Tensor:
+        got = torch.autograd.grad(h, params, g, create_graph=True, retain_graph=True)
+        return sum(((a - t) ** 2).sum() for a, t in zip(got, observed, strict=True)) / scale
+
+    return plain
+
+
+def invert(
+    model: nn.Module, x: Tensor, grad: Tensor, params: dict[str, Any], seed: int
+) -> np.ndarray:
+    """(B,) labels whose dummy batch gradient matches J^T ``grad`` (x: (B, d), grad: (B, C))."""
+    loss_of = matcher(model, x, grad)
+    with torch.no_grad():
+        h0 = model(x)  # (B, C) own logits
+    n, c = grad.shape
+    gen = torch.Generator().manual_seed(seed)
+    scale = float(params["init_scale"])
+    z = (scale * torch.randn(n, c, generator=gen)).requires_grad_()  # dummy active logits
+    v = (scale * torch.randn(n, c, generator=gen)).requires_grad_()  # dummy label logits
+    opt = torch.optim.Adam([z, v], lr=float(params["lr"]))
+    labels, stable = v.detach().argmax(dim=1), 0
+    for _ in range(int(params["steps"])):
+        dummy = (F.softmax(h0 + z, dim=1) - F.softmax(v, dim=1)) / n  # (B, C) dummy dL/dH
+        loss = loss_of(dummy)
+        opt.zero_grad()
+        z.grad, v.grad = torch.autograd.grad(loss, [z, v], retain_graph=True)
+        opt.step()
+        now = v.detach().argmax(dim=1)
+        stable = stable + 1 if torch.equal(now, labels) else 0
+        labels = now
+        if stable >= int(params["patience"]):  # converged: no label moved for a while
+            break
+    return labels.numpy()
+
+
+class BatchLabelInference(Attack):
+    name = "bli"
+    info = AttackInfo(type="LI", role="passive", training_time=False, needs_messages=True)
+    defaults: ClassVar[dict[str, Any]] = {
+        "lr": 0.05,  # VFLAIR
+        "steps": 10000,  # VFLAIR; at most, see ``patience``
+        "init_scale": 0.1,  # std of the dummies' initial logits (VFLAIR: 1.0)
+        "patience": 500,  # stop once no inferred label changed for this many steps
+    }
+
+    def run(self, view: PartyView) -> LabelGuess:
+        grads = [m for m in view.received if m.kind == "gradient" and m.batch is not None]
+        if not grads:
+            return LabelGuess(
+                split="train", rows=np.zeros(0, np.int64), labels=np.zeros(0, np.int64)
+            )
+        msg = grads[0]  # the first round (VFLAIR's first_epoch_state)
+        sent = next((m for m in view.sent if m.kind == "embedding" and m.batch == msg.batch), None)
+        rows = view.schedule.rows(msg.batch)  # (B,)
+        x = torch.from_numpy(np.ascontiguousarray(view.X_train[rows], dtype=np.float32))
+        g = torch.as_tensor(np.asarray(msg.payload, dtype=np.float32))  # (B, C)
+        model = round_model(view, x, sent).eval()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # tiny matrices: one thread is faster, and deterministic
+        try:
+            labels = invert(model, x, g, self.params, view.seed)
+        finally:
+            torch.set_num_threads(threads)
+        return LabelGuess(split="train", rows=rows.astype(np.int64), labels=labels)
+
+
+ATTACK = BatchLabelInference

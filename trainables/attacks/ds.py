@@ -1,0 +1,47 @@
+"""DS, direction scoring (VFLAIR; Li et al. 2022, "Label leakage and protection in
+two-party split learning"): a passive party that knows the gradient of one positive
+training row scores every row by the cosine similarity of its gradient with that one.
+
+Why it works: dL/dH_k for sample i is (p_i - onehot(y_i)) / B. In a binary task every
+such vector points along (1, -1) or (-1, 1), depending on the label only, so
+cos(g_i, g_+) is +1 for rows of the positive class and -1 for the others; a deeper cut
+layer blurs this, but same-class gradients still point the same way. VFLAIR grants the
+attacker one positive example; here the threat model grants one known row per class
+(``aux_labels_per_class=1``) and the attack uses the row of class 1. Each row's gradient
+is its last one, as in NS and DLI. Binary tasks only.
+AP: AUC of the scores against the true labels of the training rows (judge.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
+from trainables.attacks.ns import last_gradients
+
+
+class DirectionScoring(Attack):
+    name = "ds"
+    info = AttackInfo(
+        type="LI",
+        role="passive",
+        training_time=False,
+        binary_only=True,
+        needs_messages=True,
+        aux_labels_per_class=1,
+    )
+
+    def run(self, view: PartyView) -> LabelGuess:
+        rows, grads = last_gradients(view)  # (n,), (n, C)
+        known = view.aux.label_rows[view.aux.labels == 1]  # the known positive row(s)
+        position = {r: i for i, r in enumerate(rows.tolist())}
+        found = [position[r] for r in known.tolist() if r in position]
+        if not found:  # no gradient of a known positive was received: no direction to use
+            return LabelGuess(split="train", rows=rows, scores=np.zeros(len(rows)))
+        g_pos = grads[found[0]]  # (C,) the known positive's gradient
+        norms = np.linalg.norm(grads, axis=1) * np.linalg.norm(g_pos)  # (n,)
+        scores = grads @ g_pos / np.maximum(norms, np.finfo(np.float64).tiny)  # (n,) cos
+        return LabelGuess(split="train", rows=rows, scores=scores)
+
+
+ATTACK = DirectionScoring

@@ -1,0 +1,136 @@
+"""LRB, label replacement backdoor (Zou et al. 2022; VFLAIR's ReplacementBackdoor).
+
+The passive attacker knows a few training rows of the target class and picks 1% of its
+own training rows as poison samples, stamped with a trigger (a few of its feature columns
+set to a high value). Whenever a known target row is in a batch, it sends, in that row's
+place, the embedding of a triggered poison sample and applies the gradient the active
+party returns for that row (computed against the target label) to the triggered sample:
+its bottom model learns "trigger -> target" while no label leaves the active party. The
+target rows themselves get no update that round, as in VFLAIR.
+
+``margin``: the attacker also lowers the target logit of the embedding it sends in the
+swapped row. A plain swap (``margin=0``, VFLAIR) pairs the trigger with a target-class
+sample's active half, which already predicts the target, so the gradient vanishes long
+before the trigger can outvote the active party on other classes (digits: AP ~0.2).
+The shift is applied in aggVFL only, where embedding entries are class logits. In FedBCD
+only the first of the Q local steps uses the swap (the party recomputes clean rows).
+AP: share of triggered test rows of other classes that the trained model assigns to the
+target class; the record's MP is the backdoored model's clean MP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from trainables.attacks.base import Attack, AttackInfo, AuxData, InferenceTamper, PartyView
+from trainables.messages import Message
+
+
+def trigger_of(X_train: np.ndarray, n_columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """(columns, values) of the trigger, derived from the attacker's own training features.
+
+    The columns are those where a high value stands out most (pixels that are almost
+    always dark, constant columns first); the value is the column's training maximum, at
+    least 1 (the top of a [0, 1]-scaled pixel; a constant column's max would change nothing).
+    """
+    x = np.asarray(X_train, dtype=np.float64)  # (n, d)
+    values = np.maximum(x.max(axis=0), 1.0)  # (d,)
+    score = (values - x.mean(axis=0)) / (x.std(axis=0) + 1e-3)  # (d,)
+    columns = np.sort(np.argsort(-score, kind="stable")[: min(n_columns, x.shape[1])])
+    return columns.astype(np.int64), values[columns].astype(np.float32)
+
+
+def add_trigger(X: np.ndarray, columns: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A copy of ``X`` (n, d) with the trigger stamped on every row."""
+    out = np.array(X, dtype=np.float32, copy=True)
+    out[:, columns] = values
+    return out
+
+
+def poison_rows(n_train: int, ratio: float, seed: int) -> np.ndarray:
+    """The attacker's poison samples: ``ratio`` of its training rows, drawn by ``seed``."""
+    k = min(max(1, round(ratio * n_train)), n_train)
+    rng = np.random.default_rng([seed, 4241])
+    return np.sort(rng.choice(n_train, size=k, replace=False)).astype(np.int64)
+
+
+@dataclass
+class ReplacementHook:
+    """MessageHook on the attacker's own party: replaces target rows' embeddings on send.
+
+    It goes first in the party's hook list, so the log and any defense see what is really
+    sent, and the gradient it receives is the one the party's backward applies.
+    """
+
+    target_rows: np.ndarray  # (T,) known training rows of the target class
+    poison_x: torch.Tensor  # (P, d) triggered poison samples
+    target: int
+    margin: float
+    swaps: int = 0  # replacements so far; also cycles through the poison samples
+
+    def on_send(self, party: Any, msg: Message) -> Message:
+        pending = party._pending  # (ref, h) kept by Party.forward for the coming gradient
+        if msg.kind != "embedding" or msg.batch is None or pending is None:
+            return msg
+        pos = np.flatnonzero(np.isin(party.schedule.rows(msg.batch), self.target_rows))  # (m,)
+        if len(pos) == 0:
+            return msg
+        pick = (self.swaps + np.arange(len(pos))) % len(self.poison_x)
+        self.swaps += len(pos)
+        h_poison = party.bottom(self.poison_x[pick])  # (m, C), with its graph
+        ref, h = pending  # h: (B, C)
+        h = h.clone()
+        h[torch.from_numpy(pos).to(h.device)] = h_poison
+        party._pending = (ref, h)  # backward now sends the rows' gradients into h_poison
+        payload = np.array(msg.payload, copy=True)  # (B, C)
+        payload[pos] = h_poison.detach().cpu().numpy()
+        payload[pos, self.target] -= self.margin  # a constant shift: same gradient path
+        return replace(msg, payload=payload)
+
+    def on_receive(self, party: Any, msg: Message) -> Message:
+        return msg
+
+
+class LabelReplacementBackdoor(Attack):
+    name = "lrb"
+    # VFLAIR gives the attacker 10 clean samples of the target class
+    info = AttackInfo(type="TB", role="passive", training_time=True, aux_labels_per_class=10)
+    defaults: ClassVar[dict[str, Any]] = {
+        "target": 0,  # the attacker-chosen label (VFLAIR draws one at random)
+        "poison_ratio": 0.01,  # share of its training rows used as poison samples
+        "trigger_size": 4,  # feature columns in the trigger (VFLAIR: 4 pixels)
+        "margin": 15.0,  # logits taken off the target in swapped rows; 0: VFLAIR's plain swap
+        "test_ratio": 1.0,  # share of test rows triggered (VFLAIR: 1%; all: a steadier AP)
+    }
+
+    def _target_rows(self, aux: AuxData) -> np.ndarray:
+        return np.asarray(aux.label_rows)[np.asarray(aux.labels) == int(self.params["target"])]
+
+    def install(self, party: Any, aux: AuxData) -> None:
+        x = party.X_train.cpu().numpy()  # (n, d) its own features, left unchanged
+        columns, values = trigger_of(x, int(self.params["trigger_size"]))
+        rows = poison_rows(len(x), float(self.params["poison_ratio"]), party.config.seed)
+        poison = torch.from_numpy(add_trigger(x[rows], columns, values)).to(party.device)
+        target, margin = int(self.params["target"]), float(self.params["margin"])
+        if party.config.partition != "agg":  # embeddings feed a trainable head: not logits
+            margin = 0.0
+        party.hooks.insert(0, ReplacementHook(self._target_rows(aux), poison, target, margin))
+
+    def run(self, view: PartyView) -> InferenceTamper:
+        columns, values = trigger_of(view.X_train, int(self.params["trigger_size"]))
+        n_test = len(view.X_test)
+        rows = np.arange(n_test, dtype=np.int64)
+        if float(self.params["test_ratio"]) < 1.0:
+            rng = np.random.default_rng([view.seed, 4243])
+            k = min(max(1, round(float(self.params["test_ratio"]) * n_test)), n_test)
+            rows = np.sort(rng.choice(n_test, size=k, replace=False)).astype(np.int64)
+        X = np.array(view.X_test, dtype=np.float32, copy=True)  # (n_test, d)
+        X[rows] = add_trigger(X[rows], columns, values)
+        return InferenceTamper(rows=rows, X_test=X, target=int(self.params["target"]))
+
+
+ATTACK = LabelReplacementBackdoor

@@ -1,0 +1,49 @@
+"""NS, norm scoring (VFLAIR; Li et al. 2022, "Label leakage and protection in two-party
+split learning"): a passive party scores each training row by the L2 norm of the gradient
+it received for it.
+
+Why it works: in aggVFL with softmax cross-entropy, dL/dH_k for sample i is
+(p_i - onehot(y_i)) / B, whose norm in the binary case is sqrt(2) (1 - p_i[y_i]) / B: the
+class the model fits worse gets the larger norms. Li et al. observe that this is the
+positive class of an imbalanced task; VFLAIR takes the norm as the score of class 1 as it
+is, and so does this attack (no orientation is learned: the attacker has no labels).
+Each row is scored with its gradient from the last epoch it was trained in, the model's
+state after training. Binary tasks only.
+AP: AUC of the scores against the true labels of the training rows (judge.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
+
+
+def last_gradients(view: PartyView) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) training rows that received a gradient and (n, C) the last gradient of each."""
+    latest: dict[int, np.ndarray] = {}
+    for msg in view.received:  # in training order: later rounds overwrite earlier ones
+        if msg.kind != "gradient" or msg.batch is None:
+            continue
+        grad = np.asarray(msg.payload, dtype=np.float64)  # (B, C)
+        rows = view.schedule.rows(msg.batch)  # (B,)
+        latest.update(zip(rows.tolist(), grad, strict=True))
+    rows = np.array(sorted(latest), dtype=np.int64)  # (n,)
+    if not len(rows):
+        return rows, np.zeros((0, view.n_classes))
+    return rows, np.stack([latest[r] for r in rows.tolist()])  # (n, C)
+
+
+class NormScoring(Attack):
+    name = "ns"
+    info = AttackInfo(
+        type="LI", role="passive", training_time=False, binary_only=True, needs_messages=True
+    )
+
+    def run(self, view: PartyView) -> LabelGuess:
+        rows, grads = last_gradients(view)  # (n,), (n, C)
+        scores = np.linalg.norm(grads, axis=1)  # (n,) ||g_i||_2
+        return LabelGuess(split="train", rows=rows, scores=scores)
+
+
+ATTACK = NormScoring

@@ -1,0 +1,53 @@
+"""PMC, passive model completion (Fu et al., USENIX Security 2022; VFLAIR's PMC).
+
+After training, the passive party's bottom model already maps its features towards the
+labels (the VFL task trained it to). The attacker completes it: a new linear head on the
+frozen trained bottom, trained with MixMatch (``completion.py``) on the few labeled
+training rows it is assumed to know (4 per class) and its own unlabeled training rows.
+The completed model then labels the test rows from the attacker's features alone.
+AP: accuracy of the inferred test labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
+from trainables.attacks.completion import (
+    COMPLETION_DEFAULTS,
+    check_params,
+    complete_model,
+    predict,
+)
+
+
+class PassiveModelCompletion(Attack):
+    name = "pmc"
+    info = AttackInfo(type="LI", role="passive", training_time=False, aux_labels_per_class=4)
+    defaults: ClassVar[dict[str, Any]] = dict(COMPLETION_DEFAULTS)
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        check_params(self.params)
+
+    def completion_params(self) -> dict[str, Any]:
+        return {k: v for k, v in self.params.items() if k in COMPLETION_DEFAULTS}
+
+    def run(self, view: PartyView) -> LabelGuess:
+        aux = view.aux
+        model = complete_model(
+            view.bottom,
+            view.X_train[aux.label_rows],  # (n_aux, d)
+            aux.labels,  # (n_aux,)
+            view.X_train,  # (n_train, d): its own rows, used unlabeled
+            view.n_classes,
+            self.completion_params(),
+            view.seed,
+        )
+        n_test = len(view.X_test)
+        return LabelGuess(split="test", rows=np.arange(n_test), labels=predict(model, view.X_test))
+
+
+ATTACK = PassiveModelCompletion
