@@ -59,7 +59,6 @@ def test_pmc_infers_test_labels_well_above_chance(undefended: dict[int, list[Rec
         row = _row(undefended[s], "pmc")
         assert row.attack_type == "LI" and row.attacker_party == 0
         assert row.ap is not None and row.ap >= CHANCE + 0.2, (s, row.ap)
-        assert row.attack_seconds is not None and row.attack_seconds < 15
 
 
 def test_amc_beats_chance_and_pmc_on_average(

@@ -45,7 +45,6 @@ def test_norm_scoring_leaks_labels_on_breast_cancer(seed: int) -> None:
 def test_batch_label_inference_accuracy_on_digits(seed: int) -> None:
     record = _records("digits", seed, ("bli",))["bli"]
     assert record.ap is not None and record.ap >= 0.90
-    assert record.attack_seconds is not None and record.attack_seconds < 60
 
 
 def test_hyperparameter_override_is_used_and_unknown_one_is_rejected() -> None:
