@@ -3,7 +3,8 @@
 Trial: digits, MLP-2, 2 parties, FedSGD, 30 epochs, batch 256. Medians over repeats,
 all numbers from the same run (the machine is shared and noisy; compare ratios).
 
-- ``setup_s``: placement group ready, party actors started and loaded (fresh actors).
+- ``setup_s``: party actors ready and loaded, reusing a warm actor set (what trials of a
+  sweep pay); ``setup_cold_s``: the same with fresh actors (process start, torch import).
 - ``overhead_per_round_ms`` = (ray wall - local wall - setup) / rounds.
 - ``actor_rtt_ms``: an empty call driver -> passive actor -> driver, median of 200;
   ``actor_to_actor_rtt_ms``: the same from inside the active party's actor, which is the

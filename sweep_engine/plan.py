@@ -104,9 +104,7 @@ def _spec(space: Space, fields: dict[str, Any], where: str) -> TrialSpec:
         spec = TrialSpec.build(**fields)
         check_names(spec)
         return spec
-    except MissingDataError as err:
-        raise SpaceError(f"{space.source}: {where}: {err}") from None
-    except ConfigError as err:
+    except ConfigError as err:  # MissingDataError included: it names the path
         raise SpaceError(f"{space.source}: {where}: {err}") from None
 
 

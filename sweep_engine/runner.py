@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -124,7 +123,7 @@ class Progress(tune.Callback):
         print(f"[error] {self.label}{_short(trial.config)} failed after retries", flush=True)
 
 
-def _dirname(trial: Any) -> str:
+def trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
 
@@ -238,7 +237,7 @@ def run_grid(
         tune_config=tune.TuneConfig(
             max_concurrent_trials=plan.space.run.max_concurrent_trials,
             reuse_actors=plan.space.run.reuse_actors,
-            trial_dirname_creator=_dirname,
+            trial_dirname_creator=trial_dirname,
         ),
         run_config=run_config(plan, sweep_dir, callback, "grid"),
     )
@@ -247,7 +246,7 @@ def run_grid(
         (
             r.config["cell"]["trial_id"],
             spec_of(r.config, context(plan, data_dir)),
-            _error_text(r.error),
+            error_text(r.error),
         )
         for r in results
         if r.error is not None
@@ -255,11 +254,7 @@ def run_grid(
     return len(callback.written), record_failures(sink, failures, plan.space.name)
 
 
-def _error_text(error: BaseException | None) -> str:
+def error_text(error: BaseException | None) -> str:
     if error is None:
         return ""
     return "".join(traceback.format_exception_only(type(error), error)).strip()
-
-
-def print_err(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)

@@ -193,7 +193,7 @@ def _run_study(
             num_samples=n,
             max_concurrent_trials=plan.space.run.max_concurrent_trials,
             reuse_actors=plan.space.run.reuse_actors,
-            trial_dirname_creator=runner._dirname,
+            trial_dirname_creator=runner.trial_dirname,
         ),
         run_config=runner.run_config(plan, sweep_dir, callback, f"search{offset}"),
     )
@@ -203,5 +203,5 @@ def _run_study(
         if r.error is not None:
             params = {k: v for k, v in r.config.items() if k in search.params}
             spec = runner.spec_of(params, ctx)
-            failures.append((spec.config_hash, spec, runner._error_text(r.error)))
+            failures.append((spec.config_hash, spec, runner.error_text(r.error)))
     return len(callback.written), runner.record_failures(sink, failures, plan.space.name)
