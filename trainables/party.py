@@ -61,6 +61,9 @@ class PartyInit:
     record: bool = False  # keep a log of sent/received messages (attacks read it)
     # training-time attacks on this party: (name, params, the aux knowledge it is granted)
     install: tuple[tuple[str, dict[str, Any], Any], ...] = ()
+    # message hooks built at the party from a registry: (family, name, params), in stack
+    # order; families: see ``HOOK_FAMILIES`` ("defense", "codec")
+    hooks: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
     @property
     def is_active(self) -> bool:
@@ -76,6 +79,19 @@ class MessageHook(TypingProtocol):
     def on_send(self, party: Party, msg: Message) -> Message: ...
 
     def on_receive(self, party: Party, msg: Message) -> Message: ...
+
+
+def hook_registry(family: str) -> Any:
+    """The registry of a hook family; imported late so parties load only what they use."""
+    if family == "defense":
+        from trainables.defenses import DEFENSES
+
+        return DEFENSES
+    if family == "codec":
+        from trainables.protocols.codecs import CODECS
+
+        return CODECS
+    raise ConfigError(f"hook family {family!r} is not one of: defense, codec")
 
 
 def as_tensor(payload: object, device: torch.device) -> torch.Tensor:
@@ -131,6 +147,8 @@ class Party:
             self.hooks.append(MessageLog())
         for name, params, aux in init.install:
             ATTACKS.create(name, **params).install(self, aux)  # type: ignore[attr-defined]
+        for family, name, params in init.hooks:
+            hook_registry(family).create(name, **params).attach(self)  # type: ignore[attr-defined]
 
     @property
     def active_id(self) -> int:

@@ -40,6 +40,9 @@ RECORD_SCHEMA = pa.schema(
         ("comm_bytes", pa.int64()),
         ("train_seconds", pa.float64()),
         ("attack_seconds", pa.float64()),
+        ("epsilon", pa.float64()),
+        ("rounds_to_target", pa.int64()),
+        ("extra", pa.string()),
         ("status", pa.string()),
         ("error", pa.string()),
         ("engine_version", pa.string()),
@@ -79,6 +82,9 @@ class Record:
     attacker_party: int | None = None
     ap: float | None = None
     attack_seconds: float = 0.0
+    epsilon: float | None = None  # DP privacy spent at delta=1e-5, where a defense accounts it
+    rounds_to_target: int | None = None  # first round whose MP reached spec.target_mp
+    extra: str = "{}"  # JSON: measurements particular to a model, protocol or defense
     status: str = "ok"
     error: str = ""
     engine_version: str = ENGINE_VERSION
@@ -100,6 +106,11 @@ class Record:
             n_labeled=n_labeled,
             seed=spec.seed,
             spec_json=spec.model_dump_json(),
+            defense=defense_label(spec),
+            defense_param=spec.defense_param,
+            defense_party=str(spec.defense_params.get("party", ""))
+            if spec.defense != "none"
+            else "",
             **measured,  # type: ignore[arg-type]
         )
 
@@ -114,6 +125,13 @@ class Record:
         fields = json.loads(text)
         fields["created_at"] = datetime.fromisoformat(fields["created_at"])
         return cls(**fields)
+
+
+def defense_label(spec: TrialSpec) -> str:
+    """``none``, a defense name, or stacked names joined by ``+`` (``mid+gs``)."""
+    names = [spec.defense] if spec.defense != "none" else []
+    names += [entry.name for entry in spec.stack]
+    return "+".join(names) or "none"
 
 
 def records_to_table(records: list[Record]) -> pa.Table:

@@ -30,6 +30,16 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
 FALLBACK_DEFAULTS: dict[str, Any] = {"model": "mlp2", "lr": 0.01, "epochs": 30, "batch_size": 1024}
 
 
+class DefenseEntry(BaseModel):
+    """One more defense stacked after the spec's primary one (``TrialSpec.stack``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    strength: float | None = None  # None -> the defense's default strength
+    params: dict[str, int | float | str] = Field(default_factory=dict)
+
+
 class TrialSpec(BaseModel):
     """Everything that determines a trial's records (with the seed); nothing about where it runs."""
 
@@ -41,6 +51,7 @@ class TrialSpec(BaseModel):
     split_scheme: str = "auto"
     partition: Literal["agg", "split"] = "agg"
     model: str | None = None  # None -> the dataset's VFLAIR default
+    model_params: dict[str, int | float | str] = Field(default_factory=dict)  # e.g. tree depth
     hidden: tuple[int, ...] | None = None  # None -> the model's default widths for the dataset
     protocol: str = "fedsgd"
     protocol_params: dict[str, int | float | str] = Field(default_factory=dict)
@@ -51,6 +62,12 @@ class TrialSpec(BaseModel):
     aligned_ratio: float = Field(1.0, gt=0, le=1)
     n_labeled: int | None = Field(None, ge=1)
     ssl_variant: str = "none"
+    defense: str = "none"  # a name in trainables.defenses.DEFENSES
+    defense_param: float | None = None  # its one strength; None -> the defense's default
+    defense_params: dict[str, int | float | str] = Field(default_factory=dict)  # e.g. party
+    stack: tuple[DefenseEntry, ...] = ()  # more defenses, applied after ``defense``
+    key_length: Literal[512, 1024, 2048] = 1024  # Paillier key bits (encrypted models only)
+    target_mp: float | None = Field(None, gt=0, le=1)  # record rounds until MP reaches this
     train_attack: str = "none"  # a training-time attack (it changes the training itself)
     train_attack_params: dict[str, int | float | str] = Field(default_factory=dict)
     seed: int = Field(0, ge=0)
