@@ -18,6 +18,7 @@ RECORD_SCHEMA = pa.schema(
         ("sweep", pa.string()),
         ("trial_id", pa.string()),
         ("config_hash", pa.string()),
+        ("setting_hash", pa.string()),
         ("dataset", pa.string()),
         ("n_parties", pa.int32()),
         ("partition", pa.string()),
@@ -74,6 +75,7 @@ class Record:
     spec_json: str
     sweep: str = ""
     trial_id: str = ""
+    setting_hash: str = ""  # config_hash of the spec without its defenses: pairs MP* rows
     defense: str = "none"
     defense_param: float | None = None
     defense_party: str = ""
@@ -95,6 +97,7 @@ class Record:
         """The ``attack='none'`` row of ``spec`` with the measured values."""
         return cls(
             config_hash=spec.config_hash,
+            setting_hash=setting_hash(spec),
             dataset=spec.dataset,
             n_parties=spec.n_parties,
             partition=spec.partition,
@@ -125,6 +128,15 @@ class Record:
         fields = json.loads(text)
         fields["created_at"] = datetime.fromisoformat(fields["created_at"])
         return cls(**fields)
+
+
+def setting_hash(spec: TrialSpec) -> str:
+    """The spec's hash with every defense field at its default: a defended trial and its
+    undefended twin (same data, model, protocol, attack, seed) share it; DCS pairs on it."""
+    bare = spec.model_copy(
+        update={"defense": "none", "defense_param": None, "defense_params": {}, "stack": ()}
+    )
+    return bare.config_hash
 
 
 def defense_label(spec: TrialSpec) -> str:
