@@ -113,6 +113,7 @@ def _check_values(space: Space) -> None:
     for key in space.base:
         check_axis_name(space, key, f"base.{key}")
     _spec(space, space.base, "base")
+    _check_defenses(space)
     for axis, values in space.grid.items():
         check_axis_name(space, axis, f"grid.{axis}")
         for i, value in enumerate(values):
@@ -130,6 +131,23 @@ def _check_values(space: Space) -> None:
             raise SpaceError(f"{space.source}: attacks[{i}]={entry.name!r}: {err}") from None
 
 
+def _check_defenses(space: Space) -> None:
+    """Each entry of the ``defenses`` section: a known name, valid strengths and params."""
+    for name, axis in space.defense_axes().items():
+        if name == "none":
+            continue
+        strengths = axis.strengths if axis.strengths is not None else [None]
+        for i, strength in enumerate(strengths):
+            where = f"defenses.{name}" + ("" if axis.strengths is None else f"[{i}]={strength!r}")
+            fields = {
+                **space.base,
+                "defense": name,
+                "defense_param": strength,
+                "defense_params": dict(axis.params),
+            }
+            _spec(space, fields, where)
+
+
 def _attack_cells(
     space: Space, spec: TrialSpec, n_classes: int, cell: dict[str, Any]
 ) -> tuple[list[Training], list[Dropped]]:
@@ -140,6 +158,8 @@ def _attack_cells(
     dropped: list[Dropped] = []
     search = space.search is not None
     for entry in space.attack_entries():
+        if entry.datasets is not None and spec.dataset not in entry.datasets:
+            continue  # the space restricts this attack to other datasets
         info = ATTACKS.get(entry.name).info
         if info.binary_only and n_classes != 2:
             reason = f"attack {entry.name!r} is binary-only; {spec.dataset} has {n_classes} classes"
@@ -157,11 +177,12 @@ def _attack_cells(
 def expand(space: Space, data_dir: str | Path | None = None) -> Plan:
     """Every grid cell as a training, dropped cells with reasons, duplicates merged."""
     _check_values(space)
-    axes = list(space.grid)
+    grid = space.effective_grid()
+    axes = list(grid)
     trainings: dict[str, Training] = {}
     dropped: list[Dropped] = []
     duplicates = 0
-    for combo in itertools.product(*(space.grid[a] for a in axes)):
+    for combo in itertools.product(*(grid[a] for a in axes)):
         fields, cell = dict(space.base), {}
         for axis, value in zip(axes, combo, strict=True):
             fields = apply_value(fields, axis, value)

@@ -95,6 +95,14 @@ class AttackEntry(_Strict):
 
     name: str
     params: dict[str, int | float | str] = Field(default_factory=dict)
+    datasets: list[str] | None = None  # evaluate only on these datasets (None: all)
+
+
+class DefenseAxis(_Strict):
+    """A defense's strengths in a space (None: VFLAIR's grid) and fixed parameters."""
+
+    strengths: list[float] | None = None
+    params: dict[str, int | float | str] = Field(default_factory=dict)
 
 
 class Space(_Strict):
@@ -108,6 +116,11 @@ class Space(_Strict):
     run: RunSettings = Field(default_factory=RunSettings)
     search: SearchBlock | None = None
     attacks: list[str | AttackEntry] = Field(default_factory=list)
+    # defense name -> strengths (a list), "vflair"/null for VFLAIR's grid, or a DefenseAxis;
+    # expands into a "defense" grid axis that always includes the undefended cell
+    defenses: dict[str, list[float] | Literal["vflair"] | DefenseAxis | None] = Field(
+        default_factory=dict
+    )
     source: str = ""  # the file it came from, for messages
 
     @model_validator(mode="after")
@@ -127,6 +140,42 @@ class Space(_Strict):
                     f"attacks: {sorted(names) or 'none'}"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _one_defense_axis(self) -> Space:
+        if self.defenses and "defense" in self.grid:
+            raise ValueError("give defenses either as the 'defenses' section or as grid.defense")
+        return self
+
+    def defense_axes(self) -> dict[str, DefenseAxis]:
+        """Each listed defense as a DefenseAxis (strengths None: VFLAIR's grid)."""
+        out = {}
+        for name, value in self.defenses.items():
+            if isinstance(value, DefenseAxis):
+                out[name] = value
+            else:
+                out[name] = DefenseAxis(strengths=value if isinstance(value, list) else None)
+        return out
+
+    def effective_grid(self) -> dict[str, list[Any]]:
+        """``grid`` plus the ``defense`` axis the ``defenses`` section expands into."""
+        if not self.defenses:
+            return dict(self.grid)
+        from trainables.defenses import DEFENSES
+
+        values: list[Any] = [{"defense": "none"}]
+        for name, axis in self.defense_axes().items():
+            if name == "none":
+                continue
+            strengths = axis.strengths
+            if strengths is None:
+                strengths = list(DEFENSES.get(name).info.grid) if name in DEFENSES else [None]
+            for strength in strengths:
+                value: dict[str, Any] = {"defense": name, "defense_param": strength}
+                if axis.params:
+                    value["defense_params"] = dict(axis.params)
+                values.append(value)
+        return {**self.grid, "defense": values}
 
     def attack_entries(self) -> list[AttackEntry]:
         return [AttackEntry(name=a) if isinstance(a, str) else a for a in self.attacks]

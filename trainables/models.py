@@ -95,3 +95,42 @@ def build_top(partition: str, n_parties: int, n_classes: int) -> nn.Module:
     if partition == "split":
         return SplitTop(n_parties, n_classes, n_classes)
     raise ConfigError(f"partition={partition!r} is not one of: agg, split")
+
+
+class DefendedTop(nn.Module):
+    """The global model as the active party applies it, with its defenses' model hooks.
+
+    ``logits`` (training): passive embeddings through the defenses' transforms (MID's
+    bottlenecks), then the top. ``forward`` (evaluation, attacks, the released model):
+    the same, then the output decoder if a defense set one (CAE's D), so everything that
+    judges or queries the model sees what the defended system really outputs.
+    """
+
+    def __init__(self, top: nn.Module) -> None:
+        super().__init__()
+        self.base = top
+        self.transforms = nn.ModuleList()  # each: [H_0..H_{K-2}] -> same shapes
+        self.decoder: nn.Module | None = None
+
+    @property
+    def trainable(self) -> bool:
+        return bool(getattr(self.base, "trainable", False)) or len(self.transforms) > 0
+
+    def add_transform(self, module: nn.Module) -> None:
+        self.transforms.append(module)
+
+    def set_decoder(self, module: nn.Module) -> None:
+        if self.decoder is not None:
+            raise ConfigError("two defenses both decode the model's output; stack only one")
+        self.decoder = module
+
+    def logits(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
+        """K x (N, C) -> (N, C): the raw scores the training loss is computed on."""
+        passive, own = list(embeddings[:-1]), embeddings[-1]
+        for transform in self.transforms:
+            passive = transform(passive)
+        return self.base([*passive, own])
+
+    def forward(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
+        out = self.logits(embeddings)
+        return out if self.decoder is None else self.decoder(out)

@@ -19,7 +19,7 @@ from torch import nn
 
 from trainables.errors import ConfigError
 from trainables.messages import BatchRef, BatchSchedule, Message
-from trainables.models import build_bottom, build_top
+from trainables.models import DefendedTop, build_bottom, build_top
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,11 @@ class Party:
         return self._send(out)
 
     def backward(self, msg: Message) -> None:
-        """Apply dL/dH_k: one step, then Q-1 more reusing the same (stale) gradient (FedBCD)."""
+        """Apply dL/dH_k: one step, then Q-1 more reusing the same (stale) gradient (FedBCD).
+
+        A hook with ``after_backward`` (CELU-VFL's workset) then gets the exchange (rows,
+        H_k as sent, dL/dH_k) and takes its own local steps on cached exchanges.
+        """
         msg = self._receive(msg)
         if self._pending is None or self._pending[0] != msg.batch:
             raise RuntimeError(f"party {self.party_id}: gradient for {msg.batch} unexpected")
@@ -185,12 +189,18 @@ class Party:
         self._pending = None
         grad = as_tensor(msg.payload, self.device)
         rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
+        h_sent = h.detach()
+        self.bottom.train()  # an evaluation (embed) may have run since the forward
         for step in range(self.config.local_steps):
             if step > 0:
                 h = self.bottom(self.X_train[rows])
             self.optimizer.zero_grad(set_to_none=True)
             h.backward(grad)
             self.optimizer.step()
+        for hook in self.hooks:
+            after = getattr(hook, "after_backward", None)
+            if after is not None:
+                after(self, rows, h_sent, grad)
 
     def step(self, grad: Message | None, ref: BatchRef | None) -> Message | None:
         """One round in one call: apply round t's gradient, return round t+1's embedding.
@@ -219,7 +229,8 @@ class ActiveParty(Party):
         cfg = init.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed * 1009 + 977)
-            self.top = build_top(cfg.partition, cfg.n_parties, cfg.n_classes)
+            self.top = DefendedTop(build_top(cfg.partition, cfg.n_parties, cfg.n_classes))
+        self.defenses: list[Any] = []  # defenses attached here, in stack order
         super().__init__(init)
         self.top.to(self.device)
         self.y_train = torch.from_numpy(np.array(init.labels.y_train, dtype=np.int64)).to(
@@ -237,34 +248,58 @@ class ActiveParty(Party):
         """Loss on the batch and dL/dH_k for each passive party, before any local update.
 
         Only the top model's backward runs here, so the gradients can leave at once and the
-        passive parties work while ``update`` trains this party's own models.
+        passive parties work while ``update`` trains this party's own models. Defenses act
+        on the loss (``objective``), on the gradients (``gradients`` hook) and on the
+        messages (``on_send``).
         """
         if self._pending is None or self._pending[0] != ref:
             self.forward(ref)
         assert self._pending is not None
         _, h_own = self._pending
         self._pending = None
+        self.top.train()
         h_passive = [
             as_tensor(self._receive(m).payload, self.device).requires_grad_() for m in embeddings
         ]  # (K-1) x (B, C)
         rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
-        loss = self.loss_fn(self.top([*h_passive, h_own]), self.y_train[rows])
-        grads = torch.autograd.grad(loss, h_passive, retain_graph=True) if h_passive else ()
+        y = self.y_train[rows]
+        logits = self.top.logits([*h_passive, h_own])  # (B, C)
+        loss = self.objective(logits, y, h_passive)
+        grads = list(torch.autograd.grad(loss, h_passive, retain_graph=True)) if h_passive else []
+        for defense in self.defenses:
+            grads = defense.gradients(grads, logits, h_passive, y)
         self._stash = (rows, loss, [h.detach() for h in h_passive])
         return [
             self._send(Message.of("gradient", self.party_id, m.src, g.cpu().numpy(), ref))
             for m, g in zip(embeddings, grads, strict=True)
         ]
 
+    def objective(
+        self, logits: torch.Tensor, y: torch.Tensor, h_passive: Sequence[torch.Tensor]
+    ) -> torch.Tensor:
+        """Cross-entropy on the labels (or a defense's soft targets) plus defenses' terms."""
+        soft = next(
+            (t for d in self.defenses if (t := d.soft_targets(y)) is not None), None
+        )  # (B, C) or None
+        if soft is None:
+            loss = self.loss_fn(logits, y)
+        else:
+            loss = -(soft * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
+        for defense in self.defenses:
+            term = defense.loss_term(list(h_passive), y)
+            if term is not None:
+                loss = loss + term
+        return loss
+
     def update(self) -> None:
         """Update own bottom and top: the step on this batch's loss, then Q-1 FedBCD steps
         with fresh own embeddings and the stale passive ones."""
         rows, loss, h_passive = self._stash
-        params = self.trainable_parameters()
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
         for step in range(self.config.local_steps):
             if step > 0:
-                logits = self.top([*h_passive, self.bottom(self.X_train[rows])])
-                loss = self.loss_fn(logits, self.y_train[rows])
+                logits = self.top.logits([*h_passive, self.bottom(self.X_train[rows])])
+                loss = self.objective(logits, self.y_train[rows], h_passive)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward(inputs=params)
             self.optimizer.step()
@@ -275,6 +310,7 @@ class ActiveParty(Party):
     def evaluate(self, test_embeddings: Sequence[Message]) -> float:
         """Main-task accuracy on the test rows from every party's test embeddings."""
         self.bottom.eval()
+        self.top.eval()
         h_passive = [as_tensor(self._receive(m).payload, self.device) for m in test_embeddings]
         logits = self.top([*h_passive, self.bottom(self.X_test)])
         return float((logits.argmax(dim=1) == self.y_test).double().mean())

@@ -109,12 +109,7 @@ class Record:
             n_labeled=n_labeled,
             seed=spec.seed,
             spec_json=spec.model_dump_json(),
-            defense=defense_label(spec),
-            defense_param=spec.defense_param,
-            defense_party=str(spec.defense_params.get("party", ""))
-            if spec.defense != "none"
-            else "",
-            **measured,  # type: ignore[arg-type]
+            **{"defense": defense_label(spec), "defense_param": spec.defense_param, **measured},  # type: ignore[arg-type]
         )
 
     def to_dict(self) -> dict[str, object]:

@@ -24,6 +24,7 @@ from trainables.data import (
     split_samples,
     vertical_split,
 )
+from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError, MissingDataError
 from trainables.party import Labels, Party, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
@@ -32,6 +33,7 @@ from trainables.spec import TrialSpec
 from trainables.transport import LocalTransport
 
 TRANSPORTS = ("local", "ray")
+TREE_MODEL_NAMES = ("xgboost", "secureboost", "rf", "secure_rf", "paillier_lr")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class PreparedTrial:
     inits: tuple[PartyInit, ...]  # party order; the last one is active
     protocol: Protocol
     n_labeled: int
+    target_mp: float | None = None  # rounds_to_target is measured against it
 
 
 AttackSpec = tuple[str, dict[str, Any]]
@@ -86,6 +89,7 @@ def prepare_parties(
     ]
     y_rows = ds.y_train[rows]
     record, install = _attack_needs(spec, attacks_of(spec, attacks))
+    defense_hooks = defense_stack.hook_entries(spec)
     inits = []
     for k, cols in enumerate(columns):
         is_active = k == spec.n_parties - 1
@@ -102,9 +106,12 @@ def prepare_parties(
                     (name, params, _aux_for(name, y_rows, X_train[peer_index(k)], spec.seed))
                     for name, params in install.get(k, ())
                 ),
+                hooks=tuple(defense_hooks.get(k, ())),
             )
         )
-    return PreparedTrial(tuple(inits), protocol, len(rows))
+    codecs = protocol.codec_hooks()  # last in every stack: encode last, decode first
+    inits = [dataclasses.replace(init, hooks=(*init.hooks, *codecs)) for init in inits]
+    return PreparedTrial(tuple(inits), protocol, len(rows), spec.target_mp)
 
 
 def _aux_for(name: str, y: np.ndarray, peer_X: np.ndarray, seed: int) -> object:
@@ -143,7 +150,8 @@ def train_local_parties(prepared: PreparedTrial, epochs: int) -> tuple[TrainResu
     """All parties in this process; returns the trained parties too (for attacks)."""
     parties = [init.build() for init in prepared.inits]
     active = parties[-1]
-    result = prepared.protocol.run(active, LocalTransport(parties[:-1]), epochs)  # type: ignore[arg-type]
+    transport = LocalTransport(parties[:-1])
+    result = prepared.protocol.run(active, transport, epochs, prepared.target_mp)  # type: ignore[arg-type]
     return result, parties
 
 
@@ -165,7 +173,9 @@ def train_ray(
     ensure_ray(address, num_cpus=None)
     resources = PartyResources(cpu_per_party, gpu_per_party)
     with RayParties(prepared.inits, resources, reuse=reuse_actors) as group:
-        result = group.train(spec.protocol, dict(spec.protocol_params), int(spec.epochs))  # type: ignore[arg-type]
+        result = group.train(
+            spec.protocol, dict(spec.protocol_params), int(spec.epochs), spec.target_mp  # type: ignore[arg-type]
+        )
         return result, group.snapshot() if snapshot else []
 
 
@@ -189,6 +199,14 @@ def run_trial(
     """
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport={transport!r} is not one of: {', '.join(TRANSPORTS)}")
+    if is_tree_model(spec):  # trees and Paillier models: trainables/trees
+        from trainables.trees import run_tree_trial
+
+        return run_tree_trial(
+            spec, transport=transport, data_dir=data_dir, cpu_per_party=cpu_per_party,
+            gpu_per_party=gpu_per_party, address=address, sweep=sweep, trial_id=trial_id,
+            reuse_actors=reuse_actors, attacks=attacks,
+        )  # fmt: skip
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     evaluated = attacks_of(spec, attacks)
     prepared = prepare_parties(spec, ds, evaluated)
@@ -198,12 +216,17 @@ def run_trial(
         result, parties = train_ray(
             prepared, spec, cpu_per_party, gpu_per_party, address, reuse_actors, bool(evaluated)
         )
+    sample_rate = min(1.0, int(spec.batch_size) / max(1, prepared.n_labeled))  # type: ignore[arg-type]
     clean = Record.clean(
         spec,
         prepared.n_labeled,
+        defense_party=defense_stack.parties_label(spec),
+        defense_param=defense_stack.primary_strength(spec),
+        epsilon=defense_stack.privacy_spent(spec, result.rounds, sample_rate),
         mp=result.mp,
         rounds=result.rounds,
         comm_bytes=result.comm_bytes,
+        rounds_to_target=result.rounds_to_target,
         train_seconds=round(result.train_seconds, 4),
         sweep=sweep,
         trial_id=trial_id or spec.config_hash,
@@ -235,14 +258,26 @@ def summarize(records: list[Record]) -> dict[str, object]:
     return out
 
 
+def is_tree_model(spec: TrialSpec) -> bool:
+    """Tree and Paillier models (``trainables.trees.TREE_MODELS``) run their own trials."""
+    return str(spec.model) in TREE_MODEL_NAMES
+
+
 def check_names(spec: TrialSpec) -> None:
     """Raise ConfigError if a name in ``spec`` is not registered or its parameters are bad."""
     from trainables.data import DATASETS
+
+    if is_tree_model(spec):
+        from trainables.trees import tree_check
+
+        DATASETS.get(spec.dataset)
+        return tree_check(spec)
     from trainables.models import BOTTOMS
 
     DATASETS.get(spec.dataset)
     BOTTOMS.get(str(spec.model))
     PROTOCOLS.create(spec.protocol, **spec.protocol_params)
+    defense_stack.build(spec)
     if spec.ssl_variant != "none":
         raise ConfigError(f"ssl_variant={spec.ssl_variant!r} is not available yet; allowed: none")
 
@@ -252,6 +287,10 @@ def incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str 
 
     A missing data file is not an incompatibility: it raises MissingDataError.
     """
+    if is_tree_model(spec):
+        from trainables.trees import tree_incompatibility
+
+        return tree_incompatibility(spec, data_dir)
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     try:
         vertical_split(ds, spec.n_parties, spec.split_scheme)

@@ -30,6 +30,7 @@ class Judge:
     def __init__(self, parties: Sequence[object]) -> None:
         self.parties = list(parties)
         self.active = self.parties[-1]
+        self.active.top.eval()  # type: ignore[attr-defined]  # MID samples only in training
         self.y_train = self.active.y_train.cpu().numpy()  # type: ignore[attr-defined]
         self.y_test = self.active.y_test.cpu().numpy()  # type: ignore[attr-defined]
         self.clean_mp = self.mp(self.predict())

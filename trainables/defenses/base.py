@@ -1,0 +1,144 @@
+"""The defense interface: one strength, applied at one party, as middleware.
+
+A defense is built at the party that applies it (from ``PartyInit.hooks``) and
+``attach``-es itself there. What it may touch, by hook:
+
+- ``on_send`` / ``on_receive``: the messages of its party (noise, sparsification,
+  discretization, perturbation) — Flower's "mod" idea: the party's code never changes;
+- ``loss_term`` (active party): a term added to the training loss (dCor, MID's KL);
+- ``soft_targets`` (active party): the labels the model is trained on (CAE's disguise);
+- ``gradients`` (active party): the per-passive gradients before they are sent, with the
+  logits and labels at hand (GPer needs the other classes' gradients);
+- the active party's ``top`` (a ``DefendedTop``): embedding transforms before the global
+  model (MID's bottleneck) and an output decoder (CAE).
+
+Why each defense has its own ``torch.Generator``: noise is drawn from a stream seeded by
+the trial seed and the defense's place in the stack, so the same seed gives the same
+noise on any transport, and a defense at its neutral strength leaves every other random
+draw of the trial untouched (training is then bit-identical to no defense).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+import torch
+
+from trainables.errors import ConfigError
+from trainables.messages import Message
+from trainables.registry import Registry
+
+if TYPE_CHECKING:
+    from trainables.party import Party
+
+DEFENSES: Registry = Registry("defense")
+
+PARTIES = ("active", "passive")
+
+
+@dataclass(frozen=True)
+class DefenseInfo:
+    """What the registry knows about a defense without building it."""
+
+    party: Literal["active", "passive"]  # where the literature applies it by default
+    grid: tuple[float, ...]  # VFLAIR's strengths (ALGORITHMS.md)
+    neutral: float | None  # strength at which training equals no defense; None: no such point
+    parties: tuple[str, ...] = ("active",)  # where it may be applied
+    quantity: str = ""  # what the strength moves, for docs and the conformance test
+    low: float = 0.0  # strengths below this are rejected
+    high: float = float("inf")  # ... and above this
+
+
+class Defense:
+    """Base: identity on every hook. Subclasses set ``name``, ``info``, ``defaults``."""
+
+    name: ClassVar[str] = "base"
+    info: ClassVar[DefenseInfo]
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(
+        self, strength: float | None = None, seed: int = 0, index: int = 0, **params: Any
+    ) -> None:
+        party = params.pop("party", self.info.party)
+        if party not in self.info.parties:
+            raise ConfigError(
+                f"defense {self.name!r}: party={party!r}; allowed: {', '.join(self.info.parties)}"
+            )
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            allowed = ", ".join(["party", *self.defaults])
+            raise ConfigError(
+                f"defense {self.name!r}: unknown parameter(s) {unknown}; allowed: {allowed}"
+            )
+        self.party = str(party)
+        self.params = {**self.defaults, **params}
+        self.strength = float(self.info.grid[0] if strength is None else strength)
+        if not (self.info.low <= self.strength <= self.info.high):
+            raise ConfigError(
+                f"defense {self.name!r}: strength={self.strength!r}; allowed: "
+                f"{self.info.low} <= strength <= {self.info.high}"
+            )
+        self.generator = torch.Generator().manual_seed(seed * 7919 + 104729 * (index + 1))
+
+    # -- installation ---------------------------------------------------------------
+    def attach(self, party: Party) -> None:
+        """Join ``party``'s hook stack; subclasses that change the model also wire that."""
+        party.hooks.append(self)
+        if hasattr(party, "defenses"):
+            party.defenses.append(self)  # type: ignore[attr-defined]
+
+    # -- message hooks (identity by default) -----------------------------------------
+    def on_send(self, party: Party, msg: Message) -> Message:
+        return msg
+
+    def on_receive(self, party: Party, msg: Message) -> Message:
+        return msg
+
+    # -- active-party hooks (None / unchanged by default) ----------------------------
+    def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def gradients(
+        self,
+        grads: list[torch.Tensor],
+        logits: torch.Tensor,
+        h_passive: list[torch.Tensor],
+        y: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        return grads
+
+    # -- helpers for subclasses -------------------------------------------------------
+    def noise(self, shape: tuple[int, ...], kind: str = "gaussian") -> torch.Tensor:
+        """Unit noise from this defense's own stream: N(0, 1) or Laplace(0, 1)."""
+        if kind == "gaussian":
+            return torch.randn(shape, generator=self.generator)
+        # Laplace by inverse CDF on u in (-1/2, 1/2): rand can return 0, whose image is -inf
+        u = torch.rand(shape, generator=self.generator, dtype=torch.float64)
+        u = u.clamp(1e-12, 1.0 - 1e-12) - 0.5
+        return (-torch.sign(u) * torch.log1p(-2.0 * u.abs())).float()
+
+
+def with_payload(msg: Message, array: np.ndarray) -> Message:
+    """``msg`` carrying ``array`` (same kind, parties, batch) with its size recounted."""
+    array = np.ascontiguousarray(array, dtype=np.asarray(msg.payload).dtype)
+    return Message.of(msg.kind, msg.src, msg.dst, array, msg.batch)
+
+
+def clip_rows(x: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """Each row (one sample) scaled down to L2 norm <= ``max_norm``: (B, m) -> (B, m)."""
+    norms = x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return x * (max_norm / norms).clamp(max=1.0)
+
+
+def is_training_gradient(msg: Message) -> bool:
+    return msg.kind == "gradient"
+
+
+def is_embedding(msg: Message) -> bool:
+    """Embeddings a passive party sends: per-batch in training, whole splits at evaluation."""
+    return msg.kind == "embedding" or msg.kind.endswith("_embedding")

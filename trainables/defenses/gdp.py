@@ -1,0 +1,73 @@
+"""G-DP: Gaussian noise on what a party sends (Dwork 2006; VFLAIR's DP-G).
+
+Active party (default): each sample's gradient row dL/dH_k (B, C) is clipped to L2 norm
+``clip`` = 0.2, then N(0, sigma^2) is added to every element, sigma = strength. Passive
+party: the noise goes on its embeddings H_k (training and evaluation), unclipped.
+
+Privacy: at the active party each round releases, per sample in the batch, a clipped
+row plus Gaussian noise — the subsampled Gaussian mechanism with noise multiplier
+sigma / clip and sampling rate B / n. ``privacy_spent`` accounts it with Opacus' RDP
+accountant at delta = 1e-5; the trial puts it on the record (``epsilon``). VFLAIR's grid
+(1e-4 ... 1e-1) gives noise multipliers 5e-4 ... 0.5, i.e. epsilons from ~1e8 down to
+~80 on digits: strong empirical protection can coexist with a vacuous formal guarantee.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+
+from trainables.defenses.accounting import gaussian_epsilon
+from trainables.defenses.base import (
+    Defense,
+    DefenseInfo,
+    clip_rows,
+    is_embedding,
+    is_training_gradient,
+    with_payload,
+)
+from trainables.messages import Message
+
+if TYPE_CHECKING:
+    from trainables.party import Party
+
+
+class NoisyMessages(Defense):
+    """Clip-and-noise on gradients (active) or noise on embeddings (passive)."""
+
+    kind: ClassVar[str] = "gaussian"
+    defaults: ClassVar[dict[str, Any]] = {"clip": 0.2}
+
+    def on_send(self, party: Party, msg: Message) -> Message:
+        if self.party == "active" and is_training_gradient(msg):
+            g = clip_rows(torch.from_numpy(np.array(msg.payload)), float(self.params["clip"]))
+        elif self.party == "passive" and is_embedding(msg):
+            g = torch.from_numpy(np.array(msg.payload))
+        else:
+            return msg
+        if self.strength == 0.0:
+            return with_payload(msg, g.numpy())
+        noisy = g + self.strength * self.noise(tuple(g.shape), self.kind).to(g.dtype)
+        return with_payload(msg, noisy.numpy())
+
+
+class GaussianDP(NoisyMessages):
+    name = "gdp"
+    info = DefenseInfo(
+        party="active",
+        parties=("active", "passive"),
+        grid=(1e-4, 1e-3, 1e-2, 1e-1),
+        neutral=0.0,
+        quantity="std of the Gaussian noise added to each element",
+    )
+
+    def privacy_spent(self, steps: int, sample_rate: float) -> float | None:
+        """Epsilon at delta=1e-5 for the active-party mechanism; None for the passive one."""
+        if self.party != "active":
+            return None
+        return gaussian_epsilon(self.strength / float(self.params["clip"]), sample_rate, steps)
+
+
+DEFENSE = GaussianDP

@@ -1,0 +1,72 @@
+"""From a TrialSpec's defense fields to hook entries per party, and back to the record.
+
+A spec names a primary defense (``defense``, ``defense_param``, ``defense_params``) and
+optionally more in ``stack``; they are applied in that order, each at its party. The
+active party is party K-1; a passive-party defense is installed at every passive party.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainables.defenses.base import DEFENSES, Defense
+from trainables.spec import TrialSpec
+
+
+@dataclass(frozen=True)
+class StackEntry:
+    name: str
+    strength: float | None
+    params: dict[str, Any]
+
+
+def entries(spec: TrialSpec) -> list[StackEntry]:
+    """The spec's defenses in stack order (none for ``defense='none'`` and no stack)."""
+    out = []
+    if spec.defense != "none":
+        out.append(StackEntry(spec.defense, spec.defense_param, dict(spec.defense_params)))
+    out += [StackEntry(e.name, e.strength, dict(e.params)) for e in spec.stack]
+    return out
+
+
+def build(spec: TrialSpec) -> list[Defense]:
+    """Instantiate every defense once (validates names, strengths and parameters)."""
+    return [
+        DEFENSES.create(e.name, strength=e.strength, seed=spec.seed, index=i, **e.params)  # type: ignore[misc]
+        for i, e in enumerate(entries(spec))
+    ]
+
+
+def hook_entries(spec: TrialSpec) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
+    """``PartyInit.hooks`` entries per party index for the spec's defenses."""
+    out: dict[int, list[tuple[str, str, dict[str, Any]]]] = {}
+    active = spec.n_parties - 1
+    for i, (entry, defense) in enumerate(zip(entries(spec), build(spec), strict=True)):
+        params = {"strength": entry.strength, "seed": spec.seed, "index": i, **entry.params}
+        targets = [active] if defense.party == "active" else list(range(active))
+        for k in targets:
+            out.setdefault(k, []).append(("defense", entry.name, params))
+    return out
+
+
+def parties_label(spec: TrialSpec) -> str:
+    """``active``, ``passive``, or ``+``-joined for a stack; empty without defense."""
+    return "+".join(d.party for d in build(spec))
+
+
+def primary_strength(spec: TrialSpec) -> float | None:
+    """The primary defense's strength as applied (its default filled in); None without."""
+    built = build(spec)
+    return built[0].strength if built and spec.defense != "none" else None
+
+
+def privacy_spent(spec: TrialSpec, steps: int, sample_rate: float) -> float | None:
+    """Epsilon at delta=1e-5 of the accounted defenses (G-DP at the active party), summed
+    over a stack by basic composition; None when no defense accounts privacy."""
+    spent = [
+        eps
+        for d in build(spec)
+        if hasattr(d, "privacy_spent") and (eps := d.privacy_spent(steps, sample_rate)) is not None
+    ]
+    return float(sum(spent)) if spent else None
