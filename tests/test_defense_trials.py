@@ -119,3 +119,22 @@ def test_shipped_defense_spaces_plan(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["--space", "defense_pareto", "--dry-run", "--json"]) == 0
     pareto = json.loads(capsys.readouterr().out)
     assert pareto["search"] == {"cells": 3, "trials_per_cell": 24}
+
+
+@pytest.mark.ray
+def test_a_defense_sweep_records_each_cell_with_its_undefended_twin(
+    ray_session: None, tmp_path: Path
+) -> None:
+    import pyarrow.dataset as pads
+
+    path = _space(tmp_path, "  gs: [99.0]\n  gdp: [0.1]")
+    results = tmp_path / "r"
+    assert main(["--space", str(path), "--results", str(results)]) == 0
+    rows = pads.dataset(results / "d" / "records", format="parquet").to_table().to_pylist()
+    assert len(rows) == 3 * 2 * 2  # (none, gs, gdp) x 2 seeds x (clean + NS)
+    by_cell = {(r["defense"], r["seed"], r["attack"]): r for r in rows}
+    for seed in (0, 1):
+        twins = {by_cell[(d, seed, "none")]["setting_hash"] for d in ("none", "gs", "gdp")}
+        assert len(twins) == 1
+        assert by_cell[("gdp", seed, "none")]["epsilon"] > 0
+        assert by_cell[("gs", seed, "ns")]["defense_param"] == 99.0

@@ -1,0 +1,89 @@
+"""``python -m analysis <sweep dir>``: DCS tables and plots into ``<sweep dir>/report/``,
+logged to the sweep's MLflow parent run.
+
+Exit codes: 0 report written, 2 bad input (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from analysis.gaps import parse_compare
+from analysis.load import read_records
+from analysis.ranking import parse_weights
+from analysis.report import build, write
+from trainables.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m analysis", description="DCS rankings, gaps, CAP and plots of a sweep."
+    )
+    p.add_argument("sweep_dir", help="the sweep's folder, e.g. results/smoke")
+    p.add_argument("--beta", type=float, default=0.5, help="DCS weight on MP (default 0.5)")
+    p.add_argument("--weights", default=None, help="C-DCS weights, e.g. LI=0.5,FR=0.5")
+    p.add_argument(
+        "--compare", action="append", default=[], help="AXIS=A:B, e.g. partition=split:agg"
+    )
+    p.add_argument("--out", default=None, help="report folder (default <sweep dir>/report)")
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.add_argument(
+        "--mlflow-uri",
+        default=None,
+        help="tracking server, e.g. http://127.0.0.1:5000 "
+        "(default sqlite:///<results>/mlflow.db when that file exists)",
+    )
+    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    return p
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    """Validate everything, build and write the report; returns the summary printed."""
+    sweep_dir = Path(args.sweep_dir)
+    if not 0.0 <= args.beta <= 1.0:
+        raise ConfigError(f"--beta={args.beta}: must be between 0 and 1")
+    weights = parse_weights(args.weights)
+    compares = [parse_compare(text) for text in args.compare]
+    if len({c.axis for c in compares}) != len(compares):
+        raise ConfigError(f"--compare {args.compare}: one comparison per axis")
+    clock = time.perf_counter()
+    records = read_records(sweep_dir)
+    read_s = time.perf_counter() - clock
+    report = build(records, args.beta, weights, compares)
+    report.timings = {"read": round(read_s, 4), **report.timings}
+    out = Path(args.out) if args.out else sweep_dir / "report"
+    write(report, out, compares, plots=not args.no_plots)
+    summary = {**report.summary, "report": str(out), "timings": report.timings}
+    uri = tracking_uri(args, sweep_dir)
+    if uri is not None:
+        from sweep_engine.tracking import log_analysis
+
+        summary["mlflow"] = log_analysis(sweep_dir, uri, out, report.ranking, report.dcs)
+    return summary
+
+
+def tracking_uri(args: argparse.Namespace, sweep_dir: Path) -> str | None:
+    """The URI given, else the sweep's default sqlite store if the sweep created one."""
+    if args.no_mlflow:
+        return None
+    if args.mlflow_uri:
+        return str(args.mlflow_uri)
+    from sweep_engine.tracking import default_uri
+
+    results = sweep_dir.resolve().parent
+    return default_uri(results) if (results / "mlflow.db").exists() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        summary = run(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, default=str))
+    return 0

@@ -1,0 +1,101 @@
+"""Records → one pandas DataFrame, read with ``pyarrow.dataset`` (no Ray).
+
+Why dictionary-encode: a sweep repeats the same few strings (dataset, defense, attack,
+trial ids, the spec JSON of a training) over every row; as pandas categoricals the
+group-bys of the analysis run on integer codes, and a million rows fit in little memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pads
+
+from trainables.errors import ConfigError
+from trainables.records import RECORD_SCHEMA
+
+# Columns that identify a "scenario": VFLAIR ranks defenses within one dataset, partition,
+# protocol and model; a sweep over several of them gets one ranking per scenario.
+SCENARIO_COLUMNS = (
+    "dataset",
+    "n_parties",
+    "partition",
+    "protocol",
+    "protocol_params",
+    "model",
+    "ssl_variant",
+    "aligned_ratio",
+    "n_labeled",
+)
+CATEGORICAL = (
+    "sweep",
+    "trial_id",
+    "config_hash",
+    "setting_hash",
+    "dataset",
+    "partition",
+    "protocol",
+    "protocol_params",
+    "model",
+    "defense",
+    "defense_party",
+    "attack",
+    "attack_type",
+    "ssl_variant",
+    "status",
+    "engine_version",
+    "spec_json",
+)
+
+
+def read_records(sweep_dir: Path, with_spec: bool = True) -> pd.DataFrame:
+    """All records of ``sweep_dir/records`` (or of ``sweep_dir`` if it holds Parquet files)."""
+    folder = sweep_dir / "records" if (sweep_dir / "records").is_dir() else sweep_dir
+    files = sorted(str(p) for p in folder.glob("[!.]*.parquet")) if folder.is_dir() else []
+    if not files:
+        raise ConfigError(
+            f"{sweep_dir}: no records (expected <sweep dir>/records/*.parquet); "
+            "run the sweep first or pass the sweep's folder, e.g. results/smoke"
+        )
+    columns = [n for n in RECORD_SCHEMA.names if with_spec or n != "spec_json"]
+    try:
+        table = pads.dataset(files, format="parquet", schema=RECORD_SCHEMA).to_table(columns)
+    except (OSError, pa.ArrowException):  # a damaged file: the sink skips it with a warning
+        from sweep_engine.sink import RecordSink
+
+        table = RecordSink(folder.parent).read().select(columns)
+    return table_to_frame(table)
+
+
+def table_to_frame(table: pa.Table) -> pd.DataFrame:
+    """Arrow table with (a subset of) RECORD_SCHEMA → DataFrame, strings as categoricals."""
+    arrays = []
+    for name in table.column_names:
+        column = table.column(name)
+        if name in CATEGORICAL:
+            column = column.dictionary_encode()
+        arrays.append(column)
+    return pa.table(arrays, names=table.column_names).to_pandas()
+
+
+def scenario_labels(df: pd.DataFrame) -> pd.Series:
+    """A short label per row naming the scenario by the scenario columns that vary.
+
+    ``digits`` when everything but the defense and attack is fixed;
+    ``partition=split protocol=fedbcd`` when a sweep crosses partitions and protocols.
+    """
+    cols = [c for c in SCENARIO_COLUMNS if c in df.columns]
+    varying = [c for c in cols if df[c].nunique(dropna=False) > 1]
+    if not varying:
+        first = str(df["dataset"].iloc[0]) if "dataset" in df and len(df) else "all"
+        return pd.Series(pd.Categorical([first] * len(df)), index=df.index)
+    codes = df.groupby(varying, dropna=False, observed=True, sort=True).ngroup().to_numpy()
+    firsts = df[varying].assign(_code=codes).drop_duplicates("_code").sort_values("_code")
+    for column in reversed(list(varying)):  # drop columns the others determine
+        rest = [c for c in varying if c != column]
+        if rest and not firsts[rest].astype(str).duplicated().any():
+            varying = rest
+    names = [" ".join(f"{c}={row[c]}" for c in varying) for row in firsts.to_dict("records")]
+    return pd.Series(pd.Categorical.from_codes(codes, categories=names), index=df.index)

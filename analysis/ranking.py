@@ -1,0 +1,168 @@
+"""T-DCS per attack type, C-DCS with user weights, ranks, bootstrap intervals over seeds,
+and the β sensitivity of the ranking (Kendall τ against β = 0.5).
+
+VFLAIR (eq. 2, 3 and the "C-DCS calculation detail"): T-DCS_j is the mean DCS over the
+attacks of type j, each attack counting once (here: an attack's DCS is first averaged over
+seeds); C-DCS = Σ_j w_j T-DCS_j over LI, FR, TB, NTB. A type that no row of a scenario
+has is dropped and the other weights renormalized (a sweep with only label attacks still
+ranks); a defense that lacks a type its scenario has gets no C-DCS, as in VFLAIR's tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.stats import kendalltau
+
+from analysis.dcs import dcs_value
+from trainables.errors import ConfigError
+
+ATTACK_TYPES = ("LI", "FR", "TB", "NTB")
+DEFAULT_WEIGHTS = dict.fromkeys(ATTACK_TYPES, 0.25)
+BETAS = tuple(round(0.1 * i, 1) for i in range(11))
+KEYS = ["scenario", "defense", "defense_param"]
+
+
+def parse_weights(text: str | None) -> dict[str, float]:
+    """``LI=0.25,FR=0.25,TB=0.25,NTB=0.25`` → dict; ConfigError naming the bad part."""
+    if not text:
+        return dict(DEFAULT_WEIGHTS)
+    weights: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip().upper()
+        if not sep or name not in ATTACK_TYPES:
+            raise ConfigError(
+                f"--weights: {part!r}: expected TYPE=NUMBER with TYPE one of "
+                f"{', '.join(ATTACK_TYPES)}"
+            )
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise ConfigError(f"--weights: {part!r}: {value!r} is not a number") from None
+        if not weights[name] >= 0:
+            raise ConfigError(f"--weights: {part!r}: weights must be >= 0")
+    if abs(sum(weights.values()) - 1.0) > 1e-6:
+        raise ConfigError(f"--weights: {text!r}: weights sum to {sum(weights.values()):g}, not 1")
+    return {t: weights.get(t, 0.0) for t in ATTACK_TYPES}
+
+
+BETA_COLUMNS = [f"b{b}" for b in BETAS]
+
+
+def seed_means(dcs: pd.DataFrame) -> pd.DataFrame:
+    """Mean DCS (at the chosen β and at every β of BETAS) per (scenario, defense, strength,
+    seed, attack type, attack): the one pass over all rows; everything after is small.
+
+    The 11 β columns come from the stored clipped gaps as one (N, 11) array.
+    """
+    rows = dcs.loc[
+        dcs["dcs"].notna(), [*KEYS, "seed", "attack_type", "attack", "dcs", "ap_gap", "mp_gap"]
+    ]
+    grid = dcs_value(
+        rows["ap_gap"].to_numpy()[:, None], rows["mp_gap"].to_numpy()[:, None], np.array(BETAS)
+    )
+    frame = rows[[*KEYS, "seed", "attack_type", "attack", "dcs"]].copy()
+    frame[BETA_COLUMNS] = grid
+    keys = [*KEYS, "seed", "attack_type", "attack"]
+    grouped = frame.groupby(keys, observed=True, dropna=False, sort=False)
+    return grouped[["dcs", *BETA_COLUMNS]].mean().reset_index()
+
+
+def attack_means(levels: pd.DataFrame, value_cols: list[str]) -> pd.DataFrame:
+    """Seed means → mean over seeds per attack (each seed counts once)."""
+    keys = [*KEYS, "attack_type", "attack"]
+    grouped = levels.groupby(keys, observed=True, dropna=False, sort=False)
+    return grouped[value_cols].mean().reset_index()
+
+
+def tdcs_cdcs(means: pd.DataFrame, value: str, weights: dict[str, float], index: list[str]):
+    """(T-DCS table: one column per type, C-DCS series) from per-attack means of ``value``."""
+    grouped = means.groupby([*index, "attack_type"], observed=True, dropna=False)[value]
+    tdcs = grouped.mean().unstack("attack_type")
+    tdcs.columns = tdcs.columns.astype(str)
+    tdcs = tdcs.reindex(columns=[t for t in ATTACK_TYPES if t in tdcs.columns])
+    present = tdcs.notna().groupby(level="scenario", observed=True).transform("any")
+    w = present * pd.Series(weights).reindex(tdcs.columns).to_numpy()
+    w = w.div(w.sum(axis=1).replace(0.0, np.nan), axis=0)
+    missing = (w > 0) & tdcs.isna()
+    cdcs = (tdcs.fillna(0.0) * w).sum(axis=1).where(~missing.any(axis=1) & w.notna().all(axis=1))
+    return tdcs, cdcs
+
+
+def rank_within(cdcs: pd.Series) -> pd.Series:
+    """Rank 1 = highest C-DCS, within each scenario; NaN C-DCS gets no rank."""
+    return cdcs.groupby(level="scenario", observed=True).rank(ascending=False, method="min")
+
+
+def bootstrap_ci(per_seed: pd.Series, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """95% percentile interval of the mean over seeds, per group (all groups at once).
+
+    Rows are sorted by group; each bootstrap draws, for every group, n_g indices inside that
+    group's block, so one (B, N) array covers every group; B shrinks for huge N (memory).
+    """
+    values = per_seed.dropna()
+    keys = values.index.to_frame(index=False).drop(columns="seed")
+    codes = keys.groupby(list(keys.columns), dropna=False, observed=True, sort=False).ngroup()
+    codes = codes.to_numpy()
+    uniques = keys.assign(_code=codes).drop_duplicates("_code").sort_values("_code")
+    order = np.argsort(codes, kind="stable")
+    codes, v = codes[order], values.to_numpy()[order]
+    counts = np.bincount(codes)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    b = max(200, min(n_boot, int(2e7 // max(len(v), 1))))
+    rng = np.random.default_rng(seed)
+    idx = starts[codes] + (rng.random((b, len(v))) * counts[codes]).astype(np.int64)
+    sums = np.add.reduceat(v[idx], starts, axis=1) if len(v) else np.zeros((b, 0))
+    means = sums / counts
+    lo, hi = np.percentile(means, [2.5, 97.5], axis=0) if len(v) else ([], [])
+    out = uniques.drop(columns="_code").reset_index(drop=True)
+    return out.assign(cdcs_ci_low=lo, cdcs_ci_high=hi, n_seeds=counts)
+
+
+def ranking_table(
+    dcs: pd.DataFrame, weights: dict[str, float], levels: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """ranking.csv: scenario, defense, strength, T-DCS per type, C-DCS, rank, 95% CI, seeds."""
+    levels = seed_means(dcs) if levels is None else levels
+    tdcs, cdcs = tdcs_cdcs(attack_means(levels, ["dcs"]), "dcs", weights, KEYS)
+    table = tdcs.add_prefix("tdcs_")
+    table["cdcs"] = cdcs
+    table["rank"] = rank_within(cdcs)
+    _, per_seed = tdcs_cdcs(levels, "dcs", weights, [*KEYS, "seed"])
+    table = table.reset_index().merge(bootstrap_ci(per_seed), on=KEYS, how="left")
+    table = table.rename(columns={"defense_param": "strength"})
+    return table.sort_values(["scenario", "rank", "defense", "strength"], na_position="last")
+
+
+def beta_sensitivity(
+    dcs: pd.DataFrame, weights: dict[str, float], levels: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """C-DCS rank of every (defense, strength) for β = 0.0 … 1.0 and Kendall τ vs β = 0.5."""
+    levels = seed_means(dcs) if levels is None else levels
+    means = attack_means(levels, BETA_COLUMNS)
+    parts = []
+    for beta, col in zip(BETAS, BETA_COLUMNS, strict=True):
+        _, cdcs = tdcs_cdcs(means, col, weights, KEYS)
+        part = pd.DataFrame({"cdcs": cdcs, "rank": rank_within(cdcs)}).reset_index()
+        part.insert(0, "beta", beta)
+        parts.append(part)
+    table = pd.concat(parts, ignore_index=True).rename(columns={"defense_param": "strength"})
+    table["kendall_tau_vs_0.5"] = kendall_vs_reference(table)
+    return table
+
+
+def kendall_vs_reference(table: pd.DataFrame, reference: float = 0.5) -> pd.Series:
+    """Per row: Kendall τ between its (scenario, β) ranking and the β = ``reference`` one."""
+    key = table["defense"].astype(str) + "@" + table["strength"].astype(str)
+    ref = table[table["beta"] == reference].assign(key=key).set_index(["scenario", "key"])["cdcs"]
+    taus: dict[tuple[object, float], float] = {}
+    for (scenario, beta), part in table.assign(key=key).groupby(
+        ["scenario", "beta"], observed=True
+    ):
+        other = part.set_index("key")["cdcs"]
+        both = pd.concat([other, ref.xs(scenario, level="scenario")], axis=1).dropna()
+        tau = kendalltau(both.iloc[:, 0], both.iloc[:, 1]).statistic if len(both) > 1 else np.nan
+        taus[(scenario, beta)] = float(tau)
+    index = pd.MultiIndex.from_frame(table[["scenario", "beta"]])
+    return pd.Series([taus.get(k, np.nan) for k in index], index=table.index)

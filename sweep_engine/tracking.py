@@ -1,0 +1,260 @@
+"""MLflow runs of a sweep: one parent run per sweep folder, one child run per training.
+
+Why a sync from the records instead of logging from the Tune callback: the Parquet
+records are the source of truth and survive a killed driver; syncing them after the
+sweep (and again on every re-run) is idempotent and resume-safe — a training whose
+``trial_id`` already has a child is skipped, a child recorded as failed is updated when
+a re-run succeeded — so a resumed sweep never duplicates a child. MLflow is imported
+lazily: it costs seconds, and sweeps with ``--no-mlflow`` never pay it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from sweep_engine.sink import RecordSink
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+ROLE, SWEEP_KEY, SWEEP_DIR = "vflsweep.role", "vflsweep.sweep_key", "vflsweep.sweep_dir"
+PAGE = 1000
+MAX_PARAM = 6000
+SCALARS = ("mp", "rounds", "comm_bytes", "train_seconds", "epsilon", "rounds_to_target")
+
+
+@dataclass
+class SyncResult:
+    experiment_id: str
+    parent_run_id: str
+    created: int = 0
+    updated: int = 0
+    children: dict[str, str] = field(default_factory=dict)  # trial_id -> run_id
+
+
+def default_uri(results: Path) -> str:
+    """``sqlite:///<results>/mlflow.db``: MLflow 3's file store is deprecated."""
+    return f"sqlite:///{results.resolve()}/mlflow.db"
+
+
+def client_for(uri: str) -> MlflowClient:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(client: MlflowClient, name: str, uri: str, results: Path) -> str:
+    """The sweep's experiment (named after the sweep); artifacts next to a sqlite store."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return str(found.experiment_id)
+    location = (results / "mlartifacts").resolve().as_uri() if uri.startswith("sqlite:") else None
+    try:
+        return str(client.create_experiment(name, artifact_location=location))
+    except MlflowException:  # created concurrently by another process
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return str(found.experiment_id)
+
+
+def sweep_key(sweep_dir: Path) -> str:
+    """Tag value naming the sweep folder (a hash: filter strings cannot quote every path)."""
+    return hashlib.sha1(str(sweep_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def parent_run(client: MlflowClient, exp_id: str, sweep_dir: Path) -> str:
+    key = sweep_key(sweep_dir)
+    runs = client.search_runs(
+        [exp_id], f"tags.`{ROLE}` = 'parent' and tags.`{SWEEP_KEY}` = '{key}'", max_results=1
+    )
+    if runs:
+        return str(runs[0].info.run_id)
+    tags = {ROLE: "parent", SWEEP_KEY: key, SWEEP_DIR: str(sweep_dir.resolve())}
+    return str(client.create_run(exp_id, tags=tags, run_name=sweep_dir.name).info.run_id)
+
+
+def children(client: MlflowClient, exp_id: str, parent: str) -> dict[str, tuple[str, str]]:
+    """trial_id -> (run_id, status tag) of the parent's existing children."""
+    out: dict[str, tuple[str, str]] = {}
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp_id], f"tags.`mlflow.parentRunId` = '{parent}'", max_results=PAGE, page_token=token
+        )
+        for run in page:
+            tags = run.data.tags
+            out[tags.get("trial_id", "")] = (run.info.run_id, tags.get("status", ""))
+        token = page.token
+        if not token:
+            return out
+
+
+def _finite(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def training_payload(rows: pd.DataFrame) -> tuple[dict[str, str], dict[str, float], dict]:
+    """(params, metrics, tags) of one training from its record rows."""
+    clean = rows[rows["attack"] == "none"]
+    head = (clean if len(clean) else rows).iloc[0]
+    spec = json.loads(str(head["spec_json"])) if _finite(head["spec_json"]) else {}
+    params = {
+        k: (v if isinstance(v, str) else json.dumps(v, sort_keys=True))[:MAX_PARAM]
+        for k, v in spec.items()
+    }
+    metrics = {k: float(head[k]) for k in SCALARS if _finite(head[k])}
+    for attack in rows[rows["attack"] != "none"].itertuples():
+        if _finite(attack.ap):
+            metrics[f"ap/{attack.attack}"] = float(attack.ap)
+        if _finite(attack.mp):
+            metrics[f"mp/{attack.attack}"] = float(attack.mp)
+    ok = bool((rows["status"] == "ok").all())
+    tags = {
+        "trial_id": str(head["trial_id"]),
+        "config_hash": str(head["config_hash"]),
+        "setting_hash": str(head["setting_hash"]),
+        "status": "ok" if ok else "error",
+        "defense": str(head["defense"]),
+        "attacks": ",".join(str(a) for a in rows["attack"] if a != "none"),
+    }
+    if not ok:
+        tags["error"] = str(rows["error"].iloc[0])[:5000]
+    return params, metrics, tags
+
+
+def run_name(tags: dict[str, str], params: dict[str, str]) -> str:
+    """A readable child name: ``split fedsgd gdp@0.1 seed0 1a2b3c4d``."""
+    defense = tags["defense"]
+    if defense != "none":
+        defense += f"@{params.get('defense_param')}"
+    parts = [params.get("partition", ""), params.get("protocol", ""), defense]
+    seed = f"seed{params.get('seed', '')}"
+    return " ".join(p for p in [*parts, seed, tags["trial_id"][:8]] if p)
+
+
+def log_child(
+    client: MlflowClient, exp_id: str, parent: str, rows: pd.DataFrame, run_id: str | None
+) -> str:
+    """Create (or, for ``run_id``, complete) the child run of one training."""
+    from mlflow.entities import Metric, Param
+
+    params, metrics, tags = training_payload(rows)
+    stamp = int(pd.Timestamp(rows["created_at"].iloc[0]).timestamp() * 1000)
+    if run_id is None:
+        tags = {**tags, "mlflow.parentRunId": parent}
+        name = run_name(tags, params)
+        run = client.create_run(exp_id, start_time=stamp, tags=tags, run_name=name)
+        run_id = str(run.info.run_id)
+        client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
+    else:
+        for key, value in tags.items():
+            client.set_tag(run_id, key, value)
+    client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in metrics.items()])
+    client.set_terminated(run_id, "FINISHED" if tags["status"] == "ok" else "FAILED")
+    return run_id
+
+
+def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
+    """Make MLflow hold one child per recorded training under the sweep's parent run."""
+    from mlflow.entities import Metric
+
+    client = client_for(uri)
+    exp_id = experiment_id(client, sweep_dir.name, uri, sweep_dir.parent)
+    parent = parent_run(client, exp_id, sweep_dir)
+    existing = children(client, exp_id, parent)
+    result = SyncResult(exp_id, parent, children={t: r for t, (r, _) in existing.items()})
+    records = RecordSink(sweep_dir).read().to_pandas()
+    statuses = {}
+    for trial_id, rows in records.groupby("trial_id", sort=False):
+        ok = bool((rows["status"] == "ok").all())
+        statuses[trial_id] = ok
+        known = existing.get(str(trial_id))
+        if known is None:
+            result.children[str(trial_id)] = log_child(client, exp_id, parent, rows, None)
+            result.created += 1
+        elif ok and known[1] != "ok":  # a re-run fixed a failed training
+            log_child(client, exp_id, parent, rows, known[0])
+            result.updated += 1
+    n_ok = sum(statuses.values())
+    counts = {"trainings": len(statuses), "trainings_ok": n_ok, "records": len(records)}
+    counts["trainings_error"] = len(statuses) - n_ok
+    client.log_batch(parent, metrics=[Metric(k, float(v), _now(), 0) for k, v in counts.items()])
+    client.set_terminated(parent, "FINISHED")
+    return result
+
+
+def _now() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def sync_after_sweep(sweep_dir: Path, uri: str | None, results: Path) -> None:
+    """The sweep CLI's hook: sync, print one line; a tracking failure never fails a sweep."""
+    target = uri or default_uri(results)
+    try:
+        result = sync_sweep(sweep_dir, target)
+    except Exception as err:  # the records are safe; the next run syncs again
+        print(f"warning: MLflow sync to {target} failed ({err}); re-run to sync", file=sys.stderr)
+        return
+    print(
+        f"mlflow: {target} experiment {result.experiment_id} parent run {result.parent_run_id}: "
+        f"{result.created} new, {result.updated} updated, {len(result.children)} child runs",
+        flush=True,
+    )
+
+
+def metric_key(*parts: object) -> str:
+    """An MLflow-legal metric name from parts (``cdcs/gdp/0.1``)."""
+    text = "/".join(_fmt(p) for p in parts if _fmt(p))
+    return re.sub(r"[^\w.\- :/]", "_", text)
+
+
+def _fmt(part: object) -> str:
+    if isinstance(part, float):
+        return "" if math.isnan(part) else f"{part:g}"
+    return str(part)
+
+
+def log_analysis(
+    sweep_dir: Path, uri: str, report_dir: Path, ranking: pd.DataFrame, dcs: pd.DataFrame
+) -> dict[str, object]:
+    """Report folder as artifacts and the ranking as metrics on the parent; DCS per attack
+    on each training's child run."""
+    from mlflow.entities import Metric
+
+    synced = sync_sweep(sweep_dir, uri)
+    client = client_for(uri)
+    parent, stamp = synced.parent_run_id, _now()
+    client.log_artifacts(parent, str(report_dir), "report")
+    scenarios = ranking["scenario"].astype(str).nunique()
+    metrics = []
+    for row in ranking[ranking["cdcs"].notna()].itertuples():
+        where = (row.scenario,) if scenarios > 1 else ()
+        for name, value in (("cdcs", row.cdcs), ("rank", row.rank)):
+            key = metric_key(name, *where, row.defense, row.strength)
+            metrics.append(Metric(key, float(value), stamp, 0))
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(parent, metrics=metrics[start : start + 1000])
+    scored = dcs.loc[dcs["dcs"].notna(), ["trial_id", "attack", "dcs"]]
+    logged = 0
+    for trial_id, rows in scored.groupby("trial_id", observed=True):
+        run_id = synced.children.get(str(trial_id))
+        if run_id is not None:
+            pairs = zip(rows["attack"], rows["dcs"], strict=True)
+            batch = [Metric(metric_key("dcs", a), float(v), stamp, 0) for a, v in pairs]
+            client.log_batch(run_id, metrics=batch)
+            logged += 1
+    return {"parent_run_id": parent, "ranking_metrics": len(metrics), "children_with_dcs": logged}
