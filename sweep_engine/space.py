@@ -16,7 +16,7 @@ from trainables.errors import ConfigError
 from trainables.spec import TrialSpec, format_validation_error
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
-NESTED_FIELDS = ("protocol_params", "dataset_params")  # grid axes may be "protocol_params.q"
+NESTED_FIELDS = ("protocol_params", "dataset_params", "model_params", "defense_params")  # grid axes may be "protocol_params.q"
 METRICS = ("mp", "rounds", "comm_bytes", "train_seconds")
 
 

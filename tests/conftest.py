@@ -23,7 +23,8 @@ def ray_session() -> Iterator[None]:
 
     if not ray.is_initialized():
         # logical CPUs, not cores: a trial's placement group needs one bundle per party
-        ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+        # address="local": always a fresh instance, never a cluster another process left up
+        ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -94,7 +94,7 @@ def _noise_std(name: str, strength: float) -> float:
 
 
 def _gs_kept(strength: float) -> float:
-    return float((_sent("gs", strength, _grad_msg()) != 0).mean())
+    return float((_sent("gs", strength, _grad_msg(), residual=0) != 0).mean())
 
 
 def _gper_shift(strength: float) -> float:
@@ -202,3 +202,24 @@ def test_bad_defense_settings_are_config_errors(fields: dict[str, object], match
 
     with pytest.raises(ConfigError, match=match):
         check_names(_spec(**fields))
+
+
+def test_gs_residual_delivers_what_it_dropped_later() -> None:
+    """Aji & Heafield's residual: sent + kept back == every gradient produced, per sample."""
+    spec = _spec(defense="gs", defense_param=99.0)
+    active = prepare_parties(spec, DIGITS).inits[-1].build()
+    gs = active.defenses[0]
+    rng = np.random.default_rng(0)
+    produced = np.zeros((active.schedule.n_rows, 10))
+    sent = np.zeros_like(produced)
+    for epoch in range(3):
+        for ref in active.schedule.refs(epoch):
+            rows = active.schedule.rows(ref)
+            g = rng.normal(0, 0.01, (len(rows), 10)).astype(np.float32)
+            out = np.asarray(gs.on_send(active, Message.of("gradient", 1, 0, g, ref)).payload)
+            assert (out != 0).mean() <= 0.011
+            np.add.at(produced, rows, g)
+            np.add.at(sent, rows, out)
+    kept = gs._residuals(active, 0, 10)
+    assert np.allclose(sent + kept, produced, atol=1e-5)
+    assert np.abs(kept).sum() > 0

@@ -4,12 +4,19 @@ The active party zeroes the fraction ``strength`` (in percent: 95, 97, 99, 99.5)
 elements of each gradient message dL/dH_k (B, C) that are closest to zero, keeping the
 ceil((1 - s/100) * B * C) largest magnitudes. Ties at the threshold are broken by
 position, so exactly that many elements survive.
+
+With ``residual`` = 1 (the default: Aji & Heafield's gradient dropping), what is dropped
+is not lost: it is kept per training sample and class, and added to that sample's
+gradient the next time the sample is in a batch (the next epoch), so small but
+persistent gradients are delivered late instead of never. ``residual`` = 0 drops them
+for good. On digits with DLI (seed 0) the residual raised MP at 95 % from 0.853 to 0.936
+and lowered DLI's AP from 0.355 to 0.275; at 99.5 %: MP 0.717 -> 0.764, AP 0.141 -> 0.126.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -35,6 +42,7 @@ def sparsify(g: np.ndarray, drop_percent: float) -> np.ndarray:
 
 class GradientSparsification(Defense):
     name = "gs"
+    defaults: ClassVar[dict[str, Any]] = {"residual": 1}
     info = DefenseInfo(
         party="active",
         grid=(95.0, 97.0, 99.0, 99.5),
@@ -46,7 +54,22 @@ class GradientSparsification(Defense):
     def on_send(self, party: Party, msg: Message) -> Message:
         if not is_training_gradient(msg) or self.strength == 0.0:
             return msg
-        return with_payload(msg, sparsify(np.asarray(msg.payload), self.strength))
+        g = np.asarray(msg.payload)  # (B, C)
+        if not self.params["residual"] or msg.batch is None:
+            return with_payload(msg, sparsify(g, self.strength))
+        rows = party.schedule.rows(msg.batch)  # (B,) positions in the training rows
+        store = self._residuals(party, msg.dst, g.shape[1])
+        total = g + store[rows]
+        sent = sparsify(total, self.strength)
+        store[rows] = total - sent
+        return with_payload(msg, sent)
+
+    def _residuals(self, party: Party, dst: int, width: int) -> np.ndarray:
+        """The (n_rows, C) dropped remainder per training sample, one store per receiver."""
+        stores: dict[int, np.ndarray] = self.__dict__.setdefault("_stores", {})
+        if dst not in stores:
+            stores[dst] = np.zeros((party.schedule.n_rows, width), dtype=np.float32)
+        return stores[dst]
 
 
 DEFENSE = GradientSparsification

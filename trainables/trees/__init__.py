@@ -1,0 +1,16 @@
+"""Tree-based VFL and Paillier-encrypted VFL: ``TREE_MODELS`` and ``run_tree_trial``.
+
+Models (``TrialSpec.model``): ``xgboost`` (xgboost's federated column-split training),
+``secureboost`` (boosting with Paillier-encrypted g/h), ``rf`` / ``secure_rf`` (Gini
+random forest without / with encryption) and ``paillier_lr`` (VFLAIR's HE logistic
+regression NN-VFL). Tree parameters come from ``model_params``; the Paillier key length
+from ``key_length``; ``model_params.encrypt=0`` runs an encrypted model's protocol in
+plaintext (the benchmarks' "without encryption" twin).
+"""
+
+from __future__ import annotations
+
+from trainables.trees import models as _models  # noqa: F401  (registers the models)
+from trainables.trees.run import TREE_MODELS, run_tree_trial, tree_check, tree_incompatibility
+
+__all__ = ["TREE_MODELS", "run_tree_trial", "tree_check", "tree_incompatibility"]

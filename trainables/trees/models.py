@@ -1,0 +1,122 @@
+"""The registered tree / Paillier models: each turns (spec, party data, placement) into MP."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from trainables.data import Scaler
+from trainables.spec import TrialSpec
+from trainables.trees.builder import Wire
+from trainables.trees.crypto import KeyPair
+from trainables.trees.forest import ForestParams, train_forest
+from trainables.trees.paillier_lr import LRParams, LRPartyInit, train_lr
+from trainables.trees.parties import TreePartyInit
+from trainables.trees.run import Outcome, TreeData, encrypt_flag, model_params, register
+from trainables.trees.secureboost import BoostParams, train_boost
+from trainables.trees.session import Placement, TreeSession, passive_transport
+from trainables.trees.xgb_federated import (
+    XGBPartyInit,
+    predicted_class,
+    run_federated,
+    xgb_params,
+)
+
+
+@register("xgboost", BoostParams)
+def run_xgboost(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
+    """xgboost's own federated column-split training; the active party is rank 0."""
+    model_params(spec, BoostParams)
+    k = len(data.X_train)
+    ranks = [k - 1, *range(k - 1)]  # rank r -> party: active first
+    inits = [
+        XGBPartyInit(p, r, data.X_train[p], data.X_test[p], data.y_train if r == 0 else None)
+        for r, p in enumerate(ranks)
+    ]
+    params, rounds = xgb_params(dict(spec.model_params), data.n_classes, spec.seed)
+    results = run_federated(inits, params, rounds, where)
+    active = results[0]
+    mp = float((predicted_class(np.asarray(active["pred"])) == data.y_test).mean())
+    extra = {
+        "labels_per_rank": [r["labels_here"] for r in results],
+        "comm_bytes_measured": False,
+        "n_trees": rounds,
+    }
+    return Outcome(mp, rounds, 0, float(active["seconds"]), extra)
+
+
+def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool, train) -> Outcome:
+    """Shared plumbing: keys, the active party's own TreeParty, passives behind a transport."""
+    k = len(data.X_train)
+    n_bins = int(spec.model_params.get("n_bins", 32))
+    inits = [TreePartyInit(p, data.X_train[p], data.X_test[p], n_bins) for p in range(k)]
+    keys = KeyPair.generate(spec.key_length, encrypted)
+    own = inits[-1].build()
+    with passive_transport(inits[:-1], where) as transport:
+        session = TreeSession(own, Wire(transport), k - 1, keys)
+        start = time.perf_counter()
+        mp = train(session)
+        seconds = time.perf_counter() - start
+        stats = transport.stats
+    extra = {
+        "encrypted": encrypted,
+        "key_length": spec.key_length if encrypted else None,
+        "ciphertext_bytes": keys.public.ciphertext_bytes,
+        **keys.stats.as_dict(),
+    }
+    return Outcome(mp, stats.rounds, stats.comm_bytes, seconds, extra)
+
+
+@register("secureboost", BoostParams)
+def run_secureboost(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
+    params = model_params(spec, BoostParams)
+
+    def train(session: TreeSession) -> float:
+        return train_boost(session, data.y_train, data.y_test, data.n_classes, params)[0]
+
+    return _tree_run(spec, data, where, encrypt_flag(spec, True), train)
+
+
+def _forest(spec: TrialSpec, data: TreeData, where: Placement, default: bool) -> Outcome:
+    params = model_params(spec, ForestParams)
+
+    def train(session: TreeSession) -> float:
+        return train_forest(session, data.y_train, data.y_test, data.n_classes, params,
+                            spec.seed)[0]  # fmt: skip
+
+    return _tree_run(spec, data, where, encrypt_flag(spec, default), train)
+
+
+@register("rf", ForestParams)
+def run_rf(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
+    return _forest(spec, data, where, False)
+
+
+@register("secure_rf", ForestParams)
+def run_secure_rf(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
+    return _forest(spec, data, where, True)
+
+
+@register("paillier_lr", LRParams)
+def run_paillier_lr(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
+    """VFLAIR's HE logistic regression; ``encrypt=0, taylor=0`` is plaintext LR."""
+    params = model_params(spec, LRParams)
+    encrypted = encrypt_flag(spec, True)
+    taylor = bool(params.taylor) or encrypted  # encryption needs the polynomial loss
+    n = min(len(data.y_train), int(params.max_rows))
+    rows = np.sort(np.random.default_rng(spec.seed).permutation(len(data.y_train))[:n])
+    width = 1 if data.n_classes == 2 else data.n_classes
+    inits = []
+    for p, (X_tr, X_te) in enumerate(zip(data.X_train, data.X_test, strict=True)):
+        scaler = Scaler.fit(X_tr, "minmax")  # [0, 1] features keep the fixed point small
+        X_tr, X_te = scaler.transform(X_tr[rows]), scaler.transform(X_te)
+        if p == len(data.X_train) - 1:  # the active party's bias: a column of ones
+            X_tr = np.hstack([X_tr, np.ones((len(X_tr), 1))])
+            X_te = np.hstack([X_te, np.ones((len(X_te), 1))])
+        inits.append(LRPartyInit(p, X_tr.astype(np.float64), X_te.astype(np.float64), width,
+                                 int(spec.batch_size), float(spec.lr), spec.seed))  # fmt: skip
+    with passive_transport(inits[:-1], where) as transport:
+        out = train_lr(inits, data.y_train[rows], data.y_test, transport, int(spec.epochs),
+                       spec.key_length, encrypted, taylor)  # fmt: skip
+    return Outcome(out.mp, out.rounds, out.comm_bytes, out.seconds, {**out.extra, "rows": n})

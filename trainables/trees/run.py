@@ -1,0 +1,166 @@
+"""One tree / Paillier trial: TrialSpec in, one clean Record out (no attacks on these)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainables.data import Dataset, load_dataset, split_samples, vertical_split
+from trainables.errors import ConfigError
+from trainables.records import Record
+from trainables.registry import Registry
+from trainables.spec import TrialSpec
+from trainables.trees.session import Placement
+
+
+@dataclass(frozen=True)
+class TreeData:
+    """Columns per party (party order; the last is active) and the active party's labels."""
+
+    X_train: tuple[np.ndarray, ...]  # per party (N, d_k), raw feature values
+    X_test: tuple[np.ndarray, ...]  # per party (M, d_k)
+    y_train: np.ndarray  # (N,) active party only
+    y_test: np.ndarray  # (M,) active party only
+    n_classes: int
+
+
+@dataclass
+class Outcome:
+    mp: float
+    rounds: int
+    comm_bytes: int
+    train_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Runner = Callable[[TrialSpec, TreeData, Placement], Outcome]
+TREE_MODELS: Registry[Runner] = Registry("tree model")
+PARAMS: dict[str, tuple[type, ...]] = {}  # model -> its params dataclass(es)
+FLAGS = ("taylor",)  # 0/1 model_params (``encrypt`` is read by ``encrypt_flag``)
+
+
+def register(name: str, params: type) -> Callable[[Runner], Runner]:
+    def add(fn: Runner) -> Runner:
+        TREE_MODELS.register(name, fn)
+        PARAMS[name] = (params,)
+        return fn
+
+    return add
+
+
+def model_params(spec: TrialSpec, params: type) -> Any:
+    """The params dataclass from ``spec.model_params`` (+ ``encrypt``); ConfigError if bad."""
+    allowed = {f.name: f.type for f in dataclasses.fields(params)}
+    values = {k: v for k, v in spec.model_params.items() if k != "encrypt"}
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"model_params {unknown} not known for model {spec.model!r}; allowed: "
+            + ", ".join(sorted([*allowed, "encrypt"]))
+        )
+    out = params(**values)
+    for f in dataclasses.fields(out):
+        value = getattr(out, f.name)
+        zero_ok = f.name in FLAGS
+        if not isinstance(value, int | float) or value < 0 or (value == 0 and not zero_ok):
+            raise ConfigError(f"model_params.{f.name}={value!r} must be a positive number")
+    return out
+
+
+def encrypt_flag(spec: TrialSpec, default: bool) -> bool:
+    value = spec.model_params.get("encrypt", int(default))
+    if value not in (0, 1):
+        raise ConfigError(f"model_params.encrypt={value!r}: allowed 0 or 1")
+    return bool(value)
+
+
+def tree_data(spec: TrialSpec, ds: Dataset) -> TreeData:
+    columns = vertical_split(ds, spec.n_parties, spec.split_scheme)
+    samples = split_samples(
+        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train
+    )
+    rows = samples.labeled
+    return TreeData(
+        X_train=tuple(np.ascontiguousarray(ds.X_train[rows][:, c]) for c in columns),
+        X_test=tuple(np.ascontiguousarray(ds.X_test[:, c]) for c in columns),
+        y_train=np.asarray(ds.y_train[rows]),
+        y_test=np.asarray(ds.y_test),
+        n_classes=ds.n_classes,
+    )
+
+
+def tree_check(spec: TrialSpec) -> None:
+    """ConfigError if ``spec`` names a tree model with bad parameters or unsupported parts."""
+    _load_models()
+    TREE_MODELS.get(str(spec.model))
+    model_params(spec, PARAMS[str(spec.model)][0])
+    encrypt_flag(spec, True)
+    if spec.defense != "none" or spec.stack or spec.train_attack != "none":
+        raise ConfigError(
+            f"model={spec.model!r}: defenses and training-time attacks are defined for "
+            "NN-VFL models only; use defense: none and train_attack: none"
+        )
+    if spec.ssl_variant != "none":
+        raise ConfigError(f"model={spec.model!r}: ssl_variant must be none")
+
+
+def tree_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str | None:
+    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+    try:
+        tree_check(spec)
+        vertical_split(ds, spec.n_parties, spec.split_scheme)
+        split_samples(len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed)
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+def run_tree_trial(
+    spec: TrialSpec,
+    *,
+    transport: str = "local",
+    data_dir: str | Path | None = None,
+    cpu_per_party: float = 1.0,
+    gpu_per_party: float = 0.0,
+    address: str | None = None,
+    sweep: str = "",
+    trial_id: str = "",
+    reuse_actors: bool = False,
+    attacks: Sequence[Any] = (),
+) -> list[Record]:
+    """Run a tree / Paillier trial; its one record has ``attack='none'``."""
+    if attacks:
+        raise ConfigError(f"model={spec.model!r}: attacks are defined for NN-VFL models only")
+    tree_check(spec)
+    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+    data = tree_data(spec, ds)
+    where = Placement(transport, cpu_per_party, gpu_per_party, address, reuse_actors)
+    start = time.perf_counter()
+    out = TREE_MODELS.get(str(spec.model))(spec, data, where)
+    wall = time.perf_counter() - start
+    extra = {"wall_seconds": round(wall, 4), **out.extra}
+    return [
+        Record.clean(
+            spec,
+            len(data.y_train),
+            mp=out.mp,
+            rounds=out.rounds,
+            comm_bytes=out.comm_bytes,
+            train_seconds=round(out.train_seconds, 4),
+            extra=json.dumps(extra, sort_keys=True),
+            sweep=sweep,
+            trial_id=trial_id or spec.config_hash,
+        )
+    ]
+
+
+def _load_models() -> None:
+    """Import the model modules once (they register themselves)."""
+    from trainables.trees import models  # noqa: F401

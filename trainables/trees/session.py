@@ -1,0 +1,96 @@
+"""Where tree parties run: passives as plain objects (local) or in Ray actors (ray).
+
+The active party coordinates from the trial's own process (it holds the labels and the
+secret key); each passive party is a ``TreeParty`` built from its ``TreePartyInit``,
+hosted by the generic ``PartyActor`` under the ray transport. Rounds and bytes are the
+transport's counters (``Message.nbytes``; ciphertexts at their serialized size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainables.messages import Message
+from trainables.transport import LocalTransport
+from trainables.transport.base import Transport
+from trainables.trees.builder import ACTIVE, Wire
+from trainables.trees.crypto import KeyPair, PublicKey
+from trainables.trees.parties import TreeParty, TreePartyInit
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How to run the passive parties (``run_trial``'s transport arguments)."""
+
+    transport: str = "local"
+    cpu_per_party: float = 1.0
+    gpu_per_party: float = 0.0
+    address: str | None = None
+    reuse_actors: bool = False
+
+
+@contextmanager
+def passive_transport(inits: Sequence[Any], where: Placement) -> Iterator[Transport]:
+    """A transport to the parties built from ``inits`` (in order), closed on exit."""
+    if where.transport == "local":
+        yield LocalTransport([init.build() for init in inits])  # type: ignore[misc]
+        return
+    from trainables.transport.ray_actors import (
+        PartyResources,
+        RayParties,
+        RayTransport,
+        ensure_ray,
+    )
+
+    ensure_ray(where.address, num_cpus=None)
+    resources = PartyResources(where.cpu_per_party, where.gpu_per_party)
+    with RayParties(inits, resources, reuse=where.reuse_actors) as group:  # type: ignore[arg-type]
+        yield RayTransport(group.actors)
+
+
+@dataclass
+class TreeSession:
+    """The active party's handles: its own ``TreeParty``, the passives, the key pair."""
+
+    own: TreeParty
+    wire: Wire
+    n_passive: int
+    keys: KeyPair
+
+    @property
+    def transport(self) -> Transport:
+        assert self.wire.transport is not None
+        return self.wire.transport
+
+    def send_stats(self, packed: list[list[int]], rows: np.ndarray) -> None:
+        """Encrypt ``rows``' packed statistics once and send them to every passive party.
+
+        packed: (n_ints, N) plaintext packed ints; only ``rows`` are sent (others None).
+        """
+        n = len(packed[0]) if packed else 0
+        payload: list[list[Any]] = []
+        for chunk in packed:
+            enc = self.keys.public.encrypt([chunk[i] for i in rows], self.keys.stats)
+            full: list[Any] = [None] * n
+            for i, c in zip(rows, enc, strict=True):
+                full[i] = c
+            payload.append(full)
+        per_item = self.keys.public.ciphertext_bytes or _plain_bytes(packed)
+        msg = Message("row_stats", ACTIVE, 0, payload, per_item * len(rows) * len(packed))
+        self.wire.ask("receive", [(self.keys.public, msg, None)] * self.n_passive, True)
+        own_msg = Message("row_stats", ACTIVE, ACTIVE, packed, 0)
+        self.own.receive(PublicKey(encrypted=False), own_msg, None)
+
+
+def _plain_bytes(packed: list[list[int]]) -> int:
+    widest = max((int(v).bit_length() for chunk in packed for v in chunk), default=8)
+    return (widest + 7) // 8
+
+
+def active_party(init: TreePartyInit) -> TreeParty:
+    return init.build()
