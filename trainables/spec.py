@@ -61,6 +61,7 @@ class TrialSpec(BaseModel):
     batch_size: int | None = Field(None, ge=1)
     aligned_ratio: float = Field(1.0, gt=0, le=1)
     n_labeled: int | None = Field(None, ge=1)
+    n_aligned: int | None = Field(None, ge=1)  # overlapping rows by count (overrides the ratio)
     ssl_variant: str = "none"
     defense: str = "none"  # a name in trainables.defenses.DEFENSES
     defense_param: float | None = None  # its one strength; None -> the defense's default
