@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from sweep_engine.lock import SweepLock, describe
 from sweep_engine.plan import Plan, expand
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import load_space
@@ -30,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--resume", action="store_true", help="skip recorded trainings (what a re-run does anyway)"
     )
+    p.add_argument(
+        "--mlflow-uri", default=None, help="MLflow server (default sqlite:///<results>/mlflow.db)"
+    )
+    p.add_argument("--no-mlflow", action="store_true", help="do not log the sweep to MLflow")
     return p
 
 
@@ -57,6 +62,7 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
     sweep_dir = Path(args.results) / plan.space.name
     sink = RecordSink(sweep_dir)
     sink.clean_temporaries()
+    sink.quarantine_bad_files()  # corrupt files are moved aside; their trainings run again
     done = sink.done()
     start = time.perf_counter()
     if plan.space.search is not None:
@@ -79,6 +85,10 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
             runner.check_fits(plan)
             written, failed = runner.run_grid(plan, sweep_dir, todo, args.data_dir)
     wall = time.perf_counter() - start
+    if not args.no_mlflow:
+        from sweep_engine.tracking import sync_after_sweep
+
+        sync_after_sweep(sweep_dir, args.mlflow_uri, Path(args.results))
     print(
         f"done: {written} trainings recorded, {failed} failed, {skipped} skipped "
         f"(already recorded); wall {wall:.1f}s; records in {sink.records_dir}",
@@ -95,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
             print_plan(plan, args.json)
             return 0
         print_plan(plan, as_json=False)
-        return execute(plan, args)
+        with SweepLock(Path(args.results) / plan.space.name) as lock:  # exit 2 if held
+            if lock.stale:
+                print(f"took over the stale lock of a dead driver: {describe(lock.stale)}")
+            return execute(plan, args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

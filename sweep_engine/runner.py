@@ -119,6 +119,10 @@ class Progress(tune.Callback):
             flush=True,
         )
 
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
+        """A failed attempt that Tune retries (``run.max_failures``): say so, record nothing."""
+        print(f"[retry] {self.label}{_short(trial.config)} failed; retrying", flush=True)
+
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
         print(f"[error] {self.label}{_short(trial.config)} failed after retries", flush=True)
 

@@ -1,0 +1,108 @@
+"""The driver (``python sweep.py``) SIGKILLed at three points, then the same command re-run:
+every training recorded once, no corrupt or temporary file left, nothing finished re-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pytest
+
+from sweep_engine.lock import LOCK_NAME
+from sweep_engine.plan import expand
+from sweep_engine.sink import FAULT_ENV, check_file
+from sweep_engine.space import load_space
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
+N = 6
+
+
+def start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``sweep.py`` with its stdout and stderr in ``log`` (a file: no pipe to fill up)."""
+    with open(log, "w") as fh:
+        return subprocess.Popen(
+            [sys.executable, "sweep.py", *args],
+            cwd=ROOT,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
+        )
+
+
+def wait_for(check: object, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_driver_killed_at_three_points_then_rerun_completes_exactly_once(
+    tmp_path: Path, ray_session: None
+) -> None:
+    import ray
+
+    space = tmp_path / "killed3.yaml"
+    space.write_text(
+        "name: killed3\nbase: {dataset: digits, epochs: 15}\n"
+        f"grid: {{seed: {list(range(N))}}}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 2}\n"
+    )
+    results = tmp_path / "results"
+    records = results / "killed3" / "records"
+    args = ["--space", str(space), "--results", str(results)]
+    args += ["--address", ray.get_runtime_context().gcs_address]
+
+    def finals() -> list[Path]:
+        return sorted(records.glob("[!.]*.parquet")) if records.is_dir() else []
+
+    # 1. planning done, Ray about to be joined: killed before any training started
+    log1 = tmp_path / "run1.log"
+    proc = start(args, log1)
+    wait_for(lambda: "to run" in log1.read_text())
+    kill(proc)
+    assert f"{N} trainings planned, 0 already recorded, {N} to run" in log1.read_text()
+    assert finals() == [] and (results / "killed3" / LOCK_NAME).exists()  # a stale lock
+
+    # 2. some trainings recorded, others in flight
+    log2 = tmp_path / "run2.log"
+    proc = start(args, log2)
+    wait_for(lambda: len(finals()) >= 2)
+    kill(proc)
+    assert "took over the stale lock of a dead driver" in log2.read_text()
+    after2 = {p: p.stat().st_mtime_ns for p in finals()}
+    assert 2 <= len(after2) < N, len(after2)
+
+    # 3. in the middle of a record write: half a file in a temporary, then SIGKILL
+    log3 = tmp_path / "run3.log"
+    proc = start(args, log3, {FAULT_ENV: "kill_during_write:1"})
+    assert proc.wait(timeout=300) == -signal.SIGKILL, log3.read_text()[-3000:]
+    (half,) = records.glob(".*.tmp")
+    assert check_file(half) is not None  # really half a Parquet file
+    assert {p: p.stat().st_mtime_ns for p in finals()} == after2  # nothing final touched
+    assert f"{len(after2)} already recorded, {N - len(after2)} to run" in log3.read_text()
+
+    # the same command, to the end
+    log4 = tmp_path / "run4.log"
+    proc = start(args, log4)
+    assert proc.wait(timeout=300) == 0, log4.read_text()[-3000:]
+    out = log4.read_text()
+    assert f"{len(after2)} already recorded, {N - len(after2)} to run" in out
+    assert f"done: {N - len(after2)} trainings recorded, 0 failed" in out  # only the missing
+    assert {p: p.stat().st_mtime_ns for p in after2} == after2  # finished ones not re-run
+    plan = expand(load_space(str(space)))
+    assert [p.stem for p in finals()] == sorted(t.trial_id for t in plan.trainings)
+    assert all(check_file(p) is None for p in finals())
+    assert not list(records.glob(".*")) and not (results / "killed3" / LOCK_NAME).exists()
+    rows = pads.dataset(records, format="parquet").to_table().to_pylist()
+    assert len(rows) == N and all(r["status"] == "ok" for r in rows)
