@@ -2,7 +2,9 @@
 
 A protocol runs where the active party lives: in this process for the ``local``
 transport, inside the active party's actor for ``ray``. It talks to the passive parties
-only through a ``Transport``.
+only through a ``Transport``. A protocol may also ask every party to stack message
+hooks (``codec_hooks``: compression codecs, CELU-VFL's workset); trial.py appends them
+after every other hook, so codecs encode last on send and decode first on receive.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from trainables.transport.base import Pending, Transport
 
 PROTOCOLS: Registry = Registry("protocol")
 
+HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in PartyInit.hooks
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -30,13 +34,18 @@ class TrainResult:
     final_loss: float
     submit_seconds: float = 0.0  # in the transport's submit (serialization, task dispatch)
     wait_seconds: float = 0.0  # blocked on the passive parties (their compute + transfer)
+    bytes_up: int = 0  # passive -> active (embeddings), as sent
+    bytes_down: int = 0  # active -> passive (gradients), as sent
+    eval_bytes: int = 0  # evaluation traffic; never part of comm_bytes
+    rounds_to_target: int | None = None  # first epoch-end round count with MP >= target
+    mp_by_epoch: tuple[float, ...] = ()  # test MP after each epoch (only with a target)
 
 
 class Protocol:
     """Base: FedSGD-style rounds over the batch schedule; one exchange per round.
 
-    Subclasses declare ``defaults`` (their parameters) and may override ``local_steps``
-    or the round itself.
+    Subclasses declare ``defaults`` (their parameters) and may override ``local_steps``,
+    ``codec_hooks`` or ``update``.
     """
 
     name: ClassVar[str] = "base"
@@ -57,10 +66,24 @@ class Protocol:
 
     @property
     def local_steps(self) -> int:
-        """Local updates per exchange (Q); FedSGD does one."""
+        """Local updates per exchange on the exchanged batch (Q of FedBCD); FedSGD does one."""
         return 1
 
-    def run(self, active: ActiveParty, transport: Transport, epochs: int) -> TrainResult:
+    def codec_hooks(self) -> tuple[HookEntry, ...]:
+        """Hook entries every party stacks last (family ``codec``); none for plain exchange."""
+        return ()
+
+    def update(self, active: ActiveParty, ref: BatchRef) -> None:
+        """The active party's own training after round ``ref``'s gradients have left."""
+        active.update()
+
+    def run(
+        self,
+        active: ActiveParty,
+        transport: Transport,
+        epochs: int,
+        target_mp: float | None = None,
+    ) -> TrainResult:
         """Train for ``epochs`` over the shared schedule, then evaluate on the test rows.
 
         Round t: the passive parties apply gradient t-1 and send H(t) in one call; the
@@ -68,26 +91,54 @@ class Protocol:
         H(t+1), and updates its own models while the passive parties work. Each party's
         arithmetic is exactly FedSGD's (FedBCD's with Q local steps); only the waiting
         overlaps.
+
+        With ``target_mp``, test MP is also measured after every epoch (VFLAIR's #Rounds):
+        the first epoch whose MP reaches the target gives ``rounds_to_target`` = rounds
+        completed by then. At that point every party has applied the epoch's last
+        gradient (the passive step that did so was submitted before the evaluation call,
+        and a party runs its calls in order). Evaluation traffic is counted apart
+        (``eval_bytes``) and draws no random numbers, so training is unchanged by it.
         """
         start = time.perf_counter()
-        refs = [ref for epoch in range(epochs) for ref in active.schedule.refs(epoch)]
+        per_epoch = [active.schedule.refs(epoch) for epoch in range(epochs)]
+        refs = [ref for epoch_refs in per_epoch for ref in epoch_refs]
+        epoch_ends = {sum(len(r) for r in per_epoch[: e + 1]) - 1 for e in range(epochs - 1)}
+        curve: list[float] = []
+        reached: int | None = None
+        eval_seconds = 0.0
         pending = self.send(transport, [None] * transport.n_peers, refs[0])
         for i, ref in enumerate(refs):
             active.forward(ref)
             grads = active.passive_gradients(ref, transport.gather(pending))
             pending = self.send(transport, grads, refs[i + 1] if i + 1 < len(refs) else None)
-            active.update()
+            self.update(active, ref)
+            if target_mp is not None and i in epoch_ends:
+                eval_start = time.perf_counter()
+                curve.append(self.evaluate(active, transport))
+                if reached is None and curve[-1] >= target_mp:
+                    reached = i + 1
+                eval_seconds += time.perf_counter() - eval_start
         transport.gather(pending)  # the last gradients: every party ends on the same version
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start - eval_seconds
         mp = self.evaluate(active, transport)
+        if target_mp is not None:
+            curve.append(mp)
+            if reached is None and mp >= target_mp:
+                reached = len(refs)
+        stats = transport.stats
         return TrainResult(
             mp=mp,
-            rounds=transport.stats.rounds,
-            comm_bytes=transport.stats.comm_bytes,
+            rounds=stats.rounds,
+            comm_bytes=stats.comm_bytes,
             train_seconds=seconds,
             final_loss=active.last_loss,
-            submit_seconds=transport.stats.submit_seconds,
-            wait_seconds=transport.stats.wait_seconds,
+            submit_seconds=stats.submit_seconds,
+            wait_seconds=stats.wait_seconds,
+            bytes_up=stats.bytes_up,
+            bytes_down=stats.bytes_down,
+            eval_bytes=stats.eval_bytes,
+            rounds_to_target=reached,
+            mp_by_epoch=tuple(curve),
         )
 
     def send(

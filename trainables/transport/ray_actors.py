@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,12 +115,17 @@ class PartyActor:
         return float(np.median(samples) * 1000)
 
     def train(
-        self, protocol: str, params: dict[str, Any], peers: Sequence[Any], epochs: int
+        self,
+        protocol: str,
+        params: dict[str, Any],
+        peers: Sequence[Any],
+        epochs: int,
+        target_mp: float | None = None,
     ) -> TrainResult:
         """Run the protocol here, next to the active party, against the passive actors."""
         assert isinstance(self.party, ActiveParty), "train runs on the active party's actor"
         proto = PROTOCOLS.create(protocol, **params)
-        return proto.run(self.party, RayTransport(peers), epochs)  # type: ignore[union-attr]
+        return proto.run(self.party, RayTransport(peers), epochs, target_mp)  # type: ignore[union-attr]
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array-valued attribute of the hosted party (for threat-model tests)."""
@@ -130,6 +136,38 @@ class PartyActor:
             elif isinstance(value, np.ndarray):
                 out[name] = value
         return out
+
+    def reachable_arrays(self) -> dict[str, np.ndarray]:
+        """Every array reachable from this actor's state, by path (for threat-model tests:
+        a passive party's actor must hold nothing equal to the labels, however deep)."""
+        out: dict[str, np.ndarray] = {}
+        _walk_arrays(vars(self), "actor", out, set())
+        return out
+
+
+def _walk_arrays(obj: Any, path: str, out: dict[str, np.ndarray], seen: set[int]) -> None:
+    """Depth-first over attributes, containers and closures; arrays and tensors collected."""
+    skip = (type, types.ModuleType, str, bytes, int, float, complex)
+    if obj is None or isinstance(obj, skip) or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        out[path] = obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj
+        return
+    if isinstance(obj, dict):
+        items: Any = obj.items()
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        items = enumerate(obj)
+    elif callable(obj) and hasattr(obj, "__code__"):  # a closure: what it captured
+        cells = [c for c in obj.__closure__ or () if c != types.CellType()]  # skip empty
+        items = [(f"<cell{i}>", c.cell_contents) for i, c in enumerate(cells)]
+    else:
+        items = list(getattr(obj, "__dict__", {}).items())
+        items += [(s, getattr(obj, s)) for s in getattr(obj, "__slots__", ()) if hasattr(obj, s)]
+        if hasattr(obj, "__self__"):  # a bound method: its object
+            items.append(("__self__", obj.__self__))
+    for key, value in items:
+        _walk_arrays(value, f"{path}.{key}", out, seen)
 
 
 class RayTransport(Transport):
@@ -242,8 +280,11 @@ class RayParties:
     def passives(self) -> list[Any]:
         return self.actors[:-1]
 
-    def train(self, protocol: str, params: dict[str, Any], epochs: int) -> TrainResult:
-        return ray.get(self.active.train.remote(protocol, params, self.passives, epochs))
+    def train(
+        self, protocol: str, params: dict[str, Any], epochs: int, target_mp: float | None = None
+    ) -> TrainResult:
+        remote = self.active.train.remote(protocol, params, self.passives, epochs, target_mp)
+        return ray.get(remote)
 
     def snapshot(self) -> list[Party]:
         """Copies of the trained parties, in party order (the trial's attack harness)."""
