@@ -65,8 +65,9 @@ def prepare_parties(
     protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
     columns = vertical_split(ds, spec.n_parties, spec.split_scheme)
     samples = split_samples(
-        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train
-    )
+        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
+        n_aligned=spec.n_aligned,
+    )  # fmt: skip
     rows = samples.labeled  # supervised VFL trains on the aligned, labeled rows
     config = PartyConfig(
         model=str(spec.model),
@@ -207,6 +208,14 @@ def run_trial(
             gpu_per_party=gpu_per_party, address=address, sweep=sweep, trial_id=trial_id,
             reuse_actors=reuse_actors, attacks=attacks,
         )  # fmt: skip
+    if is_ssl_variant(spec):  # FedCVT & co.: trainables/ssl
+        from trainables.ssl import run_ssl_trial
+
+        return run_ssl_trial(
+            spec, transport=transport, data_dir=data_dir, cpu_per_party=cpu_per_party,
+            gpu_per_party=gpu_per_party, address=address, sweep=sweep, trial_id=trial_id,
+            reuse_actors=reuse_actors, attacks=attacks,
+        )  # fmt: skip
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     evaluated = attacks_of(spec, attacks)
     prepared = prepare_parties(spec, ds, evaluated)
@@ -263,6 +272,13 @@ def is_tree_model(spec: TrialSpec) -> bool:
     return str(spec.model) in TREE_MODEL_NAMES
 
 
+def is_ssl_variant(spec: TrialSpec) -> bool:
+    """Semi-/self-supervised variants (``trainables.ssl.SSL_VARIANTS``) run their own trials."""
+    from trainables.ssl import SSL_VARIANTS
+
+    return spec.ssl_variant in SSL_VARIANTS
+
+
 def check_names(spec: TrialSpec) -> None:
     """Raise ConfigError if a name in ``spec`` is not registered or its parameters are bad."""
     from trainables.data import DATASETS
@@ -272,6 +288,10 @@ def check_names(spec: TrialSpec) -> None:
 
         DATASETS.get(spec.dataset)
         return tree_check(spec)
+    if is_ssl_variant(spec):
+        from trainables.ssl import ssl_check
+
+        return ssl_check(spec)
     from trainables.models import BOTTOMS
 
     DATASETS.get(spec.dataset)
@@ -279,7 +299,10 @@ def check_names(spec: TrialSpec) -> None:
     PROTOCOLS.create(spec.protocol, **spec.protocol_params)
     defense_stack.build(spec)
     if spec.ssl_variant != "none":
-        raise ConfigError(f"ssl_variant={spec.ssl_variant!r} is not available yet; allowed: none")
+        from trainables.ssl import SSL_VARIANTS
+
+        allowed = ", ".join(["none", *SSL_VARIANTS.names()])
+        raise ConfigError(f"unknown ssl_variant={spec.ssl_variant!r}; allowed: {allowed}")
 
 
 def incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str | None:
@@ -291,10 +314,17 @@ def incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str 
         from trainables.trees import tree_incompatibility
 
         return tree_incompatibility(spec, data_dir)
+    if is_ssl_variant(spec):
+        from trainables.ssl import ssl_incompatibility
+
+        return ssl_incompatibility(spec, data_dir)
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     try:
         vertical_split(ds, spec.n_parties, spec.split_scheme)
-        split_samples(len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed)
+        split_samples(
+            len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed,
+            n_aligned=spec.n_aligned,
+        )  # fmt: skip
     except MissingDataError:
         raise
     except ConfigError as err:

@@ -128,11 +128,13 @@ def split_samples(
     n_labeled: int | None = None,
     seed: int = 0,
     y: np.ndarray | None = None,
+    n_aligned: int | None = None,
 ) -> SampleSplit:
     """Choose aligned / unaligned / labeled training rows, deterministically in ``seed``.
 
     ``aligned_ratio`` in (0, 1] is the fraction of train rows all parties share (rounded, at
-    least 1). ``n_labeled`` (default: all aligned) of the aligned rows carry labels; with
+    least 1); ``n_aligned``, when given, is that count directly (overrides the ratio).
+    ``n_labeled`` (default: all aligned) of the aligned rows carry labels; with
     ``y`` given, every class present among the aligned rows gets a labeled row whenever
     ``n_labeled`` is at least the number of such classes.
     """
@@ -145,7 +147,11 @@ def split_samples(
         raise ConfigError(f"y has shape {np.shape(y)}, expected ({n_train},) for n_train")
     rng = np.random.default_rng(seed)
     perm = rng.permutation(int(n_train))
-    n_aligned = max(1, min(int(n_train), math.floor(ratio * n_train + 0.5)))
+    if n_aligned is None:
+        n_aligned = max(1, min(int(n_train), math.floor(ratio * n_train + 0.5)))
+    elif isinstance(n_aligned, bool) or not 1 <= int(n_aligned) <= n_train:
+        raise ConfigError(f"n_aligned={n_aligned!r} is outside [1, {n_train}] (n_train)")
+    n_aligned = int(n_aligned)
     aligned = np.sort(perm[:n_aligned]).astype(np.int64)
     unaligned = np.sort(perm[n_aligned:]).astype(np.int64)
     if n_labeled is None:
