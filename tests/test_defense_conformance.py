@@ -195,6 +195,9 @@ def test_gdp_reports_epsilon_from_opacus_that_falls_with_noise() -> None:
         ({"defense": "gs", "defense_param": 150.0}, "strength=150.0"),
         ({"defense": "gs", "defense_params": {"party": "passive"}}, "party='passive'"),
         ({"defense": "gdp", "defense_params": {"sigma": 1}}, r"unknown parameter\(s\) \['sigma'\]"),
+        ({"defense": "gdp", "defense_params": {"clip": -1}}, "clip=-1; allowed: a number > 0"),
+        ({"defense": "iso", "defense_params": {"on": "weights"}}, "on='weights'; allowed"),
+        ({"defense": "gs", "defense_params": {"residual": 2}}, "residual=2; allowed: 0, 1"),
     ],
 )
 def test_bad_defense_settings_are_config_errors(fields: dict[str, object], match: str) -> None:

@@ -81,6 +81,18 @@ class Defense:
                 f"{self.info.low} <= strength <= {self.info.high}"
             )
         self.generator = torch.Generator().manual_seed(seed * 7919 + 104729 * (index + 1))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError for bad parameter values (subclasses with parameters)."""
+
+    def choice(self, key: str, allowed: tuple[Any, ...]) -> None:
+        """ConfigError unless ``params[key]`` is one of ``allowed``."""
+        if self.params[key] not in allowed:
+            raise ConfigError(
+                f"defense {self.name!r}: {key}={self.params[key]!r}; allowed: "
+                + ", ".join(repr(a) for a in allowed)
+            )
 
     # -- installation ---------------------------------------------------------------
     def attach(self, party: Party) -> None:

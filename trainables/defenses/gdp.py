@@ -28,6 +28,7 @@ from trainables.defenses.base import (
     is_training_gradient,
     with_payload,
 )
+from trainables.errors import ConfigError
 from trainables.messages import Message
 
 if TYPE_CHECKING:
@@ -39,6 +40,11 @@ class NoisyMessages(Defense):
 
     kind: ClassVar[str] = "gaussian"
     defaults: ClassVar[dict[str, Any]] = {"clip": 0.2}
+
+    def validate(self) -> None:
+        clip = self.params["clip"]
+        if isinstance(clip, bool) or not isinstance(clip, int | float) or clip <= 0:
+            raise ConfigError(f"defense {self.name!r}: clip={clip!r}; allowed: a number > 0")
 
     def on_send(self, party: Party, msg: Message) -> Message:
         if self.party == "active" and is_training_gradient(msg):

@@ -51,6 +51,9 @@ class GradientSparsification(Defense):
         high=100.0,
     )
 
+    def validate(self) -> None:
+        self.choice("residual", (0, 1))
+
     def on_send(self, party: Party, msg: Message) -> Message:
         if not is_training_gradient(msg) or self.strength == 0.0:
             return msg

@@ -37,6 +37,9 @@ class IsotropicNoise(Defense):
         quantity="noise norm relative to the largest row norm (lambda)",
     )
 
+    def validate(self) -> None:
+        self.choice("on", ("gradient", "representation"))
+
     def on_send(self, party: Party, msg: Message) -> Message:
         wanted = "gradient" if self.params["on"] == "gradient" else "representation"
         if msg.kind != wanted or self.strength == 0.0:
