@@ -69,6 +69,7 @@ def test_reused_actors_are_emptied_between_trials(ray_session: None) -> None:
     spec = TrialSpec.build(dataset="breast_cancer", n_parties=3, epochs=2)
     prepared = prepare_parties(spec, load_dataset("breast_cancer"))
     expected = train_local(prepared, 2)
+    release_warm_actors()  # earlier tests in this process may have left warm actors
     try:
         with RayParties(prepared.inits, PartyResources(cpu=0.5), reuse=True) as first:
             assert not first.reused
