@@ -16,7 +16,8 @@ from trainables.errors import ConfigError
 from trainables.spec import TrialSpec, format_validation_error
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
-NESTED_FIELDS = ("protocol_params", "dataset_params", "model_params", "defense_params")  # grid axes may be "protocol_params.q"
+# grid axes may be dotted into these: "protocol_params.q", "model_params.n_trees"
+NESTED_FIELDS = ("protocol_params", "dataset_params", "model_params", "defense_params")
 METRICS = ("mp", "rounds", "comm_bytes", "train_seconds")
 
 

@@ -175,7 +175,10 @@ def train_ray(
     resources = PartyResources(cpu_per_party, gpu_per_party)
     with RayParties(prepared.inits, resources, reuse=reuse_actors) as group:
         result = group.train(
-            spec.protocol, dict(spec.protocol_params), int(spec.epochs), spec.target_mp  # type: ignore[arg-type]
+            spec.protocol,
+            dict(spec.protocol_params),
+            int(spec.epochs),
+            spec.target_mp,  # type: ignore[arg-type]
         )
         return result, group.snapshot() if snapshot else []
 
