@@ -1,0 +1,116 @@
+"""The pieces every SSL method shares: widths, the two-tower network, the method registry.
+
+Why a ``Tower``: FedHSSL's cross-party and local models are the same two-tower shape
+(online encoder + projector + predictor, and a target encoder that is the online one for
+SimSiam and its EMA for BYOL/MoCo, Table II); the encoder is split into a party-private
+bottom and a top that partial model aggregation may average (Table III: "top 1 layer").
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from trainables.registry import Registry
+
+SSL_METHODS: Registry = Registry("ssl method")
+
+
+@dataclass(frozen=True)
+class Widths:
+    """Encoder and head widths. Paper: projector [512, 512, 512] (MoCo [512, 512, 128]),
+    predictor [128, 512]; the encoder widths are ours (MLP bottom + 1-layer top)."""
+
+    hidden: int = 128  # bottom output width
+    emb: int = 64  # top output: the representation fine-tuning uses
+    proj: int = 512  # projector hidden widths
+    proj_out: int = 512  # projector output (MoCo: 128)
+    pred: int = 128  # predictor hidden width
+
+
+class SSLMethod:
+    """One SSL objective. ``momentum`` None: the target encoder is the online one."""
+
+    name: ClassVar[str] = "base"
+    momentum: ClassVar[float | None] = None
+    has_predictor: ClassVar[bool] = True
+
+    def loss(self, p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """(B, P) predictions vs (B, P) stop-gradient targets -> scalar."""
+        raise NotImplementedError
+
+    def observe(self, z: torch.Tensor) -> None:
+        """Called with the targets of each step (MoCo's queue); default: nothing."""
+
+
+def mlp_layers(widths: list[int], last_relu: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        layers.append(nn.Linear(a, b))
+        if i < len(widths) - 2 or last_relu:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class Tower(nn.Module):
+    """bottom (N, d) -> (N, hidden); top -> (N, emb); projector -> (N, P); predictor -> (N, P).
+
+    ``target`` is a frozen EMA copy of bottom+top+projector for methods with momentum.
+    """
+
+    def __init__(self, in_dim: int, w: Widths, method: SSLMethod) -> None:
+        super().__init__()
+        self.method = method
+        self.bottom = mlp_layers([in_dim, w.hidden], last_relu=True)
+        self.top = mlp_layers([w.hidden, w.emb], last_relu=True)
+        self.projector = mlp_layers([w.emb, w.proj, w.proj, w.proj_out], last_relu=False)
+        self.predictor: nn.Module = (
+            mlp_layers([w.proj_out, w.pred, w.proj_out], last_relu=False)
+            if method.has_predictor
+            else nn.Identity()
+        )
+        self.target: nn.Module | None = None
+        if method.momentum is not None:
+            self.target = copy.deepcopy(nn.Sequential(self.bottom, self.top, self.projector))
+            self.target.requires_grad_(False)
+
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, d) -> (N, emb): what fine-tuning builds on."""
+        return self.top(self.bottom(x))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, d) -> online z (N, P), prediction p (N, P)."""
+        z = self.projector(self.represent(x))
+        return z, self.predictor(z)
+
+    @torch.no_grad()
+    def target_z(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, d) -> (N, P) stop-gradient target representation."""
+        if self.target is None:
+            return self.projector(self.represent(x))
+        return self.target(x)
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        if self.target is None or self.method.momentum is None:
+            return
+        m = self.method.momentum
+        online = nn.Sequential(self.bottom, self.top, self.projector)
+        for t, o in zip(self.target.parameters(), online.parameters(), strict=True):
+            t.mul_(m).add_(o, alpha=1.0 - m)
+
+    def shared_modules(self) -> dict[str, nn.Module]:
+        """What partial model aggregation averages: the top encoder (its layer and the
+        projector above it, which only pretraining uses) and the predictor."""
+        return {"top": self.top, "projector": self.projector, "predictor": self.predictor}
+
+
+def cosine(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """(B, P), (B, P) -> (B,) cosine similarity with z detached."""
+    return F.cosine_similarity(p, z.detach(), dim=1)
