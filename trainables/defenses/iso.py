@@ -4,7 +4,7 @@ On each outgoing matrix d (B, m) — gradients dL/dH_k at the active party, or e
 representations — ISO adds N(0, sigma^2 I) with sigma = lambda * max_i ||d_i||_2 / sqrt(m):
 the noise norm per row is about lambda times the largest row norm, whatever the scale of
 the gradients (which shrink as training converges). ``on`` picks what is noised:
-``gradient`` (default) or ``representation`` (SSL pretraining exchanges).
+``gradient`` (default), ``representation`` (SSL pretraining exchanges) or ``both``.
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ class IsotropicNoise(Defense):
     )
 
     def validate(self) -> None:
-        self.choice("on", ("gradient", "representation"))
+        self.choice("on", ("gradient", "representation", "both"))
 
     def on_send(self, party: Party, msg: Message) -> Message:
-        wanted = "gradient" if self.params["on"] == "gradient" else "representation"
-        if msg.kind != wanted or self.strength == 0.0:
+        on = self.params["on"]
+        wanted = ("gradient", "representation") if on == "both" else (on,)
+        if msg.kind not in wanted or self.strength == 0.0:
             return msg
         d = torch.from_numpy(np.array(msg.payload))
         sigma = iso_sigma(d, self.strength)
