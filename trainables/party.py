@@ -81,6 +81,20 @@ class MessageHook(TypingProtocol):
     def on_receive(self, party: Party, msg: Message) -> Message: ...
 
 
+def send_through(hooks: Sequence[MessageHook], owner: Any, msg: Message) -> Message:
+    """``msg`` through ``owner``'s hook stack on the way out (list order)."""
+    for hook in hooks:
+        msg = hook.on_send(owner, msg)
+    return msg
+
+
+def receive_through(hooks: Sequence[MessageHook], owner: Any, msg: Message) -> Message:
+    """``msg`` through ``owner``'s hook stack on the way in (reverse order: middleware)."""
+    for hook in reversed(hooks):
+        msg = hook.on_receive(owner, msg)
+    return msg
+
+
 def hook_registry(family: str) -> Any:
     """The registry of a hook family; imported late so parties load only what they use."""
     if family == "defense":
@@ -158,14 +172,10 @@ class Party:
         return list(self.bottom.parameters())
 
     def _send(self, msg: Message) -> Message:
-        for hook in self.hooks:
-            msg = hook.on_send(self, msg)
-        return msg
+        return send_through(self.hooks, self, msg)
 
     def _receive(self, msg: Message) -> Message:
-        for hook in reversed(self.hooks):
-            msg = hook.on_receive(self, msg)
-        return msg
+        return receive_through(self.hooks, self, msg)
 
     def forward(self, ref: BatchRef) -> Message:
         """H_k = G_k(X_k[batch]) : (B, C), kept with its graph until the gradient comes back."""

@@ -232,9 +232,7 @@ def run_trial(
     clean = Record.clean(
         spec,
         prepared.n_labeled,
-        defense_party=defense_stack.parties_label(spec),
-        defense_param=defense_stack.primary_strength(spec),
-        epsilon=defense_stack.privacy_spent(spec, result.rounds, sample_rate),
+        **defense_stack.record_fields(spec, result.rounds, sample_rate),
         mp=result.mp,
         rounds=result.rounds,
         comm_bytes=result.comm_bytes,

@@ -51,6 +51,10 @@ class GradientSparsification(Defense):
         high=100.0,
     )
 
+    def __init__(self, *args: Any, **params: Any) -> None:
+        super().__init__(*args, **params)
+        self.stores: dict[int, np.ndarray] = {}  # receiver -> (n_rows, C) dropped remainder
+
     def validate(self) -> None:
         self.choice("residual", (0, 1))
 
@@ -69,10 +73,9 @@ class GradientSparsification(Defense):
 
     def _residuals(self, party: Party, dst: int, width: int) -> np.ndarray:
         """The (n_rows, C) dropped remainder per training sample, one store per receiver."""
-        stores: dict[int, np.ndarray] = self.__dict__.setdefault("_stores", {})
-        if dst not in stores:
-            stores[dst] = np.zeros((party.schedule.n_rows, width), dtype=np.float32)
-        return stores[dst]
+        if dst not in self.stores:
+            self.stores[dst] = np.zeros((party.schedule.n_rows, width), dtype=np.float32)
+        return self.stores[dst]
 
 
 DEFENSE = GradientSparsification

@@ -50,23 +50,19 @@ def hook_entries(spec: TrialSpec) -> dict[int, list[tuple[str, str, dict[str, An
     return out
 
 
-def parties_label(spec: TrialSpec) -> str:
-    """``active``, ``passive``, or ``+``-joined for a stack; empty without defense."""
-    return "+".join(d.party for d in build(spec))
-
-
-def primary_strength(spec: TrialSpec) -> float | None:
-    """The primary defense's strength as applied (its default filled in); None without."""
+def record_fields(spec: TrialSpec, steps: int, sample_rate: float) -> dict[str, Any]:
+    """The record's defense columns: ``defense_party`` (``active``, ``passive``, ``+``-joined
+    for a stack, empty without), ``defense_param`` (the primary strength as applied, its
+    default filled in) and ``epsilon`` at delta=1e-5 of the accounted defenses (G-DP at the
+    active party; summed over a stack by basic composition; None if none accounts)."""
     built = build(spec)
-    return built[0].strength if built and spec.defense != "none" else None
-
-
-def privacy_spent(spec: TrialSpec, steps: int, sample_rate: float) -> float | None:
-    """Epsilon at delta=1e-5 of the accounted defenses (G-DP at the active party), summed
-    over a stack by basic composition; None when no defense accounts privacy."""
     spent = [
         eps
-        for d in build(spec)
+        for d in built
         if hasattr(d, "privacy_spent") and (eps := d.privacy_spent(steps, sample_rate)) is not None
     ]
-    return float(sum(spent)) if spent else None
+    return {
+        "defense_party": "+".join(d.party for d in built),
+        "defense_param": built[0].strength if built and spec.defense != "none" else None,
+        "epsilon": float(sum(spent)) if spent else None,
+    }

@@ -1,6 +1,7 @@
 """Self- and semi-supervised VFL variants (``TrialSpec.ssl_variant``).
 
-``SSL_VARIANTS`` maps a name to a runner ``(spec, ds, **placement) -> list[Record]``:
+``SSL_VARIANTS`` maps a name to a runner ``(spec, ds, **placement) -> list[Record]``, the
+placement keywords being ``run_trial``'s (transport, cpu_per_party, ..., trial_id):
 
 - ``fedcvt`` (alias ``fedmvt``): FedCVT/FedMVT, ``fedcvt.py``.
 - ``fedsplitnn``: FedSplitNN with FedCVT's models on the same labeled overlap rows (the
@@ -43,7 +44,7 @@ def _register_hssl() -> None:
     from trainables.ssl.hssl import variants as hssl
 
     for name in hssl.HSSL_VARIANTS:
-        SSL_VARIANTS.register(name, hssl.registry_runner)
+        SSL_VARIANTS.register(name, hssl.run_hssl_trial)
         _CHECKS[name] = hssl.check_hssl
         _INCOMPATIBLE[name] = hssl.hssl_incompatibility
         _TAKES_ATTACKS.add(name)
@@ -88,8 +89,8 @@ def run_ssl_trial(
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     runner = SSL_VARIANTS.get(spec.ssl_variant)
     return runner(
-        spec, ds, transport=transport, cpu=cpu_per_party, gpu=gpu_per_party, address=address,
-        reuse=reuse_actors, sweep=sweep, trial_id=trial_id,
+        spec, ds, transport=transport, cpu_per_party=cpu_per_party, gpu_per_party=gpu_per_party,
+        address=address, reuse_actors=reuse_actors, sweep=sweep, trial_id=trial_id,
         **({"attacks": attacks} if attacks else {}),
     )  # fmt: skip
 

@@ -121,9 +121,10 @@ def wires(
 
 
 def run_cvt_trial(
-    spec: TrialSpec, ds: Dataset, semi: bool, *, transport: str = "local", cpu: float = 1.0,
-    gpu: float = 0.0, address: str | None = None, reuse: bool = False, sweep: str = "",
-    trial_id: str = "", log: list[Message] | None = None,
+    spec: TrialSpec, ds: Dataset, semi: bool, *, transport: str = "local",
+    cpu_per_party: float = 1.0, gpu_per_party: float = 0.0, address: str | None = None,
+    reuse_actors: bool = False, sweep: str = "", trial_id: str = "",
+    log: list[Message] | None = None,
 ) -> list[Record]:  # fmt: skip
     """Train and evaluate; one clean record (FedCVT measurements in ``extra``)."""
     opts = cvt_options(spec, semi)
@@ -131,7 +132,8 @@ def run_cvt_trial(
     a, b = inits
     steps = steps_per_epoch(len(a.X_ol), len(a.X_nl), len(b.X_nl), int(spec.batch_size))  # type: ignore[arg-type]
     start = time.perf_counter()
-    with wires(inits, transport, cpu, gpu, address, reuse) as (to_a, to_b):
+    where = (transport, cpu_per_party, gpu_per_party, address, reuse_actors)
+    with wires(inits, *where) as (to_a, to_b):
         result = train_cvt(to_a, to_b, int(spec.epochs), steps, semi, log)  # type: ignore[arg-type]
     seconds = time.perf_counter() - start
     rows = choose_rows(spec, ds, opts.n_local)

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, BatchSchedule, Message
+from trainables.party import receive_through, send_through
 from trainables.ssl.hssl import byol as _byol  # noqa: F401  (registers the methods)
 from trainables.ssl.hssl import moco as _moco  # noqa: F401
 from trainables.ssl.hssl import simsiam as _simsiam  # noqa: F401
@@ -127,14 +128,10 @@ class SSLParty:
 
     # -- messages -----------------------------------------------------------------------
     def send(self, msg: Message) -> Message:
-        for hook in self.hooks:
-            msg = hook.on_send(self, msg)
-        return msg
+        return send_through(self.hooks, self, msg)
 
     def receive(self, msg: Message) -> Message:
-        for hook in reversed(self.hooks):
-            msg = hook.on_receive(self, msg)
-        return msg
+        return receive_through(self.hooks, self, msg)
 
     def log(self) -> MessageLog | None:
         return next((h for h in self.hooks if isinstance(h, MessageLog)), None)

@@ -287,23 +287,3 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     except ConfigError as err:
         return str(err)
     return None
-
-
-def registry_runner(
-    spec: TrialSpec,
-    ds: Dataset,
-    *,
-    transport: str = "local",
-    cpu: float = 1.0,
-    gpu: float = 0.0,
-    address: str | None = None,
-    reuse: bool = False,
-    sweep: str = "",
-    trial_id: str = "",
-    attacks: Sequence[Any] = (),
-) -> list[Record]:
-    """``trainables.ssl.SSL_VARIANTS``'s runner signature, onto ``run_hssl_trial``."""
-    return run_hssl_trial(
-        spec, ds, transport=transport, cpu_per_party=cpu, gpu_per_party=gpu, address=address,
-        sweep=sweep, trial_id=trial_id, reuse_actors=reuse, attacks=attacks,
-    )  # fmt: skip
