@@ -196,7 +196,8 @@ def test_gdp_reports_epsilon_from_opacus_that_falls_with_noise() -> None:
         ({"defense": "gs", "defense_params": {"party": "passive"}}, "party='passive'"),
         ({"defense": "gdp", "defense_params": {"sigma": 1}}, r"unknown parameter\(s\) \['sigma'\]"),
         ({"defense": "gdp", "defense_params": {"clip": -1}}, "clip=-1; allowed: a number > 0"),
-        ({"defense": "iso", "defense_params": {"on": "weights"}}, "on='weights'; allowed"),
+        ({"defense": "iso", "defense_params": {"target": "weights"}}, "target='weights'; allowed"),
+        ({"defense": "iso", "defense_params": {"on": "both"}}, "'on' was renamed to 'target'"),
         ({"defense": "gs", "defense_params": {"residual": 2}}, "residual=2; allowed: 0, 1"),
     ],
 )

@@ -95,8 +95,14 @@ def test_defenses_section_expands_with_the_undefended_cell(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ("  nope: [1.0]", "defenses.nope[0]=1.0: unknown defense 'nope'; known: cae"),
-        ("  gs: [95.0, 150.0]", "defenses.gs[1]=150.0: defense 'gs': strength=150.0"),
+        (
+            "  nope: [1.0]",
+            "defenses.nope[0]=1.0: defense='nope': unknown defense 'nope'; known: cae",
+        ),
+        (
+            "  gs: [95.0, 150.0]",
+            "defenses.gs[1]=150.0: defense_param=150.0: defense 'gs': strength",
+        ),
         ("  gs: {strengths: [95.0], params: {party: passive}}", "party='passive'"),
     ],
 )

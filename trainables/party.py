@@ -174,6 +174,13 @@ class Party:
     def _send(self, msg: Message) -> Message:
         return send_through(self.hooks, self, msg)
 
+    def defense_applied(self) -> list[dict[str, Any]]:
+        """How often each defense at this party changed something (plain data: an actor
+        sends it back; ``trainables.defenses.applied`` merges and checks it)."""
+        from trainables.defenses.applied import party_reports
+
+        return party_reports(self.hooks)
+
     def _receive(self, msg: Message) -> Message:
         return receive_through(self.hooks, self, msg)
 

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 
+from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
 
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except DefenseNeverApplied as err:  # a valid spec whose defense changed nothing
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(json.dumps(summarize(records), default=str))
     return 0
 

@@ -16,6 +16,11 @@ Why each defense has its own ``torch.Generator``: noise is drawn from a stream s
 the trial seed and the defense's place in the stack, so the same seed gives the same
 noise on any transport, and a defense at its neutral strength leaves every other random
 draw of the trial untouched (training is then bit-identical to no defense).
+
+Why every defense counts its applications (``applied``, by what it changed): a defense
+whose hooks never fire in a trial (ISO on representations where none is sent) would
+otherwise be recorded as acting while training equals no defense. The trial reads the
+counts back after training (``applied.py``) and fails such a training.
 """
 
 from __future__ import annotations
@@ -57,10 +62,12 @@ class Defense:
     name: ClassVar[str] = "base"
     info: ClassVar[DefenseInfo]
     defaults: ClassVar[dict[str, Any]] = {}
+    renamed: ClassVar[dict[str, str]] = {}  # old parameter name -> its new name
 
     def __init__(
         self, strength: float | None = None, seed: int = 0, index: int = 0, **params: Any
     ) -> None:
+        self._refuse_renamed(params)
         party = params.pop("party", self.info.party)
         if party not in self.info.parties:
             raise ConfigError(
@@ -80,8 +87,20 @@ class Defense:
                 f"defense {self.name!r}: strength={self.strength!r}; allowed: "
                 f"{self.info.low} <= strength <= {self.info.high}"
             )
+        self.index = int(index)  # place in the trial's stack
         self.generator = torch.Generator().manual_seed(seed * 7919 + 104729 * (index + 1))
+        self.applied: dict[str, int] = {}  # what it changed (message kind or hook) -> times
         self.validate()
+
+    def _refuse_renamed(self, params: dict[str, Any]) -> None:
+        """ConfigError naming the new name for a parameter passed under its old one."""
+        for old, new in self.renamed.items():
+            if old in params:
+                raise ConfigError(
+                    f"defense {self.name!r}: parameter {old!r} was renamed to {new!r} "
+                    f"(YAML 1.1 reads a bare `on` as the boolean true); write "
+                    f"{new}: {params[old]}"
+                )
 
     def validate(self) -> None:
         """Raise ConfigError for bad parameter values (subclasses with parameters)."""
@@ -123,6 +142,40 @@ class Defense:
         y: torch.Tensor,
     ) -> list[torch.Tensor]:
         return grads
+
+    # -- application accounting -------------------------------------------------------
+    def count(self, what: str) -> None:
+        """Note one application: ``what`` (a message kind or a hook name) was changed."""
+        self.applied[what] = self.applied.get(what, 0) + 1
+
+    def must_apply(self) -> bool:
+        """A strength other than the neutral one must change something during training."""
+        return self.info.neutral is None or self.strength != self.info.neutral
+
+    def targets(self) -> tuple[str, ...] | None:
+        """Message kinds this defense acts on, if it acts on messages only (else None)."""
+        return None
+
+    def idle_reason(self) -> str:
+        """Why nothing was applied, in words, for the error of a training where it never was."""
+        kinds = self.targets()
+        if kinds is None:
+            return "none of its hooks changed anything during training"
+        return (
+            f"no message of kind {' or '.join(repr(k) for k in kinds)} was sent by the "
+            f"{self.party} party"
+        )
+
+    def inapplicable(self, sent: tuple[str, ...]) -> str | None:
+        """Why this defense cannot act when its party sends only messages of kinds ``sent``
+        (known at plan time), or None."""
+        kinds = self.targets()
+        if kinds is None or set(kinds) & set(sent):
+            return None
+        return (
+            f"it acts on {' and '.join(repr(k) for k in kinds)} messages, but the "
+            f"{self.party} party here sends only {', '.join(repr(k) for k in sent) or 'nothing'}"
+        )
 
     # -- helpers for subclasses -------------------------------------------------------
     def noise(self, shape: tuple[int, ...], kind: str = "gaussian") -> torch.Tensor:

@@ -96,6 +96,7 @@ class ConfusionalAutoencoder(Defense):
     def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
         """(B,) labels -> (B, C) disguised soft labels."""
         c = self.encoder[0].in_features
+        self.count("soft_targets")
         with torch.no_grad():
             return self.encoder(nn.functional.one_hot(y, c).float())
 

@@ -42,6 +42,7 @@ class DiscreteCAE(ConfusionalAutoencoder):
     def on_send(self, party: Party, msg: Message) -> Message:
         if not is_training_gradient(msg):
             return msg
+        self.count(msg.kind)
         return with_payload(msg, discretize(np.asarray(msg.payload), int(self.params["bins"])))
 
 

@@ -39,6 +39,7 @@ class DistanceCorrelation(Defense):
     def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
         if self.strength == 0.0 or not h_passive:
             return None
+        self.count("loss_term")
         onehot = torch.nn.functional.one_hot(y, h_passive[0].shape[1]).to(h_passive[0].dtype)
         terms = [torch.log(distance_correlation(onehot, h).clamp_min(1e-6)) for h in h_passive]
         return self.strength * torch.stack(terms).sum()

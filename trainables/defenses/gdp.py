@@ -46,6 +46,12 @@ class NoisyMessages(Defense):
         if isinstance(clip, bool) or not isinstance(clip, int | float) or clip <= 0:
             raise ConfigError(f"defense {self.name!r}: clip={clip!r}; allowed: a number > 0")
 
+    def targets(self) -> tuple[str, ...]:
+        """Gradients at the active party; every embedding message at a passive one."""
+        if self.party == "active":
+            return ("gradient",)
+        return ("embedding", "train_embedding", "test_embedding")
+
     def on_send(self, party: Party, msg: Message) -> Message:
         if self.party == "active" and is_training_gradient(msg):
             g = clip_rows(torch.from_numpy(np.array(msg.payload)), float(self.params["clip"]))
@@ -53,6 +59,7 @@ class NoisyMessages(Defense):
             g = torch.from_numpy(np.array(msg.payload))
         else:
             return msg
+        self.count(msg.kind)
         if self.strength == 0.0:
             return with_payload(msg, g.numpy())
         noisy = g + self.strength * self.noise(tuple(g.shape), self.kind).to(g.dtype)

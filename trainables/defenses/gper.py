@@ -34,6 +34,7 @@ class GradientPerturbation(Defense):
     ) -> list[torch.Tensor]:
         if self.strength == 0.0 or not grads:
             return grads
+        self.count("gradients")
         n, c = logits.shape  # (B, C)
         p = torch.softmax(logits.detach(), dim=1)
         u = self.strength * self.noise((n, c)).to(p.dtype)

@@ -58,9 +58,13 @@ class GradientSparsification(Defense):
     def validate(self) -> None:
         self.choice("residual", (0, 1))
 
+    def targets(self) -> tuple[str, ...]:
+        return ("gradient",)
+
     def on_send(self, party: Party, msg: Message) -> Message:
         if not is_training_gradient(msg) or self.strength == 0.0:
             return msg
+        self.count(msg.kind)
         g = np.asarray(msg.payload)  # (B, C)
         if not self.params["residual"] or msg.batch is None:
             return with_payload(msg, sparsify(g, self.strength))

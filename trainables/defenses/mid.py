@@ -87,6 +87,10 @@ class MutualInformationDefense(Defense):
         party.optimizer.add_param_group({"params": list(self.module.parameters())})
 
     def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
+        """The KL term; called once per training objective, whose logits went through the
+        bottlenecks (``DefendedTop.logits``): that is one application even at lambda 0."""
+        if h_passive:
+            self.count("bottleneck")
         if self.strength == 0.0:
             return None
         return self.strength * torch.stack([b.kl for b in self.module.blocks]).sum()

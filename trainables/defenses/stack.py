@@ -7,9 +7,12 @@ active party is party K-1; a passive-party defense is installed at every passive
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainables.defenses import applied
 from trainables.defenses.base import DEFENSES, Defense
 from trainables.spec import TrialSpec
 
@@ -28,6 +31,27 @@ def entries(spec: TrialSpec) -> list[StackEntry]:
         out.append(StackEntry(spec.defense, spec.defense_param, dict(spec.defense_params)))
     out += [StackEntry(e.name, e.strength, dict(e.params)) for e in spec.stack]
     return out
+
+
+# The message kinds each party of a plain (non-SSL) NN trial sends to another party
+# (``trainables.party``): the active party only gradients, a passive one its embeddings.
+PLAIN_SENDS: dict[str, tuple[str, ...]] = {
+    "active": ("gradient",),
+    "passive": ("embedding", "train_embedding", "test_embedding"),
+}
+
+
+def incompatibility(spec: TrialSpec, sends: dict[str, tuple[str, ...]] = PLAIN_SENDS) -> str | None:
+    """Why a defense of ``spec`` could never act in its trial (the planner drops the cell),
+    or None; ConfigError for bad names or parameters. A neutral strength acts on nothing
+    by definition and trains like no defense: it runs."""
+    for defense in build(spec):
+        why = defense.inapplicable(sends[defense.party]) if defense.must_apply() else None
+        if why is not None:
+            given = ", ".join(f"{k}={v}" for k, v in sorted(defense.params.items()))
+            given = f" ({given})" if given else ""
+            return f"defense {defense.name}{given} would never apply: {why}"
+    return None
 
 
 def build(spec: TrialSpec) -> list[Defense]:
@@ -66,3 +90,12 @@ def record_fields(spec: TrialSpec, steps: int, sample_rate: float) -> dict[str, 
         "defense_param": built[0].strength if built and spec.defense != "none" else None,
         "epsilon": float(sum(spent)) if spent else None,
     }
+
+
+def checked_extra(reports: Sequence[Sequence[dict[str, Any]]], by: str = "index") -> str:
+    """The record's ``extra`` JSON with each defense's application counts, from the
+    per-party reports (``Party.defense_applied``); raises ``DefenseNeverApplied`` if a
+    defense at a non-neutral strength never changed anything."""
+    merged = applied.merge(reports, by=by)
+    applied.check(merged)
+    return json.dumps(applied.as_extra(merged), sort_keys=True)

@@ -133,6 +133,12 @@ class SSLParty:
     def receive(self, msg: Message) -> Message:
         return receive_through(self.hooks, self, msg)
 
+    def defense_applied(self) -> list[dict[str, Any]]:
+        """How often each defense here changed a message (``trainables.defenses.applied``)."""
+        from trainables.defenses.applied import party_reports
+
+        return party_reports(self.hooks)
+
     def log(self) -> MessageLog | None:
         return next((h for h in self.hooks if isinstance(h, MessageLog)), None)
 
