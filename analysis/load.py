@@ -7,10 +7,12 @@ group-bys of the analysis run on integer codes, and a million rows fit in little
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from trainables.errors import ConfigError
@@ -70,7 +72,11 @@ def read_records(sweep_dir: Path, with_spec: bool = True) -> pd.DataFrame:
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
-    """Arrow table with (a subset of) RECORD_SCHEMA → DataFrame, strings as categoricals."""
+    """Arrow table with (a subset of) RECORD_SCHEMA → DataFrame, strings as categoricals.
+
+    The ``attack`` column becomes each row's attack label (``attack_labels``).
+    """
+    table = attack_labels(table)
     arrays = []
     for name in table.column_names:
         column = table.column(name)
@@ -78,6 +84,32 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
             column = column.dictionary_encode()
         arrays.append(column)
     return pa.table(arrays, names=table.column_names).to_pandas()
+
+
+def attack_labels(table: pa.Table) -> pa.Table:
+    """``attack`` replaced by the label the record's ``extra`` gives (``lrb@strong``,
+    ``lrb[margin=5.0]``): the analysis groups, pairs and ranks by ``attack``, and the same
+    attack run with another preset or other parameters is another attack there. Rows
+    without a label (clean rows, records written before presets) keep their name.
+
+    Only rows whose ``extra`` mentions a label are parsed, each distinct string once.
+    """
+    if "attack" not in table.column_names or "extra" not in table.column_names:
+        return table
+    extra = table.column("extra")
+    has = pc.fill_null(pc.match_substring(extra, '"attack_label"'), False)
+    if not pc.any(has).as_py():
+        return table
+    labels: dict[str, str] = {}
+    for text in pc.unique(pc.filter(extra, has)).to_pylist():
+        label = json.loads(text).get("attack_label")
+        if isinstance(label, str) and label:
+            labels[text] = label
+    keys, values = pa.array(list(labels)), pa.array(list(labels.values()))
+    picked = pc.take(values, pc.index_in(extra, value_set=keys))  # null where unlabeled
+    attack = pc.coalesce(picked, table.column("attack").cast(pa.string()))
+    at = table.column_names.index("attack")
+    return table.set_column(at, pa.field("attack", pa.string()), attack)
 
 
 def scenario_labels(df: pd.DataFrame) -> pd.Series:
@@ -99,3 +131,15 @@ def scenario_labels(df: pd.DataFrame) -> pd.Series:
             varying = rest
     names = [" ".join(f"{c}={row[c]}" for c in varying) for row in firsts.to_dict("records")]
     return pd.Series(pd.Categorical.from_codes(codes, categories=names), index=df.index)
+
+
+def read_flat(sweep_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    """The sweep's records with one typed column per varying spec field, and those fields.
+
+    ``lr``, ``protocol_params.q``… as columns, from ``spec_json`` and the sweep's
+    ``manifest.json`` (analysis/axes.py); the Parquet files are not changed.
+    """
+    from analysis.axes import flatten
+    from sweep_engine.manifest import read_manifest
+
+    return flatten(read_records(sweep_dir), read_manifest(sweep_dir))

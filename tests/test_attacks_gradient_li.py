@@ -43,7 +43,12 @@ def test_norm_scoring_leaks_labels_on_breast_cancer(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_batch_label_inference_accuracy_on_digits(seed: int) -> None:
-    record = _records("digits", seed, ("bli",))["bli"]
+    # the target holds for the strong preset (dummies start near uniform); VFLAIR's N(0, 1)
+    # start measured 0.89-0.98 (README, benchmarks.attacks)
+    spec = TrialSpec.build(dataset="digits", seed=seed)
+    (record,) = [
+        r for r in run_trial(spec, attacks=[("bli", {"preset": "strong"})]) if r.attack == "bli"
+    ]
     assert record.ap is not None and record.ap >= 0.90
 
 

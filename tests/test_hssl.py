@@ -200,7 +200,7 @@ def test_iso_runs_record_mc_rows_that_give_a_cap() -> None:
     plain_msgs = None
     for lam in (0.1, 25.0):
         spec = spec_for("hssl_simsiam", defense="iso", defense_param=lam,
-                        defense_params={"on": "both"})  # fmt: skip
+                        defense_params={"target": "both"})  # fmt: skip
         records += run_hssl_trial(spec, attacks=mc)
         inits = prepare(spec, load_dataset("breast_cancer"))
         wire = Wire([i.build() for i in inits], remote=False)
@@ -227,8 +227,13 @@ def test_run_trial_routes_hssl_variants_through_the_ssl_registry() -> None:
     assert set(HSSL_VARIANTS) <= set(SSL_VARIANTS.names())
     spec = spec_for("local_byol")
     check_names(spec)
-    records = run_trial(spec, attacks=[("mc", {"epochs": 1, "steps_per_epoch": 10})])
+    records = run_trial(spec, attacks=[("mc", {"preset": "fast", "epochs": 1})])
     assert [r.attack for r in records] == ["none", "mc_pretrained", "mc"]
+    labels = ["mc_pretrained@fast[epochs=1]", "mc@fast[epochs=1]"]
+    for row, label in zip(records[1:], labels, strict=True):
+        extra = json.loads(row.extra)  # the preset ran, and the record says so
+        assert extra["attack_preset"] == "fast" and extra["attack_label"] == label
+        assert extra["attack_params"] == {"epochs": 1, "steps_per_epoch": 80}
     assert records[0].ssl_variant == "local_byol" and records[0].n_labeled == 60
     with pytest.raises(ConfigError, match="allowed: mc"):
         run_trial(spec, attacks=[("dli", {})])

@@ -34,6 +34,7 @@ MODULES: tuple[str, ...] = (
     "lrb",
     "nsb",
     "mf",
+    "tree_grad_li",
 )
 
 

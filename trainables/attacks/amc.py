@@ -7,8 +7,9 @@ previous scaled update (VFLAIR's MaliciousAdam, here wrapped around whichever op
 the party has). Directions that keep their sign are accelerated, so the attacker's bottom
 learns faster and the joint model comes to rely more on it; its bottom then carries more
 of the task, and the same completion as PMC (``completion.py``) infers test labels better.
-gamma = 2 as in Fu et al.'s AMC code (VFLAIR keeps MaliciousAdam's default 1). On digits,
-seeds 0-9, AMC - PMC AP was +0.013 on average with gamma 1 and +0.019 with gamma 2.
+gamma = 1 as VFLAIR (MaliciousAdam's default); preset ``strong``: gamma = 2, as Fu et
+al.'s AMC code. On digits, seeds 0-9, AMC - PMC AP was +0.013 on average with gamma 1 and
++0.019 with gamma 2.
 AP: accuracy of the inferred test labels; the record's MP is the MP under attack.
 """
 
@@ -69,9 +70,13 @@ class ActiveModelCompletion(PassiveModelCompletion):
     info = AttackInfo(type="LI", role="passive", training_time=True, aux_labels_per_class=4)
     defaults: ClassVar[dict[str, Any]] = {
         **PassiveModelCompletion.defaults,
-        "gamma_lr_scale_up": 2.0,  # Fu et al.'s code; VFLAIR's MaliciousAdam default is 1
+        "gamma_lr_scale_up": 1.0,  # VFLAIR (MaliciousAdam's default); Fu et al.'s code: 2
         "min_ratio": 1.0,
         "max_ratio": 5.0,
+    }
+    presets: ClassVar[dict[str, dict[str, Any]]] = {
+        **PassiveModelCompletion.presets,  # fast
+        "strong": {"gamma_lr_scale_up": 2.0},
     }
 
     def install(self, party: Any, aux: AuxData) -> None:

@@ -111,20 +111,57 @@ Guess = LabelGuess | FeatureGuess | InferenceTamper
 
 
 class Attack:
-    """Base class: subclasses set ``info`` and ``defaults`` and implement ``run``."""
+    """Base class: subclasses set ``info``, ``defaults`` and ``presets``, implement ``run``.
+
+    ``defaults`` are VFLAIR's settings (a benchmark's numbers must mean what VFLAIR's
+    mean); settings that measured stronger or faster here are kept as named ``presets``
+    (``{"strong": {"margin": 15.0}}``), so that a run says which one it used. Explicit
+    parameters override the preset's.
+    """
 
     name: ClassVar[str] = "base"
     info: ClassVar[AttackInfo]
     defaults: ClassVar[dict[str, Any]] = {}
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
 
-    def __init__(self, **params: Any) -> None:
+    def __init__(self, preset: str | None = None, **params: Any) -> None:
+        if preset is not None and preset not in self.presets:
+            allowed = ", ".join(sorted(self.presets)) or "none (this attack has no presets)"
+            raise ConfigError(
+                f"attack {self.name!r}: unknown preset {preset!r}; allowed: {allowed}"
+            )
         unknown = sorted(set(params) - set(self.defaults))
         if unknown:
             allowed = ", ".join(sorted(self.defaults)) or "none"
             raise ConfigError(
                 f"attack {self.name!r}: unknown parameter(s) {unknown}; allowed: {allowed}"
             )
-        self.params = {**self.defaults, **params}
+        self.preset = preset
+        chosen = self.presets[preset] if preset is not None else {}
+        self.params = {**self.defaults, **chosen, **params}
+
+    def changed_params(self) -> dict[str, Any]:
+        """The parameters that differ from VFLAIR's defaults (a preset's and explicit ones)."""
+        return {k: v for k, v in sorted(self.params.items()) if v != self.defaults[k]}
+
+    def label(self) -> str:
+        """``lrb``, ``lrb@strong``, or ``lrb@strong[margin=5.0]``: what ran, for grouping.
+
+        Parameters the preset (or, without one, VFLAIR's defaults) already implies are
+        left out, so the label stays short for the common cases.
+        """
+        base = {**self.defaults, **(self.presets[self.preset] if self.preset else {})}
+        own = [f"{k}={v}" for k, v in sorted(self.params.items()) if v != base[k]]
+        out = self.name + (f"@{self.preset}" if self.preset else "")
+        return out + (f"[{','.join(own)}]" if own else "")
+
+    def record_extra(self) -> dict[str, Any]:
+        """What an attack record's ``extra`` JSON says about the settings that ran."""
+        return {
+            "attack_label": self.label(),
+            "attack_preset": self.preset,
+            "attack_params": self.changed_params(),
+        }
 
     def install(self, party: Any, aux: AuxData) -> None:
         """Training-time attacks change their party here (hooks, optimizer). Default: none.

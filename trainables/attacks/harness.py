@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ class AttackOutcome:
     ap: float
     mp: float
     seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)  # the preset and changed params
 
 
 def attacker_index(info: AttackInfo, n_parties: int) -> int:
@@ -108,6 +110,20 @@ def run_attacks(
         guess = attack.run(make_view(parties[who], info, aux, query, seed))
         score = judge.score(guess, who)
         outcomes.append(
-            AttackOutcome(name, info.type, who, score.ap, score.mp, time.perf_counter() - start)
+            AttackOutcome(
+                name,
+                info.type,
+                who,
+                score.ap,
+                score.mp,
+                time.perf_counter() - start,
+                attack.record_extra(),
+            )
         )
     return outcomes
+
+
+def merged_extra(base: str, attack_extra: dict[str, Any]) -> str:
+    """An attack record's ``extra`` JSON: its training's, plus what the attack ran with
+    (``attack_label``, ``attack_preset``, ``attack_params``: ``Attack.record_extra``)."""
+    return json.dumps({**json.loads(base or "{}"), **attack_extra}, sort_keys=True)

@@ -60,13 +60,7 @@ class Judge:
         return self._tamper(guess, attacker)
 
     def _labels(self, guess: LabelGuess) -> float:
-        truth = (self.y_train if guess.split == "train" else self.y_test)[guess.rows]
-        if guess.scores is not None:
-            if len(np.unique(truth)) < 2:
-                return float("nan")
-            return float(roc_auc_score(truth, guess.scores))
-        assert guess.labels is not None, "a LabelGuess needs labels or scores"
-        return float((np.asarray(guess.labels) == truth).mean()) if len(truth) else float("nan")
+        return label_ap(guess, self.y_train, self.y_test)
 
     def truth_features(self, party_id: int, split: str, rows: np.ndarray) -> np.ndarray:
         p = self.parties[party_id]
@@ -102,6 +96,21 @@ class Judge:
             float((preds[guess.rows] == self.y_test[guess.rows]).mean()) if len(guess.rows) else 0.0
         )
         return Score(max(0.0, self.clean_mp - hit), self.mp(preds))
+
+
+def label_ap(guess: LabelGuess, y_train: np.ndarray, y_test: np.ndarray) -> float:
+    """VFLAIR's label-inference AP: accuracy of inferred labels (AUC for binary scores).
+
+    A function, not only a ``Judge`` method, so that trials without NN parties (tree VFL)
+    score label guesses by the same rule.
+    """
+    truth = (y_train if guess.split == "train" else y_test)[guess.rows]
+    if guess.scores is not None:
+        if len(np.unique(truth)) < 2:
+            return float("nan")
+        return float(roc_auc_score(truth, guess.scores))
+    assert guess.labels is not None, "a LabelGuess needs labels or scores"
+    return float((np.asarray(guess.labels) == truth).mean()) if len(truth) else float("nan")
 
 
 class QueryModel(torch.nn.Module):

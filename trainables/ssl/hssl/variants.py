@@ -12,8 +12,11 @@ parties (different parties' non-aligned rows are different samples, Fig. 3 of th
 paper). Each party scales with statistics of its own rows.
 Options (``model_params``): see ``OPTIONS``. ``spec.epochs`` / ``batch_size`` are the
 fine-tuning epochs / batch. ISO (``defense='iso'``) applies at the active party, on its
-pretraining representations (``on: representation``), its fine-tuning gradients
-(``on: gradient``) or both (``on: both``).
+pretraining representations (``target: representation``), its fine-tuning gradients
+(``target: gradient``) or both (``target: both``). Variants without cross-party
+pretraining (``splitnn``, ``local_*``) exchange no representations: ``target:
+representation`` is dropped there by the planner (``hssl_incompatibility``) and fails at
+run time (``DefenseNeverApplied``) if run anyway; ``both`` noises the gradients only.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from typing import Any
 import numpy as np
 
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_samples, vertical_split
+from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.augment import ImageLayout, TabularLayout, party_fields
 from trainables.ssl.hssl.base import Widths
 from trainables.ssl.hssl.finetune import finetune
-from trainables.ssl.hssl.mc import run_mc
+from trainables.ssl.hssl.mc import run_mc, stage_extra
 from trainables.ssl.hssl.parties import HSSLConfig, HSSLLabels, SSLPartyInit
 from trainables.ssl.hssl.pretrain import Stages, Wire, pretrain
 
@@ -104,28 +108,38 @@ def check_hssl(spec: TrialSpec) -> None:
             f"ssl_variant={spec.ssl_variant!r}: defense={spec.defense!r} (stack "
             f"{len(spec.stack)}); allowed: none, iso (no stack)"
         )
-    on = spec.defense_params.get("on", "gradient")
-    if on not in ("representation", "gradient", "both"):
-        raise ConfigError(
-            f"defense_params.on={on!r}; allowed for ssl variants: representation, gradient, both"
-        )
     if spec.defense == "iso":
         from trainables.defenses import DEFENSES
 
-        extra = sorted(set(spec.defense_params) - {"on"})
+        # checks lambda, refuses the old name ``on`` and bad targets
+        DEFENSES.create("iso", strength=iso_strength(spec), **spec.defense_params)
+        extra = sorted(set(spec.defense_params) - {"target"})
         if extra:
-            raise ConfigError(f"defense_params keys {extra} unknown for iso here; allowed: on")
-        DEFENSES.create("iso", strength=iso_strength(spec), on="gradient")  # checks lambda
+            raise ConfigError(f"defense_params keys {extra} unknown for iso here; allowed: target")
+
+
+def iso_target(spec: TrialSpec) -> str | None:
+    """What ISO noises in ``spec`` (``gradient`` by default); None without ISO."""
+    if spec.defense != "iso":
+        return None
+    return str(spec.defense_params.get("target", "gradient"))
+
+
+def iso_sends(spec: TrialSpec) -> tuple[str, ...]:
+    """What the active party of ``spec``'s variant sends: fine-tuning gradients, and
+    representations only where it pretrains with the other parties (Eq. 5)."""
+    stages = parse_variant(spec.ssl_variant).stages
+    return ("representation", "gradient") if stages is not None and stages.cross else ("gradient",)
 
 
 def iso_hooks(spec: TrialSpec) -> tuple[tuple[str, dict[str, Any]], ...]:
     """The active party's ISO defenses, one per exchange it noises."""
-    if spec.defense != "iso":
+    target = iso_target(spec)
+    if target is None:
         return ()
-    on = str(spec.defense_params.get("on", "gradient"))
-    targets = ("representation", "gradient") if on == "both" else (on,)
+    targets = ("representation", "gradient") if target == "both" else (target,)
     return tuple(
-        ("iso", {"strength": iso_strength(spec), "seed": spec.seed, "index": i, "on": t})
+        ("iso", {"strength": iso_strength(spec), "seed": spec.seed, "index": i, "target": t})
         for i, t in enumerate(targets)
     )
 
@@ -246,7 +260,10 @@ def run_hssl_trial(
         if names:
             encoders["finetuned"] = wire.call(0, "finetuned_encoder")
         rounds, nbytes = wire.rounds, wire.comm_bytes
+        reports = wire.call_all("defense_applied")
     seconds = time.perf_counter() - start
+    # ``both`` is two ISO hooks of one spec entry: merged by name, it must act on either
+    applied = json.loads(defense_stack.checked_extra(reports, by="name"))
     extra = {
         "ft_lr": ft.lr, "val_mp": {str(k): v for k, v in ft.val_mp.items()},
         "pretrain_seconds": round(pre.seconds, 3) if pre else 0.0,
@@ -254,7 +271,7 @@ def run_hssl_trial(
         "cross_loss": [round(v, 4) for v in pre.cross_loss] if pre else [],
         "local_loss": [round(v, 4) for v in pre.local_loss] if pre else [],
         "metric": "auc" if ds.n_classes == 2 else "accuracy", "options": opt,
-        "iso_on": spec.defense_params.get("on", "gradient") if spec.defense == "iso" else None,
+        "iso_target": iso_target(spec), **applied,
     }  # fmt: skip
     clean = Record.clean(
         spec, len(inits[0].labeled), defense_party="active" if spec.defense == "iso" else "",
@@ -270,7 +287,8 @@ def run_hssl_trial(
         records.append(clean.__class__(**{
             **clean.to_dict(), "attack": name, "attack_type": "LI", "attacker_party": 0,
             "ap": out.ap, "attack_seconds": round(out.seconds, 4),
-            "extra": json.dumps({**extra, "mc_stage": stage}, sort_keys=True),
+            "extra": json.dumps({**extra, "mc_stage": stage, **stage_extra(out.extra, name)},
+                                sort_keys=True),
         }))  # fmt: skip
     return records
 
@@ -279,6 +297,14 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     """Why ``spec``'s rows or parties do not fit its dataset, or None."""
     from trainables.data import load_dataset
 
+    target, neutral = iso_target(spec), iso_strength(spec) == 0.0
+    if target == "representation" and not neutral and "representation" not in iso_sends(spec):
+        return (
+            f"defense iso (target=representation) would never apply: ssl_variant="
+            f"{spec.ssl_variant!r} has no cross-party pretraining, so the active party sends "
+            "no representations (only fine-tuning gradients); use target: gradient or both, "
+            "or a cssl_*/gssl_*/hssl_* variant"
+        )
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     try:
         vertical_split(ds, spec.n_parties, spec.split_scheme)
