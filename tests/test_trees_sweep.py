@@ -16,7 +16,9 @@ pytestmark = pytest.mark.ray
 
 
 def test_shipped_tree_space_multiplies_only_encrypted_models_by_key_length() -> None:
-    plan = expand(load_space("trees"))
+    # credit and nursery are file datasets: without them (a fresh clone) the cells are
+    # planned unchecked, which is all this test needs
+    plan = expand(load_space("trees"), missing_ok=True)
     specs = [t.spec for t in plan.trainings]
     assert len(specs) == 3 * 11 * 3 and not plan.dropped  # datasets x model cells x seeds
     per_model = {m: {s.key_length for s in specs if s.model == m} for m in {s.model for s in specs}}

@@ -1,4 +1,5 @@
-"""XGBoost VFL on xgboost's federated column split: equals centralized xgboost; labels at rank 0."""
+"""XGBoost VFL on xgboost's federated column split: equals centralized xgboost; the label
+array only at rank 0 (its broadcast gradients reveal the labels: test_trees_leakage.py)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,9 @@ def test_federated_equals_centralized_credit(ray_session: None, shared_data: obj
     _federated_vs_central("credit", 3, 4000)
 
 
-def test_passive_party_gets_no_labels() -> None:
+def test_passive_party_gets_no_label_array() -> None:
+    """Only the label array: the gradients rank 0 broadcasts still reveal every label to a
+    passive party (tests/test_trees_leakage.py measures it)."""
     with pytest.raises(ValueError, match="rank 0"):
         XGBPartyInit(0, 1, np.zeros((2, 1)), np.zeros((1, 1)), np.zeros(2)).build()
 

@@ -11,6 +11,7 @@ from trainables.spec import TrialSpec
 from trainables.trees.builder import Wire
 from trainables.trees.crypto import KeyPair
 from trainables.trees.forest import ForestParams, train_forest
+from trainables.trees.leakage import lr_view, reveals, tree_view, xgb_view
 from trainables.trees.paillier_lr import LRParams, LRPartyInit, train_lr
 from trainables.trees.parties import TreePartyInit
 from trainables.trees.run import Outcome, TreeData, encrypt_flag, model_params, register
@@ -25,13 +26,19 @@ from trainables.trees.xgb_federated import (
 
 
 @register("xgboost", BoostParams)
-def run_xgboost(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
-    """xgboost's own federated column-split training; the active party is rank 0."""
+def run_xgboost(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
+    """xgboost's own federated column-split training; the active party is rank 0.
+
+    ``observe``: train via ``xgb_tap`` so that party 0 (rank 1) returns the gradients rank
+    0 broadcast to it (the same protocol and model, made visible).
+    """
     model_params(spec, BoostParams)
     k = len(data.X_train)
     ranks = [k - 1, *range(k - 1)]  # rank r -> party: active first
     inits = [
-        XGBPartyInit(p, r, data.X_train[p], data.X_test[p], data.y_train if r == 0 else None)
+        XGBPartyInit(
+            p, r, data.X_train[p], data.X_test[p], data.y_train if r == 0 else None, tap=observe
+        )
         for r, p in enumerate(ranks)
     ]
     params, rounds = xgb_params(dict(spec.model_params), data.n_classes, spec.seed)
@@ -42,15 +49,26 @@ def run_xgboost(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
         "labels_per_rank": [r["labels_here"] for r in results],
         "comm_bytes_measured": False,
         "n_trees": rounds,
+        "gradient_tap": observe,
+        "reveals": reveals("xgboost", False),
     }
-    return Outcome(mp, rounds, 0, float(active["seconds"]), extra)
+    out = Outcome(mp, rounds, 0, float(active["seconds"]), extra)
+    if observe:  # rank 1 is party 0
+        out.view = xgb_view(0, data.n_classes, data.X_train[0], results[1]["received"])
+        out.view_labels = data.y_train
+    return out
 
 
-def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool, train) -> Outcome:
-    """Shared plumbing: keys, the active party's own TreeParty, passives behind a transport."""
+def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool, train,
+              observe: bool) -> Outcome:  # fmt: skip
+    """Shared plumbing: keys, the active party's own TreeParty, passives behind a transport.
+
+    ``observe``: passive party 0 logs what it is sent; its view is fetched after training.
+    """
     k = len(data.X_train)
     n_bins = int(spec.model_params.get("n_bins", 32))
-    inits = [TreePartyInit(p, data.X_train[p], data.X_test[p], n_bins) for p in range(k)]
+    inits = [TreePartyInit(p, data.X_train[p], data.X_test[p], n_bins,
+                           keep_received=observe and p == 0) for p in range(k)]  # fmt: skip
     keys = KeyPair.generate(spec.key_length, encrypted)
     own = inits[-1].build()
     with passive_transport(inits[:-1], where) as transport:
@@ -59,47 +77,54 @@ def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool
         mp = train(session)
         seconds = time.perf_counter() - start
         stats = transport.stats
+        logs = transport.call("received", [()] * (k - 1), training=False) if observe else []
     extra = {
         "encrypted": encrypted,
         "key_length": spec.key_length if encrypted else None,
         "ciphertext_bytes": keys.public.ciphertext_bytes,
         **keys.stats.as_dict(),
+        "reveals": reveals(str(spec.model), encrypted),
     }
-    return Outcome(mp, stats.rounds, stats.comm_bytes, seconds, extra)
+    out = Outcome(mp, stats.rounds, stats.comm_bytes, seconds, extra)
+    if observe:
+        out.view = tree_view(0, str(spec.model), data.n_classes, data.X_train[0], logs[0])
+        out.view_labels = data.y_train
+    return out
 
 
 @register("secureboost", BoostParams)
-def run_secureboost(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
+def run_secureboost(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
     params = model_params(spec, BoostParams)
 
     def train(session: TreeSession) -> float:
         return train_boost(session, data.y_train, data.y_test, data.n_classes, params)[0]
 
-    return _tree_run(spec, data, where, encrypt_flag(spec, True), train)
+    return _tree_run(spec, data, where, encrypt_flag(spec, True), train, observe)
 
 
-def _forest(spec: TrialSpec, data: TreeData, where: Placement, default: bool) -> Outcome:
+def _forest(spec: TrialSpec, data: TreeData, where: Placement, default: bool,
+            observe: bool) -> Outcome:  # fmt: skip
     params = model_params(spec, ForestParams)
 
     def train(session: TreeSession) -> float:
         return train_forest(session, data.y_train, data.y_test, data.n_classes, params,
                             spec.seed)[0]  # fmt: skip
 
-    return _tree_run(spec, data, where, encrypt_flag(spec, default), train)
+    return _tree_run(spec, data, where, encrypt_flag(spec, default), train, observe)
 
 
 @register("rf", ForestParams)
-def run_rf(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
-    return _forest(spec, data, where, False)
+def run_rf(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
+    return _forest(spec, data, where, False, observe)
 
 
 @register("secure_rf", ForestParams)
-def run_secure_rf(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
-    return _forest(spec, data, where, True)
+def run_secure_rf(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
+    return _forest(spec, data, where, True, observe)
 
 
 @register("paillier_lr", LRParams)
-def run_paillier_lr(spec: TrialSpec, data: TreeData, where: Placement) -> Outcome:
+def run_paillier_lr(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
     """VFLAIR's HE logistic regression; ``encrypt=0, taylor=0`` is plaintext LR."""
     params = model_params(spec, LRParams)
     encrypted = encrypt_flag(spec, True)
@@ -115,8 +140,17 @@ def run_paillier_lr(spec: TrialSpec, data: TreeData, where: Placement) -> Outcom
             X_tr = np.hstack([X_tr, np.ones((len(X_tr), 1))])
             X_te = np.hstack([X_te, np.ones((len(X_te), 1))])
         inits.append(LRPartyInit(p, X_tr.astype(np.float64), X_te.astype(np.float64), width,
-                                 int(spec.batch_size), float(spec.lr), spec.seed))  # fmt: skip
+                                 int(spec.batch_size), float(spec.lr), spec.seed,
+                                 observe and p == 0))  # fmt: skip
     with passive_transport(inits[:-1], where) as transport:
         out = train_lr(inits, data.y_train[rows], data.y_test, transport, int(spec.epochs),
                        spec.key_length, encrypted, taylor)  # fmt: skip
-    return Outcome(out.mp, out.rounds, out.comm_bytes, out.seconds, {**out.extra, "rows": n})
+        logs = (
+            transport.call("received", [()] * transport.n_peers, training=False) if observe else []
+        )
+    extra = {**out.extra, "rows": n, "reveals": reveals("paillier_lr", encrypted)}
+    result = Outcome(out.mp, out.rounds, out.comm_bytes, out.seconds, extra)
+    if observe:
+        result.view = lr_view(0, data.n_classes, inits[0].X_train, logs[0])
+        result.view_labels = data.y_train[rows]
+    return result

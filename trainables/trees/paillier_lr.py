@@ -43,6 +43,7 @@ class LRPartyInit:
     batch_size: int
     lr: float
     seed: int
+    keep_received: bool = False  # log the per-row gradients it is sent (for attacks)
 
     def build(self) -> LRParty:
         return LRParty(self)
@@ -58,6 +59,7 @@ class LRParty:
         self.schedule = BatchSchedule(len(init.X_train), init.batch_size, init.seed)
         self.key = PublicKey(encrypted=False)
         self._mask: list[int] = []
+        self.log: list[tuple[np.ndarray, Any]] | None = [] if init.keep_received else None
 
     def set_key(self, key: PublicKey) -> bool:
         self.key = key
@@ -77,6 +79,8 @@ class LRParty:
     def backward(self, ref: BatchRef, grad: Message) -> Message:
         """Masked [[X_k^T 4d]] for the key holder (encrypted); in plain, the step itself."""
         x = self.X_train[self.schedule.rows(ref)]  # (B, d_k)
+        if self.log is not None:
+            self.log.append((self.schedule.rows(ref), grad.payload))
         if not self.key.encrypted:
             self.theta -= self.lr * x.T @ grad.payload / len(x)
             return Message.of("done", self.party_id, -1, np.zeros(0))
@@ -105,6 +109,11 @@ class LRParty:
         grad = np.array(vals, dtype=np.float64).reshape(self.theta.shape)
         self.theta -= self.lr * grad / float(1 << (H_BITS + X_BITS)) / 4.0 / n
         return True
+
+    def received(self) -> tuple[PublicKey, list[tuple[np.ndarray, Any]]]:
+        """What it was sent per batch: (batch rows, per-row [[4 dL/dz]] ciphertexts or plain
+        dL/dz); the public key. Empty unless built with ``keep_received``."""
+        return self.key, list(self.log or [])
 
     def test_logits(self) -> Message:
         return Message.of("test_embedding", self.party_id, -1, self.X_test @ self.theta)

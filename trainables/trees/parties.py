@@ -28,6 +28,7 @@ class TreePartyInit:
     X_test: np.ndarray  # (M, d_k)
     n_bins: int
     columns: tuple[int, ...] = ()
+    keep_received: bool = False  # log every per-row statistic it is sent (for attacks)
 
     def build(self) -> TreeParty:
         return TreeParty(self)
@@ -50,6 +51,7 @@ class TreeParty:
         self.key = PublicKey(encrypted=False)
         self.packed: list[list[Any]] = []
         self.features = np.arange(self.bins_train.shape[1])
+        self.log: list[list[list[Any]]] | None = [] if init.keep_received else None
 
     @property
     def n_features(self) -> int:
@@ -60,7 +62,18 @@ class TreeParty:
         self.key = key
         self.packed = stats.payload
         self.features = np.arange(self.n_features) if features is None else features
+        if self.log is not None:
+            self.log.append(self.packed)
         return True
+
+    def received(self) -> tuple[PublicKey, list[list[list[Any]]]]:
+        """What it was sent: the public key and each tree's (n_ints, N) per-row statistics
+        (ciphertexts, or plaintext packed ints; None for rows outside that tree).
+
+        Exactly the payloads of ``receive``, so a label-inference attack built on it reads
+        nothing the party did not get; empty unless built with ``keep_received``.
+        """
+        return self.key, list(self.log or [])
 
     def histograms(self, nodes: Message | Sequence[np.ndarray]) -> Message:
         """Per node, per feature in use: (n_bins, n_ints) bin sums and (n_bins,) counts.

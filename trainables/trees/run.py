@@ -1,4 +1,10 @@
-"""One tree / Paillier trial: TrialSpec in, one clean Record out (no attacks on these)."""
+"""One tree / Paillier trial: TrialSpec in, the clean Record plus one per tree attack.
+
+Tree trials evaluate only attacks whose class says ``family = "trees"`` (they read a
+passive party's ``TreeView``, ``trainables/attacks/tree_grad_li.py``); NN-VFL attacks read
+bottom models and embeddings these models do not have. ``attack_incompatibility`` tells
+the planner either way, so a sweep drops such cells with the reason before running.
+"""
 
 from __future__ import annotations
 
@@ -38,9 +44,11 @@ class Outcome:
     comm_bytes: int
     train_seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
+    view: Any = None  # party 0's TreeView (when observed): what that passive party received
+    view_labels: np.ndarray | None = None  # the labels of the view's rows (for the judge)
 
 
-Runner = Callable[[TrialSpec, TreeData, Placement], Outcome]
+Runner = Callable[[TrialSpec, TreeData, Placement, bool], Outcome]
 TREE_MODELS: Registry[Runner] = Registry("tree model")
 PARAMS: dict[str, tuple[type, ...]] = {}  # model -> its params dataclass(es)
 FLAGS = ("taylor",)  # 0/1 model_params (``encrypt`` is read by ``encrypt_flag``)
@@ -122,6 +130,26 @@ def tree_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     return None
 
 
+def attack_family(name: str) -> str:
+    """``trees`` for attacks that read tree-VFL messages, ``nn`` for all others."""
+    from trainables.attacks import ATTACKS
+
+    return str(getattr(ATTACKS.get(name), "family", "nn"))
+
+
+def attack_incompatibility(spec: TrialSpec, name: str) -> str | None:
+    """Why attack ``name`` cannot be evaluated on ``spec``'s model family, or None."""
+    _load_models()
+    tree_model = str(spec.model) in TREE_MODELS.names()
+    family = attack_family(name)
+    if tree_model and family != "trees":
+        return (f"attack {name!r} reads NN-VFL models and embeddings; model={spec.model!r} "
+                "is a tree / Paillier model (its attacks: tree_grad_li)")  # fmt: skip
+    if not tree_model and family == "trees":
+        return f"attack {name!r} reads tree-VFL messages; model={spec.model!r} is not a tree model"
+    return None
+
+
 def run_tree_trial(
     spec: TrialSpec,
     *,
@@ -135,30 +163,55 @@ def run_tree_trial(
     reuse_actors: bool = False,
     attacks: Sequence[Any] = (),
 ) -> list[Record]:
-    """Run a tree / Paillier trial; its one record has ``attack='none'``."""
-    if attacks:
-        raise ConfigError(f"model={spec.model!r}: attacks are defined for NN-VFL models only")
+    """Run a tree / Paillier trial: the clean record, then one record per tree attack."""
+    for name, _ in attacks:
+        reason = attack_incompatibility(spec, name)
+        if reason is not None:
+            raise ConfigError(reason)
     tree_check(spec)
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     data = tree_data(spec, ds)
     where = Placement(transport, cpu_per_party, gpu_per_party, address, reuse_actors)
     start = time.perf_counter()
-    out = TREE_MODELS.get(str(spec.model))(spec, data, where)
+    out = TREE_MODELS.get(str(spec.model))(spec, data, where, bool(attacks))
     wall = time.perf_counter() - start
     extra = {"wall_seconds": round(wall, 4), **out.extra}
-    return [
-        Record.clean(
-            spec,
-            len(data.y_train),
-            mp=out.mp,
-            rounds=out.rounds,
-            comm_bytes=out.comm_bytes,
-            train_seconds=round(out.train_seconds, 4),
-            extra=json.dumps(extra, sort_keys=True),
-            sweep=sweep,
-            trial_id=trial_id or spec.config_hash,
-        )
-    ]
+    clean = Record.clean(
+        spec,
+        len(data.y_train),
+        mp=out.mp,
+        rounds=out.rounds,
+        comm_bytes=out.comm_bytes,
+        train_seconds=round(out.train_seconds, 4),
+        extra=json.dumps(extra, sort_keys=True),
+        sweep=sweep,
+        trial_id=trial_id or spec.config_hash,
+    )
+    return [clean, *(_attack_record(clean, out, name, params) for name, params in attacks)]
+
+
+def _attack_record(clean: Record, out: Outcome, name: str, params: dict[str, Any]) -> Record:
+    """Run a tree attack on party 0's view; the common label rule scores it."""
+    from trainables.attacks import ATTACKS
+    from trainables.attacks.judge import label_ap
+
+    attack = ATTACKS.create(name, **params)
+    start = time.perf_counter()
+    guess = attack.run(out.view)
+    assert out.view_labels is not None
+    ap = label_ap(guess, out.view_labels, np.zeros(0, dtype=np.int64))
+    record_extra = getattr(attack, "record_extra", dict)()
+    extra = json.dumps({**json.loads(clean.extra or "{}"), **record_extra,
+                        "attack_rows": len(guess.rows)}, sort_keys=True)  # fmt: skip
+    return dataclasses.replace(
+        clean,
+        attack=name,
+        attack_type=attack.info.type,
+        attacker_party=out.view.party_id,
+        ap=ap,
+        attack_seconds=round(time.perf_counter() - start, 4),
+        extra=extra,
+    )
 
 
 def _load_models() -> None:

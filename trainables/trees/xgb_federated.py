@@ -1,17 +1,26 @@
 """XGBoost VFL on xgboost's own federated column-split training (no boosting re-implemented).
 
-A federated server (``xgboost.federated.run_federated_server``) runs in a child process;
-each party runs in its own process (a Ray actor) as one federated worker holding only its
-columns, as a ``DMatrix`` with ``data_split_mode=COL``. Labels: in column-split mode
-xgboost computes gradients on rank 0 only and broadcasts them (its vertical federated
-mode), so only rank 0 needs labels. The active party (party K-1) is rank 0 and the only
-one given labels; a passive party's ``DMatrix`` has no labels at all (``get_label()`` is
-empty, which ``fit`` reports and the tests check). Rank r's columns come r-th in xgboost's
-global feature order, so the centralized twin joins columns as [active, passive 0, ...].
+A federated server (``xgboost.federated``'s tracker) runs in a child process of the trial's
+own process, on that process's Ray node; each party runs in its own process (a Ray actor,
+on any node) as one federated worker holding only its columns, as a ``DMatrix`` with
+``data_split_mode=COL``. Labels: in column-split mode xgboost computes gradients on rank 0
+only and broadcasts them (its vertical federated mode), so only rank 0 needs labels. The
+active party (party K-1) is rank 0 and the only one given labels; a passive party's
+``DMatrix`` has no labels at all (``get_label()`` is empty, which ``fit`` reports and the
+tests check). Rank r's columns come r-th in xgboost's global feature order, so the
+centralized twin joins columns as [active, passive 0, ...].
 
-Caveats: the server binds 0.0.0.0 (hard-coded in xgboost's plugin); workers reach it at
-127.0.0.1. Traffic inside xgboost's collective is not exposed, so ``comm_bytes`` is 0
-and ``extra['comm_bytes_measured']`` is false. Every worker ends with the same model (the
+Who can join: xgboost's plugin binds the server to 0.0.0.0 (hard-coded), so the port is
+open on every interface of the server's node. Every trial therefore runs it with mutual
+TLS (``trainables.trees.tls``): fresh certificates per trial, the server cert valid for the
+node's routable IP (``ray.util.get_node_ip_address()``), which is also the address every
+worker dials, so workers on other nodes reach it and a client without the trial's client
+certificate is refused in the TLS handshake. The server relays rank 0's gradients in
+plain inside TLS, so it runs with the trial (the active party's side), never at a passive
+party.
+
+Caveats: traffic inside xgboost's collective is not exposed, so ``comm_bytes`` is 0 and
+``extra['comm_bytes_measured']`` is false. Every worker ends with the same model (the
 non-secure plugin shares split values), and predicting a column-split DMatrix is itself
 a collective call, so every party predicts together.
 """
@@ -22,13 +31,18 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from trainables.trees.tls import ClientTLS, TrialTLS, client_config, client_files, private_dir
+from trainables.trees.tls import server_files as tls_server_files
+from trainables.trees.xgb_tap import tapped_train
 
 FEDERATED = "federated"
 
@@ -42,11 +56,24 @@ class XGBPartyInit:
     X_train: np.ndarray  # (N, d_k)
     X_test: np.ndarray  # (M, d_k)
     y_train: np.ndarray | None  # (N,) at the active party (rank 0) only
+    tap: bool = False  # train via xgb_tap.py so a passive returns what rank 0 sent it
 
     def build(self) -> XGBParty:
         if (self.y_train is not None) != (self.rank == 0):
             raise ValueError("labels go to rank 0 (the active party) and nowhere else")
         return XGBParty(self)
+
+
+@dataclass(frozen=True)
+class Join:
+    """How one worker joins one trial: where the server is and this rank's TLS material.
+
+    PEM bytes, not paths: the worker may run on another node than the one that issued them.
+    """
+
+    address: str  # "ip:port" of the server's node
+    world: int
+    tls: ClientTLS
 
 
 class XGBParty:
@@ -55,36 +82,75 @@ class XGBParty:
     def __init__(self, init: XGBPartyInit) -> None:
         self.party_id, self.rank = init.party_id, init.rank
         self.X_train, self.X_test, self.y_train = init.X_train, init.X_test, init.y_train
+        self.tap = init.tap
 
-    def fit(self, port: int, world: int, params: dict[str, Any], rounds: int) -> dict[str, Any]:
+    def fit(self, join: Join, params: dict[str, Any], rounds: int) -> dict[str, Any]:
         import xgboost as xgb
         from xgboost.core import DataSplitMode
 
-        env = {
-            "dmlc_communicator": FEDERATED,
-            "federated_server_address": f"127.0.0.1:{port}",
-            "federated_world_size": world,
-            "federated_rank": self.rank,
-        }
-        with xgb.collective.CommunicatorContext(**env):
+        with joined(join, self.rank):
             col = DataSplitMode.COL
             dtrain = xgb.DMatrix(self.X_train, label=self.y_train, data_split_mode=col)
             dtest = xgb.DMatrix(self.X_test, data_split_mode=col)
             start = time.perf_counter()
-            booster = xgb.train(params, dtrain, rounds)
+            if self.tap:
+                booster, received = tapped_train(params, dtrain, rounds, self.y_train)
+            else:
+                booster, received = xgb.train(params, dtrain, rounds), []
             pred = booster.predict(dtest)  # (M,) or (M, C): a collective call
             seconds = time.perf_counter() - start
             labels_here = int(dtrain.get_label().size)
             n_col = int(dtrain.num_col())
         return {"pred": pred, "labels_here": labels_here, "n_col": n_col, "seconds": seconds,
-                "pid": os.getpid()}  # fmt: skip
+                "pid": os.getpid(), "node_id": _ray_node_id(), "server": join.address,
+                "received": received}  # fmt: skip
+
+
+@contextmanager
+def joined(join: Join, rank: int) -> Iterator[None]:
+    """xgboost's federated communicator for ``join``; its key files gone once connected.
+
+    xgboost reads the key and certificates when the communicator starts (gRPC then holds
+    them in memory), so they sit on this node's disk for that moment, not for the
+    training, and a worker killed mid-training leaves none behind.
+    """
+    import xgboost as xgb
+
+    env = {
+        "dmlc_communicator": FEDERATED,
+        "federated_server_address": join.address,
+        "federated_world_size": join.world,
+        "federated_rank": rank,
+    }
+    with ExitStack() as stack:
+        with private_dir(client_files(join.tls)) as paths:  # on this worker's node
+            env.update(client_config(paths))
+            stack.enter_context(xgb.collective.CommunicatorContext(**env))
+        yield
+
+
+def _ray_node_id() -> str | None:
+    """The Ray node this worker ran on (None outside Ray): evidence of where parties ran."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except ImportError:
+        return None
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 that is free now (the server binds it right after)."""
+    """A port free on every interface now (the server binds 0.0.0.0 on it right after)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
+
+
+def server_host() -> str:
+    """This process's routable node IP, as Ray reports it (what other nodes can reach)."""
+    import ray
+
+    return str(ray.util.get_node_ip_address())
 
 
 def xgb_params(model_params: dict[str, Any], n_classes: int, seed: int) -> tuple[dict, int]:
@@ -109,52 +175,86 @@ def xgb_params(model_params: dict[str, Any], n_classes: int, seed: int) -> tuple
 def run_federated(
     inits: list[XGBPartyInit], params: dict[str, Any], rounds: int, where: Any
 ) -> list[dict[str, Any]]:
-    """Start the server, run every worker (one Ray actor each) to completion, stop it."""
+    """Start the server here (this process's node), run every worker (one Ray actor
+    each, on any node) to completion over mutual TLS, stop the server."""
     from trainables.trees.session import Placement, passive_transport
 
     place = Placement("ray", where.cpu_per_party, where.gpu_per_party, where.address,
                       where.reuse_actors)  # fmt: skip
-    port = free_port()
-    with federated_server(len(inits), port):
-        with passive_transport(inits, place) as transport:
-            args = [(port, len(inits), params, rounds)] * len(inits)
+    with passive_transport(inits, place) as transport:  # joins / starts Ray first
+        host = server_host()
+        tls = TrialTLS.issue(host, len(inits))
+        with federated_server(len(inits), host, tls) as address:
+            joins = [Join(address, len(inits), tls.clients[init.rank]) for init in inits]
+            args = [(join, params, rounds) for join in joins]
             return transport.call("fit", args, training=True)
 
 
+# The server child: xgboost's tracker, exiting when its parent (the trial) goes away, so a
+# killed trial leaves no server listening.
+_SERVER = """
+import os, sys, time
+import xgboost.federated as f
+parent = os.getppid()
+n, port, key, cert, ca = sys.argv[1:]
+# keep a reference: a dropped tracker's __del__ frees it, which blocks until training ends
+tracker = f.FederatedTracker(n_workers=int(n), port=int(port), secure=True,
+                             server_key_path=key, server_cert_path=cert, client_cert_path=ca,
+                             timeout=3600)
+tracker.start()
+while os.getppid() == parent:
+    time.sleep(0.5)
+os._exit(0)  # not a normal exit: that would wait on the tracker's thread, which never ends
+"""
+
+
 @contextmanager
-def federated_server(n_workers: int, port: int, wait_s: float = 60.0) -> Iterator[None]:
-    """xgboost's federated server in a child process, stopped on exit.
+def federated_server(
+    n_workers: int, host: str, tls: TrialTLS, wait_s: float = 60.0
+) -> Iterator[str]:
+    """xgboost's federated server with mutual TLS in a child process; yields "host:port".
 
     A child process, not a tracker in this one: the in-process tracker's ``free`` and
     ``wait_for`` block after non-secure column-split training (seen with xgboost 3.2).
+    Its key, cert and the CA sit in a private directory only until it listens (it has
+    read them by then). Its log goes to a file, not a pipe: every refused handshake logs
+    a line, and an unread pipe would fill up and stall the server.
     """
-    code = (
-        "import xgboost.federated as f; "
-        f"f.run_federated_server(n_workers={n_workers}, port={port}, timeout=3600)"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    with tempfile.TemporaryFile() as log, ExitStack() as running:
+        with private_dir(tls_server_files(tls)) as paths:
+            port = free_port()
+            argv = [str(n_workers), str(port), paths["server-key.pem"], paths["server.pem"],
+                    paths["ca.pem"]]  # fmt: skip
+            proc = subprocess.Popen([sys.executable, "-c", _SERVER, *argv],
+                                    stdout=log, stderr=log)  # fmt: skip
+            running.callback(_stop, proc)
+            _wait_listening(proc, host, port, log, wait_s)
+        yield f"{host}:{port}"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
     try:
-        deadline = time.monotonic() + wait_s
-        while not _listening(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise RuntimeError(f"xgboost federated server did not start on {port}: {err}")
-            time.sleep(0.05)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
-def _listening(port: int) -> bool:
+def _wait_listening(proc: subprocess.Popen, host: str, port: int, log: Any, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while not _listening(host, port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            err = log.read().decode(errors="replace")[-2000:]
+            raise RuntimeError(f"xgboost federated server did not start on {host}:{port}: {err}")
+        time.sleep(0.05)
+
+
+def _listening(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 def predicted_class(pred: np.ndarray) -> np.ndarray:
