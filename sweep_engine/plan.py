@@ -15,12 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweep_engine.space import Space, SpaceError, apply_value, check_axis_name
+from sweep_engine.space import AttackEntry, Space, SpaceError, apply_value, check_axis_name
+from sweep_engine.validate import (
+    check_attack_entry,
+    check_search,
+    check_size,
+    model_params_reason,
+    spec_at,
+)
 from trainables.attacks import ATTACKS
 from trainables.data import load_dataset
+from trainables.data.catalog import known_classes
 from trainables.errors import ConfigError, MissingDataError
 from trainables.spec import TrialSpec
-from trainables.trial import check_names, incompatibility
+from trainables.trees.run import attack_incompatibility
+from trainables.trial import incompatibility
 
 AttackSpec = tuple[str, dict[str, Any]]
 
@@ -59,6 +68,9 @@ class Plan:
     trainings: tuple[Training, ...]  # for a search space: one per cell (a study each)
     dropped: tuple[Dropped, ...]
     duplicates: int
+    # data files absent at planning (``expand(missing_ok=True)``, a dry run): the cells
+    # that need them are planned unchecked, and a real run refuses to start
+    missing_data: tuple[str, ...] = ()
 
     @property
     def n_trainings(self) -> int:
@@ -96,16 +108,12 @@ class Plan:
             "dropped_cells": [{"cell": d.cell, "reason": d.reason} for d in self.dropped],
             "trial_resources": {f"{k}_parties": self.bundles(k) for k in shapes},
             "transport": self.space.run.transport,
+            "missing_data": list(self.missing_data),
         }
 
 
 def _spec(space: Space, fields: dict[str, Any], where: str) -> TrialSpec:
-    try:
-        spec = TrialSpec.build(**fields)
-        check_names(spec)
-        return spec
-    except ConfigError as err:  # MissingDataError included: it names the path
-        raise SpaceError(f"{space.source}: {where}: {err}") from None
+    return spec_at(space, fields, where)
 
 
 def _check_values(space: Space) -> None:
@@ -120,15 +128,35 @@ def _check_values(space: Space) -> None:
             if isinstance(value, dict) and "." not in axis:
                 for key in value:
                     check_axis_name(space, key, f"grid.{axis}[{i}].{key}")
-            _spec(space, apply_value(space.base, axis, value), f"grid.{axis}[{i}]={value!r}")
+            _spec(space, apply_value(space.base, axis, value), f"grid.{axis}[{i}]")
     if space.search:
         for name in space.search.params:
             check_axis_name(space, name, f"search.params.{name}")
+        check_search(space)
     for i, entry in enumerate(space.attack_entries()):
-        try:
-            ATTACKS.create(entry.name, **entry.params)
-        except ConfigError as err:
-            raise SpaceError(f"{space.source}: attacks[{i}]={entry.name!r}: {err}") from None
+        _check_attack(space, i, entry)
+        check_attack_entry(space, i, entry)
+
+
+def _check_attack(space: Space, i: int, entry: AttackEntry) -> None:
+    """One ``attacks`` entry: a known name, a preset it declares, parameters it takes."""
+    where = f"{space.source}: attacks[{i}]"
+    try:
+        presets = ATTACKS.get(entry.name).presets
+        if "preset" in entry.params:
+            raise ConfigError("'preset' is not a parameter; give it as the entry's preset key")
+    except ConfigError as err:
+        raise SpaceError(f"{where}={entry.name!r}: {err}") from None
+    if entry.preset is not None and entry.preset not in presets:
+        allowed = ", ".join(sorted(presets)) or "none (this attack has no presets)"
+        raise SpaceError(
+            f"{where}.preset={entry.preset!r}: attack {entry.name!r} has no such preset; "
+            f"allowed: {allowed}"
+        )
+    try:
+        ATTACKS.create(entry.name, **entry.attack_params())
+    except ConfigError as err:
+        raise SpaceError(f"{where}={entry.name!r}: {err}") from None
 
 
 def _check_defenses(space: Space) -> None:
@@ -161,26 +189,47 @@ def _attack_cells(
         if entry.datasets is not None and spec.dataset not in entry.datasets:
             continue  # the space restricts this attack to other datasets
         info = ATTACKS.get(entry.name).info
-        if info.binary_only and n_classes != 2:
+        family = attack_incompatibility(spec, entry.name)  # NN attacks vs tree models
+        if family is not None:
+            dropped.append(Dropped({**cell, "attack": entry.name}, family))
+        elif info.binary_only and n_classes != 2:
             reason = f"attack {entry.name!r} is binary-only; {spec.dataset} has {n_classes} classes"
             dropped.append(Dropped({**cell, "attack": entry.name}, reason))
         elif info.training_time:
             tampered = spec.model_copy(
-                update={"train_attack": entry.name, "train_attack_params": dict(entry.params)}
+                update={"train_attack": entry.name, "train_attack_params": entry.attack_params()}
             )
             own.append(Training(tampered, {**cell, "attack": entry.name}, search=search))
         else:
-            shared.append((entry.name, dict(entry.params)))
+            shared.append((entry.name, entry.attack_params()))
     return [Training(spec, cell, search=search, attacks=tuple(shared)), *own], dropped
 
 
-def expand(space: Space, data_dir: str | Path | None = None) -> Plan:
-    """Every grid cell as a training, dropped cells with reasons, duplicates merged."""
+def _n_classes(space: Space, spec: TrialSpec, data_dir: str | Path | None) -> int:
+    """The dataset's class count: from its files, else from the catalog (missing files)."""
+    try:
+        return load_dataset(spec.dataset, data_dir, **spec.dataset_params).n_classes
+    except MissingDataError as err:
+        known = known_classes(spec.dataset)
+        if known is None:
+            raise SpaceError(f"{space.source}: {err}") from None
+        return known
+
+
+def expand(space: Space, data_dir: str | Path | None = None, missing_ok: bool = False) -> Plan:
+    """Every grid cell as a training, dropped cells with reasons, duplicates merged.
+
+    A missing data file is an error (naming it), unless ``missing_ok`` (a dry run): then
+    the cells that need it are planned without the checks that read data (too many
+    parties for its columns, too few rows) and ``Plan.missing_data`` names the files.
+    """
+    check_size(space)  # from the axis sizes: a huge grid is refused before it is expanded
     _check_values(space)
     grid = space.effective_grid()
     axes = list(grid)
     trainings: dict[str, Training] = {}
     dropped: list[Dropped] = []
+    missing: set[str] = set()
     duplicates = 0
     for combo in itertools.product(*(grid[a] for a in axes)):
         fields, cell = dict(space.base), {}
@@ -189,15 +238,18 @@ def expand(space: Space, data_dir: str | Path | None = None) -> Plan:
             cell[axis] = value
         try:
             spec = TrialSpec.build(**fields)
-            reason = incompatibility(spec, data_dir)
+            reason = model_params_reason(spec) or incompatibility(spec, data_dir)
         except MissingDataError as err:
-            raise SpaceError(f"{space.source}: {err}") from None
+            if not missing_ok:
+                raise SpaceError(f"{space.source}: {err}") from None
+            missing.add(str(err))
+            reason = None
         except ConfigError as err:
             reason = str(err)
         if reason is not None:
             dropped.append(Dropped(cell, reason))
             continue
-        n_classes = load_dataset(spec.dataset, data_dir, **spec.dataset_params).n_classes
+        n_classes = _n_classes(space, spec, data_dir)
         cell_trainings, cell_dropped = _attack_cells(space, spec, n_classes, cell)
         dropped += cell_dropped
         for training in cell_trainings:
@@ -210,4 +262,6 @@ def expand(space: Space, data_dir: str | Path | None = None) -> Plan:
             f"{space.source}: grid: every cell was dropped; reasons: "
             + "; ".join(sorted({d.reason for d in dropped}))
         )
-    return Plan(space, tuple(trainings.values()), tuple(dropped), duplicates)
+    return Plan(
+        space, tuple(trainings.values()), tuple(dropped), duplicates, tuple(sorted(missing))
+    )

@@ -7,18 +7,29 @@ anything runs; ``SpaceError`` (a ConfigError) makes the CLI exit with code 2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from sweep_engine.yaml_read import load_yaml
 from trainables.errors import ConfigError
-from trainables.spec import TrialSpec, format_validation_error
+from trainables.spec import Bool, Float, Int, Params, TrialSpec, format_validation_error
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 # grid axes may be dotted into these: "protocol_params.q", "model_params.n_trees"
 NESTED_FIELDS = ("protocol_params", "dataset_params", "model_params", "defense_params")
 METRICS = ("mp", "rounds", "comm_bytes", "train_seconds")
+MAX_CELLS = 100_000  # default of run.max_cells
+MAX_NAME = 100  # characters of a space's name (a file name, with room for suffixes)
 
 
 class SpaceError(ConfigError):
@@ -32,40 +43,44 @@ class _Strict(BaseModel):
 class Resources(_Strict):
     """What one trial reserves: a bundle for the trial itself and one per party."""
 
-    cpu_per_party: float = Field(1.0, gt=0)
-    gpu_per_party: float = Field(0.0, ge=0)
-    cpu_per_trial: float = Field(0.1, ge=0)  # the trainable mostly waits on its parties
+    cpu_per_party: Float = Field(1.0, gt=0)
+    gpu_per_party: Float = Field(0.0, ge=0, le=1)  # a party uses one device; fractions share
+    cpu_per_trial: Float = Field(0.1, ge=0)  # the trainable mostly waits on its parties
 
 
 class RunSettings(_Strict):
-    max_concurrent_trials: int | None = Field(None, ge=1)
-    max_failures: int = Field(1, ge=0)
+    max_concurrent_trials: Int | None = Field(None, ge=1)
+    max_failures: Int = Field(1, ge=0)
     transport: Literal["ray", "local"] = "ray"
-    reuse_actors: bool = True
+    reuse_actors: Bool = True
+    # grid cells a space may expand into; a bigger grid is refused before it is expanded
+    max_cells: Int = Field(MAX_CELLS, ge=1)
 
 
 class SearchParam(_Strict):
     """A searched axis: a range (``low``/``high``, optionally ``log``/``step``) or ``choices``."""
 
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-    step: float | None = None
-    integer: bool = False
+    low: Float | None = None
+    high: Float | None = None
+    log: Bool = False
+    step: Float | None = Field(None, gt=0)
+    integer: Bool = False
     choices: list[Any] | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> SearchParam:
         if self.choices is not None:
             if self.low is not None or self.high is not None:
-                raise ValueError("give either choices or low/high, not both")
+                raise ValueError("give either choices or low/high, not both; allowed: one kind")
             if not self.choices:
-                raise ValueError("choices must not be empty")
+                raise ValueError("choices must not be empty; allowed: at least one choice")
             return self
         if self.low is None or self.high is None:
-            raise ValueError("a range needs both low and high (or give choices)")
+            raise ValueError(
+                "a range needs both low and high; allowed: {low: .., high: ..} or {choices: [..]}"
+            )
         if self.low >= self.high:
-            raise ValueError(f"low={self.low} must be below high={self.high}")
+            raise ValueError(f"low={self.low} must be below high={self.high}; allowed: low < high")
         if self.log and self.low <= 0:
             raise ValueError(f"a log range needs low > 0, got low={self.low}")
         return self
@@ -75,77 +90,123 @@ class Objective(_Strict):
     metric: str
     mode: Literal["max", "min"]
 
-    @model_validator(mode="after")
-    def _known_metric(self) -> Objective:
-        if self.metric not in METRICS and not self.metric.startswith("ap:"):
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str) -> str:
+        if metric not in METRICS and not metric.startswith("ap:"):
             allowed = ", ".join(METRICS) + ", ap:<attack in the space's attacks>"
-            raise ValueError(f"metric {self.metric!r} is not one of: {allowed}")
-        return self
+            raise ValueError(f"not a record metric; allowed: {allowed}")
+        return metric
 
 
 class SearchBlock(_Strict):
     params: dict[str, SearchParam] = Field(min_length=1)
     objectives: list[Objective] = Field(min_length=1)
-    n_trials: int = Field(8, ge=1)
+    n_trials: Int = Field(8, ge=1)
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
-    seed: int = 0
+    seed: Int = 0
 
 
 class AttackEntry(_Strict):
     """An attack evaluated on every cell: a registry name and VFLAIR-default overrides."""
 
     name: str
-    params: dict[str, int | float | str] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
     datasets: list[str] | None = None  # evaluate only on these datasets (None: all)
+    preset: str | None = None  # a named setting of the attack (``strong``); params override it
+
+    def attack_params(self) -> dict[str, int | float | str]:
+        """The parameters the attack is created with; the preset rides along as ``preset``
+        (so a planned training's id and a spec's hash change with it)."""
+        return {**self.params, **({"preset": self.preset} if self.preset is not None else {})}
 
 
 class DefenseAxis(_Strict):
     """A defense's strengths in a space (None: VFLAIR's grid) and fixed parameters."""
 
-    strengths: list[float] | None = None
-    params: dict[str, int | float | str] = Field(default_factory=dict)
+    strengths: list[Float] | None = None
+    params: Params = Field(default_factory=dict)
+
+
+def _attack_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "<name>"
+    return "<entry>" if isinstance(value, dict | AttackEntry) else None
+
+
+def _defense_kind(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return "<vflair>"
+    if isinstance(value, list):
+        return "<strengths>"
+    return "<axis>" if isinstance(value, dict | DefenseAxis) else None
+
+
+# Tagged unions: a bad entry gets one error naming the allowed forms, not one per form
+AttackItem = Annotated[
+    Annotated[str, Tag("<name>")] | Annotated[AttackEntry, Tag("<entry>")],
+    Discriminator(
+        _attack_kind,
+        custom_error_type="attack_entry",
+        custom_error_message="allowed: an attack name, or {name: ..., params: {...}, "
+        "datasets: [...], preset: ...}",
+    ),
+]
+DefenseValue = Annotated[
+    Annotated[list[Float], Tag("<strengths>")]
+    | Annotated[Literal["vflair"] | None, Tag("<vflair>")]
+    | Annotated[DefenseAxis, Tag("<axis>")],
+    Discriminator(
+        _defense_kind,
+        custom_error_type="defense_value",
+        custom_error_message="allowed: a list of strengths, vflair (VFLAIR's grid), or "
+        "{strengths: [...], params: {...}}",
+    ),
+]
 
 
 class Space(_Strict):
     """A sweep: ``base`` trial fields, ``grid`` axes over them, resources, run settings."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    # a folder and file name: results/<name>/, its lock and its records
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)
     run: RunSettings = Field(default_factory=RunSettings)
     search: SearchBlock | None = None
-    attacks: list[str | AttackEntry] = Field(default_factory=list)
+    attacks: list[AttackItem] = Field(default_factory=list)
     # defense name -> strengths (a list), "vflair"/null for VFLAIR's grid, or a DefenseAxis;
     # expands into a "defense" grid axis that always includes the undefended cell
-    defenses: dict[str, list[float] | Literal["vflair"] | DefenseAxis | None] = Field(
-        default_factory=dict
-    )
+    defenses: dict[str, DefenseValue] = Field(default_factory=dict)
     source: str = ""  # the file it came from, for messages
 
     @model_validator(mode="after")
     def _non_empty_axes(self) -> Space:
         for axis, values in self.grid.items():
             if not values:
-                raise ValueError(f"grid.{axis} is an empty list; give at least one value")
+                raise ValueError(f"grid.{axis}=[]: an empty axis; allowed: at least one value")
         return self
 
     @model_validator(mode="after")
     def _ap_objectives_have_attacks(self) -> Space:
         names = {e.name for e in self.attack_entries()}
-        for obj in self.search.objectives if self.search else []:
+        for i, obj in enumerate(self.search.objectives if self.search else []):
             if obj.metric.startswith("ap:") and obj.metric[3:] not in names:
                 raise ValueError(
-                    f"search objective {obj.metric!r} needs {obj.metric[3:]!r} in attacks; "
-                    f"attacks: {sorted(names) or 'none'}"
+                    f"search.objectives[{i}].metric={obj.metric!r}: needs {obj.metric[3:]!r} "
+                    f"in attacks; allowed: ap:<attack> for attacks {sorted(names) or 'none'}"
                 )
         return self
 
     @model_validator(mode="after")
     def _one_defense_axis(self) -> Space:
         if self.defenses and "defense" in self.grid:
-            raise ValueError("give defenses either as the 'defenses' section or as grid.defense")
+            raise ValueError(
+                "grid.defense: give defenses either as the 'defenses' section or as grid.defense;"
+                " allowed: one of the two"
+            )
         return self
 
     def defense_axes(self) -> dict[str, DefenseAxis]:
@@ -198,17 +259,28 @@ def load_space(arg: str) -> Space:
     """Read, parse and schema-check a space file; field values are checked by ``check_space``."""
     path = resolve_space_path(arg)
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SpaceError(f"{path}: not valid YAML: {err}") from None
+        raw = load_yaml(path)
+    except SpaceError:
+        raise
+    except ConfigError as err:
+        raise SpaceError(str(err)) from None
+    if raw is None:
+        raise SpaceError(f"{path}: the file is empty; allowed: a mapping with at least 'name'")
     if not isinstance(raw, dict):
-        raise SpaceError(f"{path}: the top level must be a mapping with at least 'name'")
+        raise SpaceError(
+            f"{path}: the top level is a {type(raw).__name__}; it must be a mapping with at "
+            "least 'name'"
+        )
+    if "source" in raw:  # set by the loader, not by the file
+        raise SpaceError(f"{path}: source: unknown key; allowed: " + ", ".join(_top_keys()))
     try:
         return Space(**raw, source=str(path))
     except ValidationError as err:
         raise SpaceError(format_validation_error(err, str(path), Space)) from None
-    except TypeError as err:  # e.g. a non-string key at the top level
-        raise SpaceError(f"{path}: {err}") from None
+
+
+def _top_keys() -> list[str]:
+    return sorted(k for k in Space.model_fields if k != "source")
 
 
 def allowed_axes() -> list[str]:

@@ -14,8 +14,8 @@ GOOD = "name: ok\nbase: {dataset: breast_cancer, epochs: 2}\n"
 
 CASES: dict[str, tuple[str, list[str]]] = {
     "bad_yaml": ("name: x\ngrid: {seed: [1, 2}\n", ["not valid YAML"]),
-    "not_a_mapping": ("- 1\n- 2\n", ["top level must be a mapping"]),
-    "missing_name": ("base: {dataset: digits}\n", ["name", "Field required"]),
+    "not_a_mapping": ("- 1\n- 2\n", ["top level is a list", "must be a mapping"]),
+    "missing_name": ("base: {dataset: digits}\n", ["name", "missing", "required"]),
     "unknown_top_key": ("name: x\ngrids: {seed: [1]}\n", ["grids", "allowed:", "grid", "base"]),
     "unknown_trial_field": (
         "name: x\nbase: {epoch: 3}\n",
@@ -62,7 +62,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "bad_objective": (
         GOOD
         + "search: {params: {lr: {low: 0.01, high: 0.1}}, objectives: [{metric: acc, mode: max}]}\n",
-        ["search.objectives.0", "'acc'", "mp", "comm_bytes"],
+        ["search.objectives[0]", "'acc'", "mp", "comm_bytes"],
     ),
     "every_cell_dropped": (
         GOOD + "grid: {n_parties: [31, 40]}\n",
