@@ -1,21 +1,30 @@
 """``python sweep.py``: load and validate a space, plan it, run it on Ray Tune, summarize.
 
 Exit codes: 0 all trainings recorded, 1 some training failed after its retries (its
-record says ``status='error'``), 2 bad input (nothing was written).
+record says ``status='error'``), 2 bad input (nothing was written), 130 interrupted by
+Ctrl-C (``interrupted: N of M recorded; re-run to resume``: the records written stay).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sweep_engine.lock import SweepLock, describe
+from sweep_engine.manifest import write_manifest
 from sweep_engine.plan import Plan, expand
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import load_space
+from sweep_engine.validate import check_local_fit
 from trainables.errors import ConfigError
 
 
@@ -40,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def print_plan(plan: Plan, as_json: bool) -> None:
     summary = plan.summary()
+    for message in plan.missing_data:
+        print(
+            f"warning: {message}; its cells are planned without the checks that read data, "
+            "and a real run refuses to start until the file is there",
+            file=sys.stderr,
+        )
     if as_json:
         print(json.dumps(summary, default=str))
         return
@@ -56,6 +71,115 @@ def print_plan(plan: Plan, as_json: bool) -> None:
         print(f"  one trial ({shape.replace('_', ' ')}): bundles {bundles}")
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
+# Loggers that speak while Tune winds down (stop notices, "Trials did not complete",
+# metrics files of trials that never started): silenced once the user asked to stop.
+NOISY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air")
+
+
+@contextmanager
+def sigint_stops_tune() -> Iterator[None]:
+    """The first Ctrl-C stops every trial through ``runner.INTERRUPT``; a second aborts.
+
+    Tune's own SIGINT handler is switched off (``TUNE_DISABLE_SIGINT_HANDLER``): it would
+    stop the run too, but log its own instructions (``Tuner.restore``…), which are not how
+    a sweep resumes, and leave us unable to tell an interrupted run from a finished one.
+    """
+    from sweep_engine import runner
+
+    runner.INTERRUPT.clear()
+    levels = {name: logging.getLogger(name).level for name in NOISY_LOGGERS}
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if runner.INTERRUPT.is_set():
+            raise KeyboardInterrupt  # the second Ctrl-C: stop waiting for Tune
+        runner.INTERRUPT.set()
+        for name in NOISY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        _say("stopping: Ctrl-C received; Ctrl-C again to abort at once\n")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only; nothing to install
+        return
+    env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if env is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = env
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _say(text: str) -> None:
+    """Write to stdout's file descriptor: a ``print`` inside a signal handler can land in
+    the middle of another ``print`` and fail (a reentrant call on the same buffer)."""
+    try:
+        os.write(sys.stdout.fileno(), text.encode())
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (captured)
+        pass
+
+
+def leave_ray_ignoring_sigint() -> None:
+    """After Ctrl-C: disconnect from Ray now, with more Ctrl-Cs ignored meanwhile.
+
+    Otherwise Ray disconnects in its exit handler, where a second Ctrl-C prints a
+    ``KeyboardInterrupt`` traceback after our last line.
+    """
+    import ray
+
+    if threading.current_thread() is not threading.main_thread():
+        ray.shutdown()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ray.shutdown()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def recorded(plan: Plan, sweep_dir: Path) -> int:
+    """Trainings of ``plan`` with a valid finished record now."""
+    if plan.space.search is not None:
+        from sweep_engine.search import recorded as search_recorded
+
+        return search_recorded(plan, sweep_dir)
+    done = RecordSink(sweep_dir).done()
+    return sum(1 for t in plan.trainings if t.trial_id in done)
+
+
+def run_plan(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> tuple[int, int, int]:
+    """Run what is not recorded yet; returns (recorded now, failed, skipped as done)."""
+    from sweep_engine import runner
+
+    done = RecordSink(sweep_dir).done()
+    if plan.space.search is not None:
+        from sweep_engine.search import run_searches
+
+        runner.start_ray(args.address, args.num_cpus)
+        runner.check_fits(plan)
+        return run_searches(plan, sweep_dir, args.data_dir)
+    todo = [t for t in plan.trainings if t.trial_id not in done]
+    skipped = len(plan.trainings) - len(todo)
+    print(
+        f"{len(plan.trainings)} trainings planned, {skipped} already recorded, {len(todo)} to run",
+        flush=True,
+    )
+    if not todo:
+        return 0, 0, skipped
+    runner.start_ray(args.address, args.num_cpus)
+    runner.check_fits(plan)
+    if runner.INTERRUPT.is_set():  # Ctrl-C while Ray started: no trial starts
+        return 0, 0, skipped
+    written, failed = runner.run_grid(plan, sweep_dir, todo, args.data_dir)
+    return written, failed, skipped
+
+
 def execute(plan: Plan, args: argparse.Namespace) -> int:
     from sweep_engine import runner
 
@@ -63,27 +187,20 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
     sink = RecordSink(sweep_dir)
     sink.clean_temporaries()
     sink.quarantine_bad_files()  # corrupt files are moved aside; their trainings run again
-    done = sink.done()
     start = time.perf_counter()
-    if plan.space.search is not None:
-        from sweep_engine.search import run_searches
-
-        runner.start_ray(args.address, args.num_cpus)
-        runner.check_fits(plan)
-        written, failed, skipped = run_searches(plan, sweep_dir, args.data_dir)
-    else:
-        todo = [t for t in plan.trainings if t.trial_id not in done]
-        skipped = len(plan.trainings) - len(todo)
-        print(
-            f"{len(plan.trainings)} trainings planned, {skipped} already recorded, "
-            f"{len(todo)} to run",
-            flush=True,
-        )
-        written = failed = 0
-        if todo:
-            runner.start_ray(args.address, args.num_cpus)
-            runner.check_fits(plan)
-            written, failed = runner.run_grid(plan, sweep_dir, todo, args.data_dir)
+    written = failed = skipped = 0
+    try:
+        with sigint_stops_tune():
+            written, failed, skipped = run_plan(plan, args, sweep_dir)
+    except KeyboardInterrupt:  # the second Ctrl-C, or one before the handler was in place
+        runner.INTERRUPT.set()
+    # the space and its axes, for the analysis; after the run started (bad input: none)
+    write_manifest(sweep_dir, plan)
+    if runner.INTERRUPT.is_set():
+        leave_ray_ignoring_sigint()
+        n = recorded(plan, sweep_dir)
+        print(f"interrupted: {n} of {plan.n_trainings} recorded; re-run to resume", flush=True)
+        return EXIT_INTERRUPTED
     wall = time.perf_counter() - start
     if not args.no_mlflow:
         from sweep_engine.tracking import sync_after_sweep
@@ -94,16 +211,29 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
         f"(already recorded); wall {wall:.1f}s; records in {sink.records_dir}",
         flush=True,
     )
+    print_end_summary(plan, args, sweep_dir)
     return 1 if failed else 0
+
+
+def print_end_summary(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> None:
+    """Best cells from the records, then the commands that open the report and MLflow."""
+    from sweep_engine.progress import end_summary
+    from sweep_engine.tracking import default_uri
+
+    uri = None if args.no_mlflow else (args.mlflow_uri or default_uri(Path(args.results)))
+    for line in end_summary(plan, sweep_dir, uri, explicit=bool(args.mlflow_uri)):
+        print(f"  {line}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        plan = expand(load_space(args.space), args.data_dir)
+        # a dry run plans without the data files (a fresh clone); a real run needs them
+        plan = expand(load_space(args.space), args.data_dir, missing_ok=args.dry_run)
         if args.dry_run:
             print_plan(plan, args.json)
             return 0
+        check_fits_before_ray(plan, args)
         print_plan(plan, as_json=False)
         with SweepLock(Path(args.results) / plan.space.name) as lock:  # exit 2 if held
             if lock.stale:
@@ -112,6 +242,25 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while planning or waiting for the lock
+        print("interrupted: nothing recorded yet; re-run to start", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def check_fits_before_ray(plan: Plan, args: argparse.Namespace) -> None:
+    """Refuse resources no trial could get, before Ray starts (exit 2, nothing written).
+
+    A Ray this process already runs is asked; a local Ray still to start is known from
+    this machine; a cluster (``--address`` or ``RAY_ADDRESS``) is checked once joined.
+    """
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        from sweep_engine.runner import check_fits
+
+        check_fits(plan)
+    elif args.address is None and not os.environ.get("RAY_ADDRESS"):
+        shapes = [t.spec.n_parties for t in plan.trainings]
+        check_local_fit(plan.space, shapes, args.num_cpus)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,19 @@ The trainable runs one VFL trial (its parties as actors inside the trial's place
 group) and reports the records; a driver-side callback writes them atomically, so
 results land on the driver's disk whichever node trained. Grid cells go through Tune's
 grid; a ``search:`` block runs one Optuna study per cell (``search.py``).
+
+Two kinds of failure: a ConfigError inside the trainable (a spec the data or model cannot
+run) or a ``DefenseNeverApplied`` (a defense that changed nothing) is deterministic, so
+it is recorded as ``status='error'`` at once and never retried; anything else (an actor
+or node lost) is a fault, retried up to ``run.max_failures``.
+``INTERRUPT`` (set by the CLI on Ctrl-C) stops every trial through ``InterruptStopper``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -21,12 +28,29 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import ray
 from ray import tune
 
+from sweep_engine import progress
 from sweep_engine.plan import Plan, Training
 from sweep_engine.sink import RecordSink
-from sweep_engine.space import SpaceError, apply_value
+from sweep_engine.space import apply_value
+from trainables.defenses.applied import DefenseNeverApplied
+from trainables.errors import ConfigError, MissingDataError
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.trial import run_trial
+
+# Set by the CLI's SIGINT handler: Tune stops every trial at its next step (about 0.1 s);
+# trainings in flight are dropped, records already written stay.
+INTERRUPT = threading.Event()
+
+
+class InterruptStopper(tune.Stopper):
+    """Stops the whole experiment once ``INTERRUPT`` is set, never a single trial."""
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return INTERRUPT.is_set()
 
 
 @dataclass(frozen=True)
@@ -63,41 +87,70 @@ def spec_of(config: dict[str, Any], ctx: SweepContext) -> TrialSpec:
 
 
 def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
-    """The Tune trainable: one training, its records reported (the driver writes them)."""
+    """The Tune trainable: one training, its records reported (the driver writes them).
+
+    A ConfigError is reported as an error record instead of raised: Tune would retry it,
+    and a bad spec fails the same way every time.
+    """
     spec = spec_of(config, ctx)
     cell = config.get("cell", {})
     attacks = [tuple(a) for a in json.loads(cell["attacks"])] if cell else list(ctx.attacks)
     trial_id = cell.get("trial_id", spec.config_hash)
-    records = run_trial(
-        spec,
-        transport=ctx.transport,
-        data_dir=ctx.data_dir,
-        cpu_per_party=ctx.cpu_per_party,
-        gpu_per_party=ctx.gpu_per_party,
-        sweep=ctx.sweep,
-        trial_id=trial_id,
-        reuse_actors=ctx.reuse_actors,
-        attacks=attacks,  # type: ignore[arg-type]
-    )
+    try:
+        records = run_trial(
+            spec,
+            transport=ctx.transport,
+            data_dir=ctx.data_dir,
+            cpu_per_party=ctx.cpu_per_party,
+            gpu_per_party=ctx.gpu_per_party,
+            sweep=ctx.sweep,
+            trial_id=trial_id,
+            reuse_actors=ctx.reuse_actors,
+            attacks=attacks,  # type: ignore[arg-type]
+        )
+    except MissingDataError:
+        raise  # this node lacks a data file: a fault of the node, retried (maybe elsewhere)
+    except (ConfigError, DefenseNeverApplied) as err:  # deterministic: same spec, same error
+        records = [error_record(spec, trial_id, ctx.sweep, error_text(err))]
+    tune.report(_result(trial_id, records, [name for name, _ in attacks]))
+
+
+def _result(trial_id: str, records: list[Record], attacks: list[str]) -> dict[str, Any]:
+    """What Tune sees of a training. An error record reports NaN metrics, so a search's
+    Optuna study marks the trial failed instead of taking 0 bytes or 0 s as a result."""
     clean = records[0]
-    tune.report(
-        {
-            "config_hash": trial_id,
-            "mp": clean.mp,
-            "rounds": clean.rounds,
-            "comm_bytes": clean.comm_bytes,
-            "train_seconds": clean.train_seconds,
-            "records_json": json.dumps([r.to_json() for r in records]),
-            **{f"ap:{r.attack}": r.ap for r in records if r.attack != "none"},
-        }
-    )
+    nan = float("nan")
+    ok = clean.status == "ok"
+    return {
+        "config_hash": trial_id,
+        "status": clean.status,
+        "mp": nan if clean.mp is None else clean.mp,
+        "rounds": clean.rounds if ok else nan,
+        "comm_bytes": clean.comm_bytes if ok else nan,
+        "train_seconds": clean.train_seconds if ok else nan,
+        "records_json": json.dumps([r.to_json() for r in records]),
+        **{f"ap:{name}": nan for name in attacks},
+        **{f"ap:{r.attack}": r.ap for r in records if r.attack != "none"},
+    }
 
 
 class Progress(tune.Callback):
-    """Writes each finished training's records and prints one line per training."""
+    """Writes each finished training's records and prints one line per training.
 
-    def __init__(self, sink: RecordSink, total: int, label: str = "") -> None:
+    The line names the training in the sweep's terms: the grid axes that vary (``labels``:
+    trial_id -> ``defense=gdp@0.01 seed=2``, from ``progress.cell_labels``) or a search
+    trial's sampled parameters, then its MP, the attacks evaluated with their AP, seconds.
+    """
+
+    def __init__(
+        self,
+        sink: RecordSink,
+        total: int,
+        label: str = "",
+        labels: dict[str, str] | None = None,
+    ) -> None:
         self.sink, self.total, self.label = sink, total, label
+        self.labels = labels or {}
         self.written: set[str] = set()
         self.failed: dict[str, str] = {}
         self.start = time.perf_counter()
@@ -110,60 +163,72 @@ class Progress(tune.Callback):
         records = [Record.from_json(r) for r in json.loads(result["records_json"])]
         trial_id = result["config_hash"]
         self.sink.write(trial_id, records)
+        name = self.describe(trial.config)
+        if records[0].status != "ok":  # a ConfigError: recorded at once, not retried
+            self.failed[trial_id] = records[0].error or ""
+            print(
+                f"[error] {self.label}{name} ({trial_id}): {records[0].error} "
+                "(a bad spec fails the same way every time: recorded, not retried)",
+                flush=True,
+            )
+            return
         self.written.add(trial_id)
         done = len(self.written) + len(self.failed)
-        print(
-            f"[{done}/{self.total}] {self.label}{trial_id} mp={result['mp']:.4f} "
-            f"rounds={result['rounds']} {result['train_seconds']:.1f}s "
-            f"({time.perf_counter() - self.start:.0f}s elapsed) {_short(trial.config)}",
-            flush=True,
-        )
+        words = [
+            f"[{done}/{self.total}]",
+            f"{self.label}{name}".strip(),
+            f"mp={result['mp']:.4f}",
+            progress.ap_text(records),
+            f"{result['train_seconds']:.1f}s",
+            f"({time.perf_counter() - self.start:.0f}s elapsed; id {trial_id[:8]})",
+        ]
+        print(" ".join(w for w in words if w), flush=True)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
         """A failed attempt that Tune retries (``run.max_failures``): say so, record nothing."""
-        print(f"[retry] {self.label}{_short(trial.config)} failed; retrying", flush=True)
+        print(f"[retry] {self.label}{self.describe(trial.config)} failed; retrying", flush=True)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
-        print(f"[error] {self.label}{_short(trial.config)} failed after retries", flush=True)
+        print(f"[error] {self.label}{self.describe(trial.config)} failed after retries", flush=True)
+
+    def describe(self, config: dict[str, Any]) -> str:
+        """A grid training's varying axes, or a search trial's sampled parameters."""
+        cell = config.get("cell")
+        if cell is None:
+            return progress.params_text(config)
+        return self.labels.get(cell["trial_id"], "") or cell["trial_id"][:8]
 
 
 def trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def _short(config: dict[str, Any]) -> str:
-    config = config.get("cell", config)
-    if "spec" not in config:
-        return json.dumps(config, default=str)
-    spec = json.loads(config["spec"])
-    keys = ("dataset", "partition", "protocol", "protocol_params", "n_parties", "seed")
-    return " ".join(f"{k}={spec[k]}" for k in keys if k in spec)
+# start_ray calls this process made: a refused space must make none (tests check it)
+START_CALLS = 0
 
 
 def start_ray(address: str | None, num_cpus: int | None) -> None:
+    global START_CALLS
+    START_CALLS += 1
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-    if address is None:
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        # "local": a fresh Ray of our own. None would join any cluster a `ray start` left
+        # running on this machine (and then refuse num_cpus).
+        address = "local"
         kwargs["num_cpus"] = num_cpus
     ray.init(address=address, **kwargs)
 
 
 def check_fits(plan: Plan) -> None:
     """Refuse a trial that no amount of waiting could schedule on this Ray."""
+    from sweep_engine.validate import check_resource_fit
+
     available = ray.cluster_resources()
-    for n in sorted({t.spec.n_parties for t in plan.trainings}):
-        need: dict[str, float] = {}
-        for bundle in plan.bundles(n):
-            for key, value in bundle.items():
-                need[key] = need.get(key, 0.0) + value
-        for key in ("CPU", "GPU"):
-            if need.get(key, 0.0) > available.get(key, 0.0) + 1e-9:
-                raise SpaceError(
-                    f"{plan.space.source}: resources: a {n}-party trial needs {need[key]:g} {key}"
-                    f" but this Ray has {available.get(key, 0.0):g}; lower resources.cpu_per_party"
-                    " / gpu_per_party or join a bigger cluster with --address"
-                )
+    shapes = [t.spec.n_parties for t in plan.trainings]
+    cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
+    check_resource_fit(plan.space, shapes, cpus, gpus, "this Ray")
 
 
 def context(
@@ -199,7 +264,24 @@ def run_config(plan: Plan, sweep_dir: Path, callback: Progress, tag: str) -> tun
         storage_path=str((sweep_dir / "_tune").resolve()),
         failure_config=tune.FailureConfig(max_failures=plan.space.run.max_failures),
         callbacks=[callback],
+        stop=InterruptStopper(),
         verbose=0,
+    )
+
+
+def error_record(spec: TrialSpec, trial_id: str, sweep: str, error: str) -> Record:
+    """The one record of a training that failed: ``status='error'`` and the error text."""
+    return Record.clean(
+        spec,
+        spec.n_labeled or 0,
+        mp=None,
+        rounds=0,
+        comm_bytes=0,
+        train_seconds=0.0,
+        sweep=sweep,
+        trial_id=trial_id,
+        status="error",
+        error=error[-4000:],
     )
 
 
@@ -212,19 +294,7 @@ def record_failures(
     for trial_id, spec, error in failures:
         if trial_id in done:
             continue
-        record = Record.clean(
-            spec,
-            spec.n_labeled or 0,
-            mp=None,
-            rounds=0,
-            comm_bytes=0,
-            train_seconds=0.0,
-            sweep=sweep,
-            trial_id=trial_id,
-            status="error",
-            error=error[-4000:],
-        )
-        sink.write(trial_id, [record])
+        sink.write(trial_id, [error_record(spec, trial_id, sweep, error)])
         count += 1
     return count
 
@@ -232,9 +302,9 @@ def record_failures(
 def run_grid(
     plan: Plan, sweep_dir: Path, todo: list[Training], data_dir: str | None
 ) -> tuple[int, int]:
-    """Run the grid trainings in ``todo``; returns (written, failed)."""
+    """Run the grid trainings in ``todo``; returns (written, failed: error records)."""
     sink = RecordSink(sweep_dir)
-    callback = Progress(sink, len(todo))
+    callback = Progress(sink, len(todo), labels=progress.cell_labels(plan, extra=todo))
     tuner = tune.Tuner(
         trainable(plan, context(plan, data_dir)),
         param_space={"cell": tune.grid_search([_grid_config(t) for t in todo])},
@@ -255,7 +325,8 @@ def run_grid(
         for r in results
         if r.error is not None
     ]
-    return len(callback.written), record_failures(sink, failures, plan.space.name)
+    failed = len(callback.failed) + record_failures(sink, failures, plan.space.name)
+    return len(callback.written), failed
 
 
 def error_text(error: BaseException | None) -> str:

@@ -5,7 +5,11 @@ same placement groups, retries, progress and record sink as grid trials, and Tun
 schedules them next to each other. Tune's grid and a searcher do not mix, so each grid
 cell gets its own Tuner and study. The study's trials, best trial (one objective) or
 Pareto set (several) are written to ``<sweep>/search/<cell>.json`` from the records on
-disk, so a resumed search counts what earlier runs finished and runs only the rest.
+disk, so a resumed search counts what earlier runs finished and runs only the rest. The
+file also holds each searched parameter's Optuna distribution (``distribution_to_json``):
+``analysis/optuna_report.py`` rebuilds the study from it with Optuna's own
+``create_trial`` for importances and plots, so no second store can disagree with the
+records (an Optuna RDB would keep trials that were interrupted or never recorded).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import optuna
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-from sweep_engine import runner
+from sweep_engine import progress, runner
 from sweep_engine.plan import Plan, Training
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import SearchBlock, SearchParam
@@ -80,7 +84,7 @@ def study_trials(sink: RecordSink, cell: Training, search: SearchBlock) -> list[
     for row in table:
         rows_by_trial.setdefault(row["trial_id"], []).append(row)
     trials = []
-    for row in table:
+    for row in sorted(table, key=lambda r: r["created_at"]):  # trial order: when it finished
         spec = json.loads(row["spec_json"])
         if row["status"] != "ok" or row["attack"] != "none" or cell_id(spec, searched) != target:
             continue
@@ -131,6 +135,10 @@ def write_summary(sweep_dir: Path, cell: Training, search: SearchBlock, sink: Re
         "n_trials": len(trials),
         "trials": trials,
         "pareto": pareto(trials, modes),
+        "distributions": {
+            k: optuna.distributions.distribution_to_json(distribution(p))
+            for k, p in search.params.items()
+        },
     }
     if len(modes) == 1 and trials:
         pick = max if modes[0] == "max" else min
@@ -150,18 +158,29 @@ def run_searches(plan: Plan, sweep_dir: Path, data_dir: str | None) -> tuple[int
     assert search is not None
     sink = RecordSink(sweep_dir)
     written = failed = skipped = 0
+    names = progress.cell_labels(plan)
     for i, cell in enumerate(plan.trainings):
         done = len(study_trials(sink, cell, search))
         remaining = search.n_trials - done
         skipped += min(done, search.n_trials)
-        label = f"study {i + 1}/{len(plan.trainings)} "
+        label = f"study {i + 1}/{len(plan.trainings)} " + (names[cell.trial_id] + " ").lstrip()
         print(f"{label}{cell.cell}: {done} trials recorded, {max(remaining, 0)} to run", flush=True)
         if remaining > 0:
             w, f = _run_study(plan, sweep_dir, cell, search, remaining, done, data_dir, label)
             written, failed = written + w, failed + f
         path = write_summary(sweep_dir, cell, search, sink)
         print(f"{label}summary: {path}", flush=True)
+        if runner.INTERRUPT.is_set():  # Ctrl-C: no further study starts
+            break
     return written, failed, skipped
+
+
+def recorded(plan: Plan, sweep_dir: Path) -> int:
+    """Trials of the plan's studies recorded so far (each study counts up to n_trials)."""
+    search = plan.space.search
+    assert search is not None
+    sink = RecordSink(sweep_dir)
+    return sum(min(len(study_trials(sink, c, search)), search.n_trials) for c in plan.trainings)
 
 
 def _run_study(
@@ -204,4 +223,5 @@ def _run_study(
             params = {k: v for k, v in r.config.items() if k in search.params}
             spec = runner.spec_of(params, ctx)
             failures.append((spec.config_hash, spec, runner.error_text(r.error)))
-    return len(callback.written), runner.record_failures(sink, failures, plan.space.name)
+    failed = len(callback.failed) + runner.record_failures(sink, failures, plan.space.name)
+    return len(callback.written), failed

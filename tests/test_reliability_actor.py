@@ -104,3 +104,50 @@ def test_party_actor_killed_mid_training_is_retried_and_recorded_once(
     plan = expand(load_space(str(space)))
     assert sorted(r["trial_id"] for r in rows) == sorted(t.trial_id for t in plan.trainings)
     assert all(r["status"] == "ok" and r["mp"] > 0.8 for r in rows)
+
+
+def test_a_pooled_actor_killed_while_idle_is_evicted_and_the_next_trial_runs_once(
+    ray_session: None,
+) -> None:
+    """Before eviction, the next trial got the dead actor and failed in ``load``."""
+    import ray
+
+    from trainables.data import load_dataset
+    from trainables.spec import TrialSpec
+    from trainables.transport.ray_actors import PartyResources, RayParties, release_warm_actors
+    from trainables.trial import prepare_parties, train_local
+
+    spec = TrialSpec.build(dataset="breast_cancer", epochs=2)
+    prepared = prepare_parties(spec, load_dataset("breast_cancer"))
+    expected = train_local(prepared, 2)
+    release_warm_actors()  # earlier tests in this process may have left warm actors
+    attempts = 0
+    try:
+        with RayParties(prepared.inits, PartyResources(cpu=0.5), reuse=True) as first:
+            pooled = [a._actor_id for a in first.actors]
+        ray.kill(first.actors[0])  # an idle pooled actor dies (OOM killer, a kill by hand)
+        _wait_until_dead(first.actors[0])  # ray.kill is asynchronous: let the death land
+        with RayParties(prepared.inits, PartyResources(cpu=0.5), reuse=True) as second:
+            attempts += 1
+            result = second.train("fedsgd", {}, 2)
+            assert second.evicted == 1 and not second.reused
+            assert not {a._actor_id for a in second.actors} & set(pooled)  # a fresh set
+        assert attempts == 1 and result.mp == expected.mp
+    finally:
+        assert release_warm_actors() == 2  # only the fresh set is pooled; the dead one left
+
+
+def _wait_until_dead(actor: object, timeout_s: float = 30.0) -> None:
+    """Block until Ray reports ``actor`` dead (a call on it raises RayActorError)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ping.remote(), timeout=5)  # type: ignore[attr-defined]
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"actor still alive {timeout_s}s after ray.kill")

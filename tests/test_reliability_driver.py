@@ -106,3 +106,51 @@ def test_driver_killed_at_three_points_then_rerun_completes_exactly_once(
     assert not list(records.glob(".*")) and not (results / "killed3" / LOCK_NAME).exists()
     rows = pads.dataset(records, format="parquet").to_table().to_pylist()
     assert len(rows) == N and all(r["status"] == "ok" for r in rows)
+
+
+def test_ctrl_c_stops_with_130_and_one_line_then_a_rerun_resumes(
+    tmp_path: Path, ray_session: None
+) -> None:
+    """SIGINT (Ctrl-C) once a record exists: Tune stops quietly, the records stay valid,
+    the lock is released, exit 130; the same command then runs only what is missing."""
+    import ray
+
+    n = 4
+    space = tmp_path / "ctrlc.yaml"
+    space.write_text(
+        "name: ctrlc\nbase: {dataset: breast_cancer, epochs: 10}\n"
+        f"grid: {{seed: {list(range(n))}}}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 1}\n"
+    )
+    results = tmp_path / "results"
+    records = results / "ctrlc" / "records"
+    args = ["--space", str(space), "--results", str(results), "--no-mlflow"]
+    args += ["--address", ray.get_runtime_context().gcs_address]
+
+    def finals() -> list[Path]:
+        return sorted(records.glob("[!.]*.parquet")) if records.is_dir() else []
+
+    log1 = tmp_path / "run1.log"
+    proc = start(args, log1)
+    wait_for(lambda: len(finals()) >= 1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130, log1.read_text()[-3000:]
+    out = log1.read_text()
+    kept = finals()
+    assert 1 <= len(kept) < n, out[-3000:]
+    assert f"interrupted: {len(kept)} of {n} recorded; re-run to resume" in out
+    for noise in ("Traceback", "FileNotFoundError", "Tuner.restore", "Stop signal received"):
+        assert noise not in out, out[-3000:]  # before: Tune's stop notices, then "done: …"
+    assert "done:" not in out
+    assert all(check_file(p) is None for p in kept)
+    assert not list(records.glob(".*")) and not (results / "ctrlc" / LOCK_NAME).exists()
+
+    log2 = tmp_path / "run2.log"
+    before = {p: p.stat().st_mtime_ns for p in kept}
+    proc = start(args, log2)
+    assert proc.wait(timeout=300) == 0, log2.read_text()[-3000:]
+    out = log2.read_text()
+    assert f"{len(kept)} already recorded, {n - len(kept)} to run" in out
+    assert f"done: {n - len(kept)} trainings recorded, 0 failed" in out
+    assert {p: p.stat().st_mtime_ns for p in kept} == before  # recorded ones not re-run
+    assert len(finals()) == n and all(check_file(p) is None for p in finals())

@@ -177,3 +177,19 @@ def test_the_fault_variable_is_inert_unless_set_and_checked_when_set(
     out = sweep("--space", str(tmp_path / "inert.yaml"), "--results", str(tmp_path / "r2"))
     assert out.returncode == 2 and "VFLSWEEP_FAULT='kill_sometime'" in out.stderr, out.stderr
     assert not (tmp_path / "r2").exists()
+
+
+def test_no_bit_flip_in_a_record_file_changes_a_result_unnoticed(tmp_path: Path) -> None:
+    """One bit flipped in every 23rd byte of a real record file (page data, page headers,
+    footer, digest): each flip is caught by ``check_file`` or leaves every column name,
+    type and value as written. ``python -m benchmarks.checksums`` runs every 7th byte."""
+    from benchmarks.checksums import classify, flip, record_file
+
+    original = record_file(tmp_path / "sweep")
+    damaged = tmp_path / original.name
+    kinds: dict[str, list[int]] = {"detected": [], "harmless": [], "silent": []}
+    for offset in range(5, original.stat().st_size, 23):
+        flip(original, damaged, offset)
+        kinds[classify(original, damaged)].append(offset)
+    assert kinds["silent"] == [], kinds["silent"]  # accepted, yet the records differ
+    assert len(kinds["detected"]) > 2 * len(kinds["harmless"]) > 0

@@ -164,10 +164,11 @@ def train_ray(
     address: str | None = None,
     reuse_actors: bool = False,
     snapshot: bool = False,
-) -> tuple[TrainResult, list[Party]]:
+) -> tuple[TrainResult, list[Party], list[Any]]:
     """Each party in its own Ray actor, in the trial's placement group.
 
     With ``snapshot`` the trained parties are copied back from their actors (for attacks).
+    The third item: each party's defense application counts (``Party.defense_applied``).
     """
     from trainables.transport.ray_actors import PartyResources, RayParties, ensure_ray
 
@@ -180,7 +181,8 @@ def train_ray(
             int(spec.epochs),
             spec.target_mp,  # type: ignore[arg-type]
         )
-        return result, group.snapshot() if snapshot else []
+        parties = group.snapshot() if snapshot else []
+        return result, parties, group.call_all("defense_applied")
 
 
 def run_trial(
@@ -224,10 +226,12 @@ def run_trial(
     prepared = prepare_parties(spec, ds, evaluated)
     if transport == "local":
         result, parties = train_local_parties(prepared, int(spec.epochs))  # type: ignore[arg-type]
+        reports = [p.defense_applied() for p in parties]
     else:
-        result, parties = train_ray(
+        result, parties, reports = train_ray(
             prepared, spec, cpu_per_party, gpu_per_party, address, reuse_actors, bool(evaluated)
         )
+    extra = defense_stack.checked_extra(reports)  # fails a defense that never applied
     sample_rate = min(1.0, int(spec.batch_size) / max(1, prepared.n_labeled))  # type: ignore[arg-type]
     clean = Record.clean(
         spec,
@@ -240,10 +244,11 @@ def run_trial(
         train_seconds=round(result.train_seconds, 4),
         sweep=sweep,
         trial_id=trial_id or spec.config_hash,
+        extra=extra,
     )
     records = [] if spec.train_attack != "none" else [clean]
     if evaluated:
-        from trainables.attacks.harness import run_attacks
+        from trainables.attacks.harness import merged_extra, run_attacks
 
         for out in run_attacks(parties, evaluated, spec.seed):
             records.append(
@@ -255,6 +260,7 @@ def run_trial(
                     ap=out.ap,
                     mp=out.mp,
                     attack_seconds=round(out.seconds, 4),
+                    extra=merged_extra(clean.extra, out.extra),  # + the preset and params
                 )
             )
     return records
@@ -307,7 +313,8 @@ def check_names(spec: TrialSpec) -> None:
 
 
 def incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str | None:
-    """Why ``spec`` cannot run on its dataset (too many parties, too few rows), or None.
+    """Why ``spec`` cannot run on its dataset (too many parties, too few rows) or cannot
+    mean what it says (a defense with nothing to act on in this trial), or None.
 
     A missing data file is not an incompatibility: it raises MissingDataError.
     """
@@ -319,6 +326,9 @@ def incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str 
         from trainables.ssl import ssl_incompatibility
 
         return ssl_incompatibility(spec, data_dir)
+    reason = defense_stack.incompatibility(spec)  # a defense with nothing to act on here
+    if reason is not None:
+        return reason
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     try:
         vertical_split(ds, spec.n_parties, spec.split_scheme)

@@ -33,6 +33,26 @@ def builtin(loader: Loader) -> Loader:
     return loader
 
 
+def classes(n: int) -> Callable[[Loader], Loader]:
+    """Record a file dataset's class count, known without its files.
+
+    Why: a dry run plans a space on a machine without the data (a fresh clone); the plan
+    needs the class count to drop binary-only attacks. ``tests/test_plan_without_data.py``
+    checks each recorded count against the loaded dataset where the files are present.
+    """
+
+    def mark(loader: Loader) -> Loader:
+        loader.n_classes = n  # type: ignore[attr-defined]
+        return loader
+
+    return mark
+
+
+def known_classes(name: str) -> int | None:
+    """The recorded class count of dataset ``name`` (file datasets), or None."""
+    return getattr(DATASETS.get(name), "n_classes", None)
+
+
 def default_data_dir() -> Path | None:
     """``$VFLSWEEP_DATA`` if set, else the sibling ``shared/datasets`` if it exists, else None.
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trainables.data.catalog import DATASETS, data_file, reject_params
+from trainables.data.catalog import DATASETS, classes, data_file, reject_params
 from trainables.data.dataset import Dataset, build_dataset, encode_columns, stratified_split
 from trainables.errors import ConfigError
 
@@ -60,6 +60,7 @@ def _adult_labels(income: pd.Series, path: Path) -> np.ndarray:
 
 
 @DATASETS.register("adult")
+@classes(2)
 def adult(data_dir: Path | None, **params: object) -> Dataset:
     """UCI Adult with its official split: adult.data (32,561) / adult.test (16,281).
 
@@ -108,6 +109,7 @@ def _numeric_csv(name: str, path: Path, label: str, drop: tuple[str, ...] = ()) 
 
 
 @DATASETS.register("credit")
+@classes(2)
 def credit(data_dir: Path | None, **params: object) -> Dataset:
     """Default of credit card clients (Taiwan): 30,000 rows, 23 features all kept numeric.
 
@@ -121,6 +123,7 @@ def credit(data_dir: Path | None, **params: object) -> Dataset:
 
 
 @DATASETS.register("diabetes")
+@classes(2)
 def diabetes(data_dir: Path | None, **params: object) -> Dataset:
     """Pima Indians Diabetes: 768 rows, 8 numeric features, label ``Outcome``.
 
@@ -133,6 +136,7 @@ def diabetes(data_dir: Path | None, **params: object) -> Dataset:
 
 
 @DATASETS.register("nursery")
+@classes(5)
 def nursery(data_dir: Path | None, **params: object) -> Dataset:
     """UCI Nursery: 12,960 rows, 8 categorical fields one-hot (27 columns), 5 classes.
 

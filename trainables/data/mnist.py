@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainables.data.catalog import DATA_ENV, DATASETS, data_file, reject_params
+from trainables.data.catalog import DATA_ENV, DATASETS, classes, data_file, reject_params
 from trainables.data.dataset import Dataset, build_dataset, pixel_names, stratified_split
 from trainables.errors import ConfigError, MissingDataError
 
@@ -74,6 +74,7 @@ def _images_and_labels(images: Path, labels: Path) -> tuple[np.ndarray, np.ndarr
 
 
 @DATASETS.register("mnist")
+@classes(10)
 def mnist(data_dir: Path | None, **params: object) -> Dataset:
     """MNIST, 784 row-major pixel columns valued 0..255 (scaling happens later), 10 classes.
 

@@ -231,6 +231,42 @@ def _stop_actors(actor_set: _ActorSet) -> None:
         remove_placement_group(actor_set.own_pg)
 
 
+# How long a pooled actor may take to answer a ping before its set counts as dead. An idle
+# actor answers in about a millisecond; a dead one fails at once (Ray knows it died).
+PING_TIMEOUT_S = 10.0
+
+
+def _dead_actors(actor_set: _ActorSet) -> int:
+    """How many of the set's actors no longer answer (killed, OOM, node lost, hung)."""
+    dead = 0
+    for ref in [a.ping.remote() for a in actor_set.actors]:
+        try:
+            ray.get(ref, timeout=PING_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            dead += 1
+    return dead
+
+
+def _take_warm(key: tuple[Any, ...]) -> tuple[_ActorSet | None, int]:
+    """A pooled set whose actors all answer, and how many dead actors were evicted.
+
+    Why check: an idle pooled actor can die between trials (OOM killer, a node lost, a
+    kill by hand). Handing such a set out fails the next trial and costs a Tune retry;
+    a set with a dead actor is stopped whole (its live actors and placement group too)
+    and the next trial gets another warm set or fresh actors.
+    """
+    evicted = 0
+    sets = _POOL.get(key, [])
+    while sets:
+        actor_set = sets.pop()
+        dead = _dead_actors(actor_set)
+        if not dead:
+            return actor_set, evicted
+        evicted += dead
+        _stop_actors(actor_set)
+    return None, evicted
+
+
 def release_warm_actors() -> int:
     """Stop every pooled actor set; returns how many actors were stopped."""
     stopped = 0
@@ -248,7 +284,8 @@ class RayParties:
     Inside a Tune trial the trial's own placement group is used (bundle 0 is the trial,
     bundles 1..K the parties); standalone, a group with one bundle per party is created.
     With ``reuse=True`` the actors are emptied on ``close`` (``unload`` drops the party and
-    everything it held) and kept for the next trial of the same shape in this process.
+    everything it held) and kept for the next trial of the same shape in this process; a
+    kept set with a dead actor is evicted when taken (``evicted`` counts its dead actors).
     """
 
     def __init__(
@@ -258,11 +295,24 @@ class RayParties:
         current = get_current_placement_group()
         self._key = (len(inits), resources, None if current is None else current.id.hex())
         self._reuse = reuse
-        warm = _POOL.get(self._key) if reuse else None
-        self.reused = bool(warm)
-        self._set = warm.pop() if warm else _start_actors(len(inits), resources)
-        ray.get([a.load.remote(init) for a, init in zip(self.actors, inits, strict=True)])
+        warm, self.evicted = _take_warm(self._key) if reuse else (None, 0)
+        self.reused = warm is not None
+        self._set = warm if warm is not None else _start_actors(len(inits), resources)
+        try:
+            self._load(inits)
+        except ray.exceptions.RayActorError:
+            if warm is None:
+                raise  # fresh actors that die at once: a fault for the caller's retries
+            # a warm actor died between its ping and this load: evict the set, start fresh
+            self.evicted += _dead_actors(warm)
+            _stop_actors(warm)
+            self.reused = False
+            self._set = _start_actors(len(inits), resources)
+            self._load(inits)
         self.setup_seconds = time.perf_counter() - start
+
+    def _load(self, inits: Sequence[PartyInit]) -> None:
+        ray.get([a.load.remote(init) for a, init in zip(self.actors, inits, strict=True)])
 
     @property
     def actors(self) -> list[Any]:
@@ -289,6 +339,11 @@ class RayParties:
     def snapshot(self) -> list[Party]:
         """Copies of the trained parties, in party order (the trial's attack harness)."""
         return ray.get([a.snapshot.remote() for a in self.actors])
+
+    def call_all(self, method: str, *args: Any) -> list[Any]:
+        """``method`` of every hosted party (party order), e.g. ``defense_applied``: small
+        results read back before ``close`` empties the actors."""
+        return ray.get([a.call.remote(method, *args) for a in self.actors])
 
     def close(self) -> None:
         if self._reuse:

@@ -1,0 +1,199 @@
+"""What a sweep prints, in the sweep's own terms: the axes that vary, not a fixed field list.
+
+Why from the plan's cells: a defense sweep's 42 cells differ only in ``defense``; a line
+that lists dataset, partition, protocol and seed reads the same for all of them. The cells
+hold the grid values as the space wrote them, so ``defense=gdp@0.01 seed=2`` is what the
+user asked for, and nothing that is the same in every cell is repeated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sweep_engine.plan import Plan, Training
+    from trainables.records import Record
+
+MISSING = object()
+
+
+def varying_axes(cells: list[dict[str, Any]]) -> list[str]:
+    """Axes whose value differs between ``cells`` (in the order they first appear)."""
+    axes: list[str] = []
+    for cell in cells:
+        axes += [a for a in cell if a not in axes]
+    return [a for a in axes if len({_key(c.get(a, MISSING)) for c in cells}) > 1]
+
+
+def _key(value: Any) -> str:
+    return "<missing>" if value is MISSING else json.dumps(value, sort_keys=True, default=str)
+
+
+def fmt(value: Any) -> str:
+    """A value as a user would type it: ``0.01``, ``1e-05``, ``[64,32]``."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return str(value)
+
+
+def axis_text(axis: str, value: Any) -> str:
+    """One axis value: ``defense=gdp@0.01``; a mapping value as its leaves (``protocol=fedbcd
+    q=5``), since the axis name of a mapping is only the user's label for the bundle."""
+    if isinstance(value, dict) and "defense" in value:
+        strength = value.get("defense_param")
+        text = f"defense={value['defense']}" + ("" if strength is None else f"@{fmt(strength)}")
+        rest = value.get("defense_params") or {}
+        return " ".join([text, *(f"{k}={fmt(v)}" for k, v in rest.items())])
+    if isinstance(value, dict):
+        return " ".join(_leaves(value)) or f"{axis}={{}}"
+    return f"{axis}={fmt(value)}"
+
+
+def _leaves(value: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, inner in value.items():
+        out += _leaves(inner) if isinstance(inner, dict) and inner else [f"{key}={fmt(inner)}"]
+    return out
+
+
+def cell_text(cell: dict[str, Any], axes: list[str]) -> str:
+    return " ".join(axis_text(a, cell[a]) for a in axes if a in cell)
+
+
+def cell_labels(
+    plan: Plan, skip: tuple[str, ...] = (), extra: Sequence[Training] = ()
+) -> dict[str, str]:
+    """trial_id -> the training's varying axes as text (``skip`` leaves axes out: ``seed``
+    when grouping seeds together); ``extra`` trainings run beside the plan's count too."""
+    known = {t.trial_id for t in plan.trainings}
+    trainings = [*plan.trainings, *(t for t in extra if t.trial_id not in known)]
+    axes = [a for a in varying_axes([t.cell for t in trainings]) if a not in skip]
+    return {t.trial_id: cell_text(t.cell, axes) for t in trainings}
+
+
+def ap_text(records: list[Record]) -> str:
+    """``ap: pmc=0.81 nsb=0.50`` for the attacks a training evaluated; empty without any."""
+    attacked = [r for r in records if r.attack != "none"]
+    if not attacked:
+        return ""
+    parts = [f"{r.attack}={'n/a' if r.ap is None else f'{r.ap:.2f}'}" for r in attacked]
+    return "ap: " + " ".join(parts)
+
+
+def params_text(config: dict[str, Any]) -> str:
+    """A search trial's sampled parameters: ``lr=0.0123 batch_size=64``."""
+    return " ".join(
+        f"{k}={f'{v:.4g}' if isinstance(v, float) else fmt(v)}" for k, v in config.items()
+    )
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _best_by_label(rows: list[dict[str, Any]], labels: dict[str, str], metric: str) -> dict:
+    """label -> mean of ``metric`` over its rows (seeds), and how many rows."""
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        if row[metric] is not None and row["trial_id"] in labels:
+            groups.setdefault(labels[row["trial_id"]], []).append(float(row[metric]))
+    return {label: (_mean(v), len(v)) for label, v in groups.items()}
+
+
+def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> list[str]:
+    """The cell with the best mean MP over seeds; per attack, the defended cell (any cell
+    when nothing is defended) with the lowest mean AP."""
+    labels = {t: (text or "(one cell)") for t, text in cell_labels(plan, ("seed",)).items()}
+    ok = [r for r in rows if r["status"] == "ok" and r["trial_id"] in labels]
+    clean = [r for r in ok if r["attack"] == "none"]
+    mp = _best_by_label(clean, labels, "mp")
+    if not mp:
+        return ["no training finished ok: nothing to summarize"]
+    label, (value, n) = max(mp.items(), key=lambda kv: kv[1][0])
+    lines = [f"best mean MP: {value:.4f} over {n} seed(s) at {label}"]
+    attacks = sorted({r["attack"] for r in ok if r["attack"] != "none"})
+    for attack in attacks[:max_attacks]:
+        hit = [r for r in ok if r["attack"] == attack]
+        defended = [r for r in hit if r["defense"] != "none"] or hit
+        ap = _best_by_label(defended, labels, "ap")
+        if not ap:
+            continue
+        label, (value, n) = min(ap.items(), key=lambda kv: kv[1][0])
+        at_mp = mp.get(label, (float("nan"), 0))[0]
+        kind = "defended cell" if defended is not hit else "cell"
+        lines.append(
+            f"lowest mean AP of {attack}: {value:.4f} ({kind} {label}, its MP {at_mp:.4f})"
+        )
+    if len(attacks) > max_attacks:
+        lines.append(f"... and {len(attacks) - max_attacks} more attacks (see the report)")
+    return lines
+
+
+def search_lines(plan: Plan, studies: list[dict[str, Any]], max_studies: int = 4) -> list[str]:
+    """Per study (grid cell), the best trial per objective: its value and its params."""
+    labels = cell_labels(plan)
+    lines: list[str] = []
+    for i, (training, study) in enumerate(zip(plan.trainings, studies, strict=True)):
+        if i == max_studies:
+            lines.append(f"... and {len(studies) - max_studies} more studies")
+            break
+        label = labels[training.trial_id]
+        name = f"study {i + 1}/{len(studies)}" + (f" {label}" if label else "")
+        trials = [t for t in study.get("trials", []) if None not in t["values"]]
+        if not trials:
+            lines.append(f"{name}: no trial finished ok")
+            continue
+        for k, objective in enumerate(study["objectives"]):
+            pick = max if objective["mode"] == "max" else min
+            best = pick(trials, key=lambda t, k=k: float(t["values"][k]))
+            value = float(best["values"][k])
+            lines.append(
+                f"{name}: best {objective['metric']} ({objective['mode']}) {value:.4g} "
+                f"at {params_text(best['params'])}"
+            )
+    return lines
+
+
+def open_commands(sweep_dir: str, uri: str | None, explicit: bool) -> list[str]:
+    """The exact commands that open the report and the tracking UI."""
+    analysis = f"python -m analysis {sweep_dir}"
+    if uri is not None and explicit:
+        analysis += f" --mlflow-uri {uri}"
+    lines = [f"report: {analysis}"]
+    if uri is None:
+        lines.append("mlflow: off (--no-mlflow)")
+    elif uri.startswith(("http://", "https://")):
+        lines.append(f"mlflow: open {uri} in a browser")
+    else:
+        lines.append(f"mlflow: mlflow ui --backend-store-uri {uri}")
+    return lines
+
+
+def end_summary(plan: Plan, sweep_dir: Path, uri: str | None, explicit: bool) -> list[str]:
+    """The lines after ``done:``: best cells from the records on disk, then the commands."""
+    from sweep_engine.sink import RecordSink
+
+    if plan.space.search is not None:
+        from sweep_engine.search import cell_id
+
+        searched = list(plan.space.search.params)
+        studies = []
+        for t in plan.trainings:
+            name = cell_id(t.spec.model_dump(mode="json"), searched)
+            path = sweep_dir / "search" / f"{name}.json"
+            studies.append(json.loads(path.read_text()) if path.exists() else {})
+        for study in studies:
+            study.setdefault("objectives", plan.space.search.model_dump()["objectives"])
+        lines = search_lines(plan, studies)
+    else:
+        columns = ["trial_id", "attack", "status", "mp", "ap", "defense"]
+        table = RecordSink(sweep_dir).read()
+        rows = table.select(columns).to_pylist() if table.num_rows else []
+        lines = grid_lines(plan, rows)
+    return lines + open_commands(str(sweep_dir), uri, explicit)
