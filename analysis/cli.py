@@ -1,5 +1,6 @@
-"""``python -m analysis <sweep dir>``: DCS tables and plots into ``<sweep dir>/report/``,
-logged to the sweep's MLflow parent run.
+"""``python -m analysis <sweep dir>``: per-axis tables and plots of any sweep (``by_axis.csv``,
+``best.json``, ``axis_<axis>.png``) and, when it ran attacks, DCS tables and plots, into
+``<sweep dir>/report/``, logged to the sweep's MLflow parent run.
 
 Exit codes: 0 report written, 2 bad input (nothing written).
 """
@@ -16,12 +17,15 @@ from analysis.gaps import parse_compare
 from analysis.load import read_records
 from analysis.ranking import parse_weights
 from analysis.report import build, write
+from sweep_engine.manifest import read_manifest
 from trainables.errors import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m analysis", description="DCS rankings, gaps, CAP and plots of a sweep."
+        prog="python -m analysis",
+        description="Per-axis tables and plots of a sweep; DCS rankings, gaps, CAP "
+        "and plots when it ran attacks.",
     )
     p.add_argument("sweep_dir", help="the sweep's folder, e.g. results/smoke")
     p.add_argument("--beta", type=float, default=0.5, help="DCS weight on MP (default 0.5)")
@@ -53,16 +57,22 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     clock = time.perf_counter()
     records = read_records(sweep_dir)
     read_s = time.perf_counter() - clock
-    report = build(records, args.beta, weights, compares)
+    report = build(records, args.beta, weights, compares, read_manifest(sweep_dir))
     report.timings = {"read": round(read_s, 4), **report.timings}
     out = Path(args.out) if args.out else sweep_dir / "report"
     write(report, out, compares, plots=not args.no_plots)
     summary = {**report.summary, "report": str(out), "timings": report.timings}
+    if (sweep_dir / "search").is_dir():  # Optuna's own analysis of the searches, into the
+        from analysis.optuna_report import write_studies  # report: MLflow gets it with it
+
+        summary["optuna"] = write_studies(sweep_dir, out / "optuna", plots=not args.no_plots)
     uri = tracking_uri(args, sweep_dir)
     if uri is not None:
         from sweep_engine.tracking import log_analysis
 
-        summary["mlflow"] = log_analysis(sweep_dir, uri, out, report.ranking, report.dcs)
+        summary["mlflow"] = log_analysis(
+            sweep_dir, uri, out, report.ranking, report.dcs, report.best
+        )
     return summary
 
 

@@ -1,5 +1,10 @@
 """The whole report of a sweep: tables and plots written into a fresh folder, then swapped
-into place, so an interrupted run never leaves half a report behind."""
+into place, so an interrupted run never leaves half a report behind.
+
+Every sweep gets ``by_axis.csv``, ``best.json`` and one ``axis_<axis>.png`` per varying
+axis (analysis/by_axis.py); a sweep with attack rows also gets the DCS tables and plots.
+A sweep without attacks gets no DCS files (they would be empty); ``summary.json`` says so.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from analysis.axes import flatten
+from analysis.by_axis import best_cells, by_axis_table, per_training
 from analysis.cap import cap_table
 from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
@@ -32,6 +39,14 @@ class Report:
     gaps: dict[str, pd.DataFrame] = field(default_factory=dict)
     summary: dict[str, object] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    axes: list[str] = field(default_factory=list)  # the sweep's cell axes (seed left out)
+    per_training: pd.DataFrame | None = None  # (axes, metric, value) per training
+    by_axis: pd.DataFrame | None = None
+    best: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def has_attacks(self) -> bool:
+        return bool(self.summary.get("attack_rows", 0))
 
 
 def prepare(records: pd.DataFrame, beta: float) -> pd.DataFrame:
@@ -46,8 +61,10 @@ def build(
     beta: float,
     weights: dict[str, float],
     compares: list[Compare],
+    manifest: dict[str, object] | None = None,
 ) -> Report:
-    """All tables (no I/O); ``timings`` says where the time went."""
+    """All tables (no I/O); ``timings`` says where the time went. ``manifest``: the
+    sweep's ``manifest.json`` (its varying fields); without it they are inferred."""
     from analysis.ranking import beta_sensitivity, ranking_table, seed_means
 
     timings: dict[str, float] = {}
@@ -71,7 +88,24 @@ def build(
     lap("cap")
     gaps = {c.axis: dcs_gaps(dcs, c) for c in compares}
     lap("gaps")
-    return Report(dcs, ranking, sens, cap, gaps, summarize(dcs, beta, weights), timings)
+    report = Report(dcs, ranking, sens, cap, gaps, summarize(dcs, beta, weights), timings)
+    add_axes(report, records, manifest)
+    lap("by_axis")
+    return report
+
+
+def add_axes(report: Report, records: pd.DataFrame, manifest: dict[str, object] | None) -> None:
+    """The sweep's axes, ``by_axis`` and ``best`` of ``records`` into ``report``."""
+    flat, axes = flatten(records, manifest)
+    report.axes = [a for a in axes if a != "seed"]
+    report.per_training = per_training(flat, report.axes)
+    if len(report.per_training):
+        report.by_axis = by_axis_table(report.per_training, report.axes)
+        report.best = best_cells(report.by_axis, report.axes)
+    report.summary["axes"] = report.axes
+    report.summary["cells"] = 0 if report.by_axis is None else len(report.by_axis)
+    if not report.has_attacks:
+        report.summary["dcs"] = "skipped: no attack rows (DCS, ranking and CAP need attacks)"
 
 
 def summarize(dcs: pd.DataFrame, beta: float, weights: dict[str, float]) -> dict[str, object]:
@@ -99,13 +133,19 @@ def write(report: Report, out: Path, compares: list[Compare], plots: bool = True
     tmp.mkdir(parents=True)
     try:
         clock = time.perf_counter()
-        write_tables(report, tmp)
+        if report.has_attacks:
+            write_tables(report, tmp)
+        write_axis_tables(report, tmp)
         report.timings["write_tables"] = round(time.perf_counter() - clock, 4)
         if plots:
+            from analysis.axis_plots import write_axis_plots
             from analysis.plots import write_plots
 
             clock = time.perf_counter()
-            write_plots(report, tmp, compares)
+            if report.has_attacks:
+                write_plots(report, tmp, compares)
+            if report.per_training is not None:
+                write_axis_plots(report.per_training, report.axes, tmp)
             report.timings["plots"] = round(time.perf_counter() - clock, 4)
         (tmp / "summary.json").write_text(json.dumps(report.summary, indent=2, default=str))
         swap_in(tmp, out)
@@ -123,6 +163,14 @@ def write_tables(report: Report, folder: Path) -> None:
     for axis, pairs in report.gaps.items():
         write_csv(pairs, folder / f"dcs_gap_{axis}.csv")
         write_csv(gap_summary(pairs), folder / f"dcs_gap_{axis}_summary.csv")
+
+
+def write_axis_tables(report: Report, folder: Path) -> None:
+    """``by_axis.csv`` and ``best.json`` (absent only when no training finished ok)."""
+    if report.by_axis is None:
+        return
+    write_csv(report.by_axis, folder / "by_axis.csv")
+    (folder / "best.json").write_text(json.dumps(report.best, indent=2, default=str))
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:

@@ -229,18 +229,27 @@ def _fmt(part: object) -> str:
 
 
 def log_analysis(
-    sweep_dir: Path, uri: str, report_dir: Path, ranking: pd.DataFrame, dcs: pd.DataFrame
+    sweep_dir: Path,
+    uri: str,
+    report_dir: Path,
+    ranking: pd.DataFrame,
+    dcs: pd.DataFrame,
+    best: dict[str, Any] | None = None,
 ) -> dict[str, object]:
     """Report folder as artifacts and the ranking as metrics on the parent; DCS per attack
-    on each training's child run."""
+    on each training's child run; per metric of ``best`` (best.json) the best cell's mean
+    as ``best/<metric>`` and its label as the tag ``vflsweep.best/<metric>``."""
     from mlflow.entities import Metric
 
     synced = sync_sweep(sweep_dir, uri)
     client = client_for(uri)
     parent, stamp = synced.parent_run_id, _now()
     client.log_artifacts(parent, str(report_dir), "report")
+    bests = (best or {}).get("metrics", {})
+    for name, entry in bests.items():
+        client.set_tag(parent, metric_key("vflsweep.best", name), entry["best"]["cell"][:5000])
     scenarios = ranking["scenario"].astype(str).nunique()
-    metrics = []
+    metrics = [Metric(metric_key("best", n), e["best"]["mean"], stamp, 0) for n, e in bests.items()]
     for row in ranking[ranking["cdcs"].notna()].itertuples():
         where = (row.scenario,) if scenarios > 1 else ()
         for name, value in (("cdcs", row.cdcs), ("rank", row.rank)):
@@ -257,4 +266,10 @@ def log_analysis(
             batch = [Metric(metric_key("dcs", a), float(v), stamp, 0) for a, v in pairs]
             client.log_batch(run_id, metrics=batch)
             logged += 1
-    return {"parent_run_id": parent, "ranking_metrics": len(metrics), "children_with_dcs": logged}
+    ranked = len(metrics) - len(bests)
+    return {
+        "parent_run_id": parent,
+        "ranking_metrics": ranked,
+        "best_metrics": len(bests),
+        "children_with_dcs": logged,
+    }
