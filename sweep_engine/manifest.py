@@ -11,19 +11,17 @@ on bad input; a re-run rewrites it.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweep_engine.space import NESTED_FIELDS
 from trainables.records import ENGINE_VERSION
 
 if TYPE_CHECKING:  # the analysis imports this module without the planner (torch, data)
     from sweep_engine.plan import Plan
 
 MANIFEST = "manifest.json"
-NESTED = ("protocol_params", "dataset_params", "model_params", "defense_params")
 
 
 def flat_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +29,7 @@ def flat_spec(spec: dict[str, Any]) -> dict[str, Any]:
     non-scalar values (``hidden``, ``stack``) as canonical JSON strings."""
     out: dict[str, Any] = {}
     for key, value in spec.items():
-        if key in NESTED and isinstance(value, dict):
+        if key in NESTED_FIELDS and isinstance(value, dict):
             for inner, item in value.items():
                 out[f"{key}.{inner}"] = item
         elif isinstance(value, dict | list | tuple):
@@ -74,18 +72,9 @@ def build_manifest(plan: Plan) -> dict[str, Any]:
 
 def write_manifest(sweep_dir: Path, plan: Plan) -> Path:
     """Write (or replace) ``sweep_dir/manifest.json`` atomically."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    final = sweep_dir / MANIFEST
-    tmp = sweep_dir / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(build_manifest(plan), fh, indent=2, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return final
+    from sweep_engine.sink import write_json_atomic
+
+    return write_json_atomic(sweep_dir / MANIFEST, build_manifest(plan))
 
 
 def read_manifest(sweep_dir: Path) -> dict[str, Any] | None:

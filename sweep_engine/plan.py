@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweep_engine.space import AttackEntry, Space, SpaceError, apply_value, check_axis_name
+from sweep_engine.space import Space, SpaceError, apply_value, check_axis_name
 from sweep_engine.validate import (
     check_attack_entry,
     check_search,
@@ -134,29 +134,7 @@ def _check_values(space: Space) -> None:
             check_axis_name(space, name, f"search.params.{name}")
         check_search(space)
     for i, entry in enumerate(space.attack_entries()):
-        _check_attack(space, i, entry)
         check_attack_entry(space, i, entry)
-
-
-def _check_attack(space: Space, i: int, entry: AttackEntry) -> None:
-    """One ``attacks`` entry: a known name, a preset it declares, parameters it takes."""
-    where = f"{space.source}: attacks[{i}]"
-    try:
-        presets = ATTACKS.get(entry.name).presets
-        if "preset" in entry.params:
-            raise ConfigError("'preset' is not a parameter; give it as the entry's preset key")
-    except ConfigError as err:
-        raise SpaceError(f"{where}={entry.name!r}: {err}") from None
-    if entry.preset is not None and entry.preset not in presets:
-        allowed = ", ".join(sorted(presets)) or "none (this attack has no presets)"
-        raise SpaceError(
-            f"{where}.preset={entry.preset!r}: attack {entry.name!r} has no such preset; "
-            f"allowed: {allowed}"
-        )
-    try:
-        ATTACKS.create(entry.name, **entry.attack_params())
-    except ConfigError as err:
-        raise SpaceError(f"{where}={entry.name!r}: {err}") from None
 
 
 def _check_defenses(space: Space) -> None:

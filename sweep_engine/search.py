@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from sweep_engine import progress, runner
 from sweep_engine.plan import Plan, Training
-from sweep_engine.sink import RecordSink
+from sweep_engine.sink import RecordSink, write_json_atomic
 from sweep_engine.space import SearchBlock, SearchParam
 from trainables.spec import TrialSpec
 
@@ -143,13 +142,8 @@ def write_summary(sweep_dir: Path, cell: Training, search: SearchBlock, sink: Re
     if len(modes) == 1 and trials:
         pick = max if modes[0] == "max" else min
         summary["best"] = pick(trials, key=lambda t: t["values"][0])
-    out_dir = sweep_dir / "search"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{cell_id(cell.spec.model_dump(mode='json'), list(search.params))}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    os.replace(tmp, path)
-    return path
+    name = f"{cell_id(cell.spec.model_dump(mode='json'), list(search.params))}.json"
+    return write_json_atomic(sweep_dir / "search" / name, summary)
 
 
 def run_searches(plan: Plan, sweep_dir: Path, data_dir: str | None) -> tuple[int, int, int]:

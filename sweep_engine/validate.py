@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from sweep_engine.space import Space, SpaceError, apply_value
+from sweep_engine.space import AttackEntry, Space, SpaceError, apply_value
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec, format_validation_error, show
 from trainables.trial import check_names, is_ssl_variant, is_tree_model
@@ -184,12 +184,29 @@ def check_size(space: Space) -> None:
     )
 
 
-def check_attack_entry(space: Space, i: int, entry: Any) -> None:
-    """An attack's ``datasets`` are registered, and each parameter has its default's type."""
+def check_attack_entry(space: Space, i: int, entry: AttackEntry) -> None:
+    """One ``attacks`` entry: a known name, a preset it declares, parameters it takes, each
+    of its default's type, and registered ``datasets``."""
     from trainables.attacks import ATTACKS
     from trainables.data import DATASETS
 
     where = f"{space.source}: attacks[{i}]"
+    try:
+        presets = ATTACKS.get(entry.name).presets
+        if "preset" in entry.params:
+            raise ConfigError("'preset' is not a parameter; give it as the entry's preset key")
+    except ConfigError as err:
+        raise SpaceError(f"{where}={entry.name!r}: {err}") from None
+    if entry.preset is not None and entry.preset not in presets:
+        allowed = ", ".join(sorted(presets)) or "none (this attack has no presets)"
+        raise SpaceError(
+            f"{where}.preset={entry.preset!r}: attack {entry.name!r} has no such preset; "
+            f"allowed: {allowed}"
+        )
+    try:
+        ATTACKS.create(entry.name, **entry.attack_params())
+    except ConfigError as err:
+        raise SpaceError(f"{where}={entry.name!r}: {err}") from None
     for j, name in enumerate(entry.datasets or []):
         if name not in DATASETS:
             raise SpaceError(

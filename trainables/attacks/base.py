@@ -123,6 +123,7 @@ class Attack:
     info: ClassVar[AttackInfo]
     defaults: ClassVar[dict[str, Any]] = {}
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    family: ClassVar[str] = "nn"  # the trials it reads: "nn" (VFL NN parties) or "trees"
 
     def __init__(self, preset: str | None = None, **params: Any) -> None:
         if preset is not None and preset not in self.presets:

@@ -231,7 +231,7 @@ def _stop_actors(actor_set: _ActorSet) -> None:
         remove_placement_group(actor_set.own_pg)
 
 
-# How long a pooled actor may take to answer a ping before its set counts as dead. An idle
+# How long a pooled actor may take to answer a ping before it counts as dead. An idle
 # actor answers in about a millisecond; a dead one fails at once (Ray knows it died).
 PING_TIMEOUT_S = 10.0
 
@@ -245,26 +245,6 @@ def _dead_actors(actor_set: _ActorSet) -> int:
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             dead += 1
     return dead
-
-
-def _take_warm(key: tuple[Any, ...]) -> tuple[_ActorSet | None, int]:
-    """A pooled set whose actors all answer, and how many dead actors were evicted.
-
-    Why check: an idle pooled actor can die between trials (OOM killer, a node lost, a
-    kill by hand). Handing such a set out fails the next trial and costs a Tune retry;
-    a set with a dead actor is stopped whole (its live actors and placement group too)
-    and the next trial gets another warm set or fresh actors.
-    """
-    evicted = 0
-    sets = _POOL.get(key, [])
-    while sets:
-        actor_set = sets.pop()
-        dead = _dead_actors(actor_set)
-        if not dead:
-            return actor_set, evicted
-        evicted += dead
-        _stop_actors(actor_set)
-    return None, evicted
 
 
 def release_warm_actors() -> int:
@@ -295,16 +275,20 @@ class RayParties:
         current = get_current_placement_group()
         self._key = (len(inits), resources, None if current is None else current.id.hex())
         self._reuse = reuse
-        warm, self.evicted = _take_warm(self._key) if reuse else (None, 0)
-        self.reused = warm is not None
+        pooled = _POOL.get(self._key) if reuse else None
+        warm = pooled.pop() if pooled else None
+        self.reused, self.evicted = warm is not None, 0
         self._set = warm if warm is not None else _start_actors(len(inits), resources)
         try:
             self._load(inits)
         except ray.exceptions.RayActorError:
             if warm is None:
                 raise  # fresh actors that die at once: a fault for the caller's retries
-            # a warm actor died between its ping and this load: evict the set, start fresh
-            self.evicted += _dead_actors(warm)
+            # Why here: an idle pooled actor can die between trials (OOM killer, node
+            # lost, a kill by hand); its set is stopped whole and the trial gets fresh
+            # actors instead of a failure and a Tune retry. No ping on the way in: a
+            # dead actor fails this first call at once, so a live set costs nothing more.
+            self.evicted = _dead_actors(warm)
             _stop_actors(warm)
             self.reused = False
             self._set = _start_actors(len(inits), resources)

@@ -134,7 +134,7 @@ def attack_family(name: str) -> str:
     """``trees`` for attacks that read tree-VFL messages, ``nn`` for all others."""
     from trainables.attacks import ATTACKS
 
-    return str(getattr(ATTACKS.get(name), "family", "nn"))
+    return ATTACKS.get(name).family
 
 
 def attack_incompatibility(spec: TrialSpec, name: str) -> str | None:
@@ -193,6 +193,7 @@ def run_tree_trial(
 def _attack_record(clean: Record, out: Outcome, name: str, params: dict[str, Any]) -> Record:
     """Run a tree attack on party 0's view; the common label rule scores it."""
     from trainables.attacks import ATTACKS
+    from trainables.attacks.harness import merged_extra
     from trainables.attacks.judge import label_ap
 
     attack = ATTACKS.create(name, **params)
@@ -200,9 +201,7 @@ def _attack_record(clean: Record, out: Outcome, name: str, params: dict[str, Any
     guess = attack.run(out.view)
     assert out.view_labels is not None
     ap = label_ap(guess, out.view_labels, np.zeros(0, dtype=np.int64))
-    record_extra = getattr(attack, "record_extra", dict)()
-    extra = json.dumps({**json.loads(clean.extra or "{}"), **record_extra,
-                        "attack_rows": len(guess.rows)}, sort_keys=True)  # fmt: skip
+    extra = merged_extra(clean.extra, {**attack.record_extra(), "attack_rows": len(guess.rows)})
     return dataclasses.replace(
         clean,
         attack=name,
