@@ -27,6 +27,7 @@ from typing import Any
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trees import run_tree_trial
 from trainables.trial import run_trial
 
@@ -75,7 +76,7 @@ def mp_comparison(lr_rows: int, lr_epochs: int) -> dict[str, Any]:
     for dataset in ("credit", "nursery"):
         boost = _spec("secureboost", {"encrypt": 0}, dataset, None, 512)
         (sb,) = run_tree_trial(boost)
-        (xg,) = run_trial(_spec("xgboost", {}, dataset, None, 512), transport="ray")
+        (xg,) = run_trial(_spec("xgboost", {}, dataset, None, 512), Placement("ray"))
         fields = {"epochs": lr_epochs, "batch_size": 256}
         (he,) = run_tree_trial(_spec("paillier_lr", {}, dataset, lr_rows, 512, **fields))
         plain = {"encrypt": 0, "taylor": 0}

@@ -44,7 +44,7 @@ TINY: dict[str, Any] = {"dataset": "breast_cancer", "epochs": 50}
 def sequential(base: dict[str, Any], n: int) -> float:
     start = time.perf_counter()
     for seed in range(n):
-        run_trial(TrialSpec.build(**base, seed=seed), transport="local")
+        run_trial(TrialSpec.build(**base, seed=seed))
     return time.perf_counter() - start
 
 

@@ -26,6 +26,7 @@ import ray
 import torch
 
 from trainables.data import load_dataset
+from trainables.protocols import PROTOCOLS
 from trainables.spec import TrialSpec
 from trainables.transport.ray_actors import (
     PartyResources,
@@ -49,7 +50,7 @@ def _rtt_ms(actor: Any, n: int = 200) -> float:
 def _ray_trial(prepared: PreparedTrial, epochs: int, reuse: bool) -> dict[str, float]:
     start = time.perf_counter()
     with RayParties(prepared.inits, PartyResources(cpu=1.0), reuse=reuse) as group:
-        result = group.train("fedsgd", {}, epochs)
+        result = group.train(PROTOCOLS.create("fedsgd"), epochs)
         wall = time.perf_counter() - start
         return {
             "wall": wall,

@@ -21,6 +21,7 @@ from typing import Any
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trial import run_trial
 
 LR_FIELDS = {"lr": 0.5, "epochs": 1, "batch_size": 100}
@@ -46,7 +47,7 @@ def measure(model: str, params: dict[str, Any], dataset: str, seed: int, key: in
                            seed=seed, **extra)  # fmt: skip
     transport = "ray" if model == "xgboost" else "local"
     start = time.perf_counter()
-    clean, attacked = run_trial(spec, transport=transport, attacks=[("tree_grad_li", {})])
+    clean, attacked = run_trial(spec, Placement(transport), attacks=[("tree_grad_li", {})])
     rows = json.loads(attacked.extra)["attack_rows"]
     return {"ap": float(attacked.ap), "mp": float(clean.mp), "rows": rows,
             "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip

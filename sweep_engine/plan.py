@@ -28,8 +28,7 @@ from trainables.data import load_dataset
 from trainables.data.catalog import known_classes
 from trainables.errors import ConfigError, MissingDataError
 from trainables.spec import TrialSpec
-from trainables.trees.run import attack_incompatibility
-from trainables.trial import incompatibility
+from trainables.trial import attack_incompatibility, incompatibility
 
 AttackSpec = tuple[str, dict[str, Any]]
 
@@ -167,7 +166,7 @@ def _attack_cells(
         if entry.datasets is not None and spec.dataset not in entry.datasets:
             continue  # the space restricts this attack to other datasets
         info = ATTACKS.get(entry.name).info
-        family = attack_incompatibility(spec, entry.name)  # NN attacks vs tree models
+        family = attack_incompatibility(spec, entry.name)  # what the trial kind can host
         if family is not None:
             dropped.append(Dropped({**cell, "attack": entry.name}, family))
         elif info.binary_only and n_classes != 2:

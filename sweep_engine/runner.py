@@ -36,6 +36,7 @@ from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError, MissingDataError
 from trainables.records import Record
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trial import run_trial
 
 # Set by the CLI's SIGINT handler: Tune stops every trial at its next step (about 0.1 s);
@@ -58,10 +59,7 @@ class SweepContext:
     """What every trainable of a sweep needs besides its config (sent once per trial)."""
 
     sweep: str
-    transport: str
-    cpu_per_party: float
-    gpu_per_party: float
-    reuse_actors: bool
+    placement: Placement
     data_dir: str | None
     cell: dict[str, Any] = field(default_factory=dict)  # a search cell's fixed fields
     attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks
@@ -99,13 +97,10 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
     try:
         records = run_trial(
             spec,
-            transport=ctx.transport,
+            ctx.placement,
             data_dir=ctx.data_dir,
-            cpu_per_party=ctx.cpu_per_party,
-            gpu_per_party=ctx.gpu_per_party,
             sweep=ctx.sweep,
             trial_id=trial_id,
-            reuse_actors=ctx.reuse_actors,
             attacks=attacks,  # type: ignore[arg-type]
         )
     except MissingDataError:
@@ -240,10 +235,9 @@ def context(
     res, run = plan.space.resources, plan.space.run
     return SweepContext(
         sweep=plan.space.name,
-        transport=run.transport,
-        cpu_per_party=res.cpu_per_party,
-        gpu_per_party=res.gpu_per_party,
-        reuse_actors=run.reuse_actors,
+        placement=Placement(
+            run.transport, res.cpu_per_party, res.gpu_per_party, reuse_actors=run.reuse_actors
+        ),
         data_dir=data_dir,
         cell=cell or {},
         attacks=attacks,

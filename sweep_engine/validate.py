@@ -15,8 +15,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from sweep_engine.space import AttackEntry, Space, SpaceError, apply_value
 from trainables.errors import ConfigError
+from trainables.kinds import ssl_variant_names
 from trainables.spec import TrialSpec, format_validation_error, show
-from trainables.trial import check_names, is_ssl_variant, is_tree_model
+from trainables.trial import check_names, takes_model_params
 
 
 def spec_at(space: Space, fields: dict[str, Any], where: str) -> TrialSpec:
@@ -56,7 +57,7 @@ def _varied(space: Space) -> set[str]:
 
 def model_params_reason(spec: TrialSpec) -> str | None:
     """Why a cell's ``model_params`` cannot apply (an NN model takes none), or None."""
-    if spec.model_params and not (is_tree_model(spec) or is_ssl_variant(spec)):
+    if spec.model_params and not takes_model_params(spec):
         try:
             _no_model_params(spec)
         except ConfigError as err:
@@ -75,18 +76,17 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
     from trainables.defenses.stack import entries
     from trainables.models import BOTTOMS
     from trainables.protocols import PROTOCOLS
-    from trainables.ssl import SSL_VARIANTS
 
     out: list[tuple[str, Any, Any]] = [
         ("dataset", spec.dataset, lambda: DATASETS.get(spec.dataset))
     ]
     out.append(("split_scheme", spec.split_scheme, lambda: _split_scheme(spec.split_scheme)))
-    if spec.ssl_variant != "none" and spec.ssl_variant not in SSL_VARIANTS:
+    if spec.ssl_variant not in ssl_variant_names():
         out.append(("ssl_variant", spec.ssl_variant, lambda: _unknown_ssl(spec.ssl_variant)))
     if spec.train_attack != "none":
         out.append(("train_attack", spec.train_attack, lambda: _train_attack(spec)))
-    if is_tree_model(spec) or is_ssl_variant(spec):
-        return out  # their own checks (check_names) name their options
+    if takes_model_params(spec):
+        return out  # their kind's checks (check_names) name their options
     out += [
         ("model", spec.model, lambda: BOTTOMS.get(str(spec.model))),
         ("protocol", spec.protocol, lambda: PROTOCOLS.get(spec.protocol)),
@@ -146,19 +146,17 @@ def _split_scheme(scheme: str) -> None:
 
 
 def _unknown_ssl(name: str) -> None:
-    from trainables.ssl import SSL_VARIANTS
-
-    allowed = ", ".join(["none", *SSL_VARIANTS.names()])
+    allowed = ", ".join(ssl_variant_names())
     raise ConfigError(f"unknown ssl_variant {name!r}; allowed: {allowed}")
 
 
 def _no_model_params(spec: TrialSpec) -> None:
-    from trainables.trial import TREE_MODEL_NAMES
+    from trainables.kinds import TRIAL_KINDS
 
+    takers = [k for k in TRIAL_KINDS if TRIAL_KINDS.get(k).takes_model_params]
     raise ConfigError(
         f"model {spec.model!r} takes no model_params (its widths are set with hidden); "
-        f"allowed: none here; tree models ({', '.join(TREE_MODEL_NAMES)}) and ssl variants "
-        "take model_params"
+        f"allowed: none here; the trial kinds {', '.join(takers)} take model_params"
     )
 
 

@@ -138,7 +138,7 @@ def test_records_say_the_preset_and_params_and_analysis_keeps_them_apart(tmp_pat
     plan = expand(load_space(str(_space(tmp_path, "[{name: lrb, preset: strong}, lrb, dli]"))))
     records = []
     for training in plan.trainings:
-        records += run_trial(training.spec, transport="local", attacks=training.attacks)
+        records += run_trial(training.spec, attacks=training.attacks)
     by_label = {json.loads(r.extra).get("attack_label", r.attack): r for r in records}
     assert set(by_label) == {"none", "lrb@strong", "lrb", "dli"}
     extra = json.loads(by_label["lrb@strong"].extra)

@@ -20,6 +20,7 @@ from trainables.defenses import DEFENSES
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trial import incompatibility, run_trial
 
 REPRESENTATION = {"target": "representation"}
@@ -119,11 +120,11 @@ def test_a_passive_party_defense_counts_at_every_passive_party() -> None:
 def test_counts_come_back_from_ray_actors(ray_session: None) -> None:
     spec = _spec(defense="iso", defense_param=5.0)
     (local,) = run_trial(spec)
-    (remote,) = run_trial(spec, transport="ray", cpu_per_party=0.5)
+    (remote,) = run_trial(spec, Placement("ray", 0.5))
     assert _applied(remote) == _applied(local) == {"iso": {"gradient": 4}}
     never = _spec(defense="iso", defense_param=25.0, defense_params=REPRESENTATION)
     with pytest.raises(DefenseNeverApplied, match=NEVER):
-        run_trial(never, transport="ray", cpu_per_party=0.5)
+        run_trial(never, Placement("ray", 0.5))
 
 
 # -- SSL variants: ISO on representations needs cross-party pretraining ---------------

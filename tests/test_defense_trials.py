@@ -14,6 +14,7 @@ from sweep_engine.space import load_space
 from trainables.data import load_dataset
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trial import prepare_parties, run_trial, train_local_parties
 
 
@@ -68,8 +69,8 @@ def test_defended_trial_gives_the_same_records_on_both_transports(
     ray_session: None, name: str
 ) -> None:
     spec = _spec(defense=name, defense_param=0.1 if name != "cae" else 0.5)
-    local = run_trial(spec, transport="local", attacks=[("dli", {})])
-    remote = run_trial(spec, transport="ray", cpu_per_party=0.5, attacks=[("dli", {})])
+    local = run_trial(spec, attacks=[("dli", {})])
+    remote = run_trial(spec, Placement("ray", 0.5), attacks=[("dli", {})])
     assert [(r.mp, r.ap, r.comm_bytes, r.epsilon) for r in local] == [
         (r.mp, r.ap, r.comm_bytes, r.epsilon) for r in remote
     ]

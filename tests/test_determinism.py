@@ -7,6 +7,7 @@ import pytest
 
 from trainables.records import Record
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trial import run_trial
 
 # one that reads the training's messages, one that trains a model on aux labels, one noisy
@@ -34,9 +35,7 @@ def test_same_spec_same_records_locally() -> None:
 def test_same_spec_same_records_on_ray_actors_as_locally(ray_session: None) -> None:
     local = measured(run_trial(INFERENCE, attacks=ATTACKS))
     for reuse in (False, True, True):  # fresh actors, then warm ones from the pool
-        ray = run_trial(
-            INFERENCE, transport="ray", cpu_per_party=0.5, reuse_actors=reuse, attacks=ATTACKS
-        )
+        ray = run_trial(INFERENCE, Placement("ray", 0.5, reuse_actors=reuse), attacks=ATTACKS)
         assert measured(ray) == local, reuse
 
 

@@ -18,6 +18,7 @@ from trainables.spec import TrialSpec
 from trainables.ssl.cvt_party import CvtParty
 from trainables.ssl.fedcvt import attention_estimate, pseudo_labels
 from trainables.ssl.runner import cvt_options, party_inits, run_cvt_trial
+from trainables.transport.placement import Placement
 from trainables.trial import check_names, run_trial
 
 TINY = {
@@ -135,8 +136,8 @@ def test_bad_specs_fail_with_the_allowed_values() -> None:
 @pytest.mark.ray
 def test_local_and_ray_give_the_same_record(ray_session: None) -> None:
     spec = _spec(n_labeled=40)
-    local = run_trial(spec, transport="local")[0]
-    remote = run_trial(spec, transport="ray")[0]
+    local = run_trial(spec)[0]
+    remote = run_trial(spec, Placement("ray"))[0]
     assert local.n_labeled == 40
     for field in ("mp", "rounds", "comm_bytes", "extra", "config_hash"):
         assert getattr(local, field) == getattr(remote, field), field

@@ -75,7 +75,7 @@ def test_passive_party_actors_hold_no_labels_anywhere(ray_session: None) -> None
     y_test = prepared.inits[-1].labels.y_test  # type: ignore[union-attr]
     assert all(init.labels is None for init in prepared.inits[:-1])
     with RayParties(prepared.inits, PartyResources(cpu=0.5)) as group:
-        group.train(SPEC.protocol, dict(SPEC.protocol_params), int(SPEC.epochs))  # type: ignore[arg-type]
+        group.train(prepared.protocol, int(SPEC.epochs))  # type: ignore[arg-type]
         import ray
 
         states = ray.get([a.reachable_arrays.remote() for a in group.actors])

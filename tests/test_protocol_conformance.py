@@ -8,6 +8,7 @@ from trainables.data import load_dataset
 from trainables.errors import ConfigError
 from trainables.protocols import PROTOCOLS
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trial import run_trial
 
 NAMES = PROTOCOLS.names()
@@ -40,8 +41,8 @@ def test_protocol_rejects_unknown_parameters(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_protocol_gives_the_same_record_on_both_transports(ray_session: None, name: str) -> None:
     spec = TrialSpec.build(dataset="breast_cancer", protocol=name, n_parties=3, epochs=2)
-    (local,) = run_trial(spec, transport="local")
-    (remote,) = run_trial(spec, transport="ray", cpu_per_party=0.5)
+    (local,) = run_trial(spec)
+    (remote,) = run_trial(spec, Placement("ray", 0.5))
     key = (local.mp, local.rounds, local.comm_bytes)
     assert key == (remote.mp, remote.rounds, remote.comm_bytes)
 

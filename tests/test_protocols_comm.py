@@ -29,6 +29,7 @@ from trainables.protocols.codecs import (
     topk,
 )
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trial import prepare_parties, run_trial, train_local_parties
 
 FLOATS = st.floats(-1e4, 1e4, allow_nan=False, allow_infinity=False, width=32)
@@ -234,8 +235,8 @@ def test_rounds_to_target_is_the_same_on_ray(ray_session: None, protocol: str) -
     spec = TrialSpec.build(
         dataset="digits", protocol=protocol, n_parties=3, epochs=3, target_mp=0.5
     )
-    (local,) = run_trial(spec, transport="local")
-    (remote,) = run_trial(spec, transport="ray", cpu_per_party=0.5)
+    (local,) = run_trial(spec)
+    (remote,) = run_trial(spec, Placement("ray", 0.5))
     assert local.rounds_to_target is not None
     key = ("mp", "rounds", "comm_bytes", "rounds_to_target")
     assert [getattr(local, k) for k in key] == [getattr(remote, k) for k in key]

@@ -7,7 +7,9 @@ import pytest
 import ray
 
 from trainables.data import load_dataset
+from trainables.protocols import PROTOCOLS
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.transport.ray_actors import PartyResources, RayParties, release_warm_actors
 from trainables.trial import prepare_parties, run_trial, train_local
 
@@ -19,8 +21,8 @@ def test_local_and_ray_give_the_same_record_for_the_same_seed(
     ray_session: None, partition: str
 ) -> None:
     spec = TrialSpec.build(dataset="digits", partition=partition, epochs=4, seed=3)
-    (local,) = run_trial(spec, transport="local")
-    (remote,) = run_trial(spec, transport="ray")
+    (local,) = run_trial(spec)
+    (remote,) = run_trial(spec, Placement("ray"))
     assert local.mp == remote.mp
     assert (local.rounds, local.comm_bytes) == (remote.rounds, remote.comm_bytes)
 
@@ -45,7 +47,7 @@ def test_passive_actor_state_never_contains_labels(ray_session: None) -> None:
     labels = prepared.inits[-1].labels
     assert labels is not None
     with RayParties(prepared.inits, PartyResources(cpu=0.5)) as group:
-        group.train("fedsgd", {}, 2)
+        group.train(PROTOCOLS.create("fedsgd"), 2)
         active_state = ray.get(group.active.arrays.remote())
         assert np.array_equal(active_state["y_train"], labels.y_train)  # the probe can see labels
         for actor in group.passives:
@@ -61,7 +63,7 @@ def test_local_transport_matches_prepared_parties(ray_session: None) -> None:
     prepared = prepare_parties(spec, load_dataset("breast_cancer"))
     local = train_local(prepared, 3)
     with RayParties(prepared.inits, PartyResources(cpu=0.5)) as group:
-        remote = group.train("fedbcd", {}, 3)
+        remote = group.train(PROTOCOLS.create("fedbcd"), 3)
     assert local.mp == remote.mp and local.final_loss == remote.final_loss
 
 
@@ -73,14 +75,14 @@ def test_reused_actors_are_emptied_between_trials(ray_session: None) -> None:
     try:
         with RayParties(prepared.inits, PartyResources(cpu=0.5), reuse=True) as first:
             assert not first.reused
-            first.train("fedsgd", {}, 2)
+            first.train(PROTOCOLS.create("fedsgd"), 2)
             actors = list(first.actors)
         for actor in actors:  # back in the pool: no party, no arrays, labels gone
             assert ray.get(actor.where.remote())["party_id"] is None
             assert ray.get(actor.arrays.remote()) == {}
         with RayParties(prepared.inits, PartyResources(cpu=0.5), reuse=True) as second:
             assert second.reused and second.actors == actors
-            again = second.train("fedsgd", {}, 2)
+            again = second.train(PROTOCOLS.create("fedsgd"), 2)
         assert again.mp == expected.mp and again.final_loss == expected.final_loss
     finally:
         assert release_warm_actors() == 3

@@ -44,7 +44,7 @@ def _attack(model: str, params: dict, **fields: object) -> tuple[dict, float]:
 def test_plain_xgboost_passive_reads_every_label(ray_session: None) -> None:
     params = {"n_trees": 3, "max_depth": 3}
     spec = TrialSpec.build(dataset="breast_cancer", model="xgboost", model_params=params)
-    clean, attacked = run_trial(spec, transport="ray", attacks=ATTACK)
+    clean, attacked = run_trial(spec, Placement("ray"), attacks=ATTACK)
     extra = json.loads(clean.extra)
     assert attacked.ap >= 0.99 and extra["gradient_tap"] is True
     assert extra["reveals"]["labels_to_passive"].startswith("exact")

@@ -63,7 +63,7 @@ def test_passive_party_gets_no_label_array() -> None:
 
 def test_xgboost_trial_record(ray_session: None) -> None:
     spec = TrialSpec.build(dataset="breast_cancer", model="xgboost", model_params=PARAMS)
-    (record,) = run_trial(spec, transport="ray")
+    (record,) = run_trial(spec, Placement("ray"))
     extra = json.loads(record.extra)
     assert record.model == "xgboost" and record.rounds == 3 and record.mp > 0.9
     assert extra["labels_per_rank"][1:] == [0] and extra["comm_bytes_measured"] is False

@@ -17,6 +17,7 @@ import sys
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,14 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         from trainables.trial import run_trial, summarize
 
         spec = spec_from_args(args)
-        records = run_trial(
-            spec,
-            transport=args.transport,
-            data_dir=args.data_dir,
-            cpu_per_party=args.cpu_per_party,
-            gpu_per_party=args.gpu_per_party,
-            address=args.address,
-        )
+        placement = Placement(args.transport, args.cpu_per_party, args.gpu_per_party, args.address)
+        records = run_trial(spec, placement, data_dir=args.data_dir)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -28,8 +28,10 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from trainables.party import ActiveParty, Party, PartyInit
-from trainables.protocols import PROTOCOLS, TrainResult
+from trainables.protocols import TrainResult
 from trainables.transport.base import Transport
+from trainables.transport.group import Call, PartyGroup
+from trainables.transport.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -115,17 +117,11 @@ class PartyActor:
         return float(np.median(samples) * 1000)
 
     def train(
-        self,
-        protocol: str,
-        params: dict[str, Any],
-        peers: Sequence[Any],
-        epochs: int,
-        target_mp: float | None = None,
+        self, protocol: Any, peers: Sequence[Any], epochs: int, target_mp: float | None = None
     ) -> TrainResult:
-        """Run the protocol here, next to the active party, against the passive actors."""
-        assert isinstance(self.party, ActiveParty), "train runs on the active party's actor"
-        proto = PROTOCOLS.create(protocol, **params)
-        return proto.run(self.party, RayTransport(peers), epochs, target_mp)  # type: ignore[union-attr]
+        """Run ``protocol`` here, next to the active party, against the passive actors."""
+        assert self.party is not None, "train runs on the active party's actor"
+        return protocol.run(self.party, RayTransport(peers), epochs, target_mp)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array-valued attribute of the hosted party (for threat-model tests)."""
@@ -258,7 +254,7 @@ def release_warm_actors() -> int:
     return stopped
 
 
-class RayParties:
+class RayParties(PartyGroup):
     """The actors of one trial: placement group, one actor per party, then training.
 
     Inside a Tune trial the trial's own placement group is used (bundle 0 is the trial,
@@ -314,20 +310,29 @@ class RayParties:
     def passives(self) -> list[Any]:
         return self.actors[:-1]
 
-    def train(
-        self, protocol: str, params: dict[str, Any], epochs: int, target_mp: float | None = None
-    ) -> TrainResult:
-        remote = self.active.train.remote(protocol, params, self.passives, epochs, target_mp)
-        return ray.get(remote)
+    @property
+    def n(self) -> int:
+        return len(self.actors)
+
+    def train(self, protocol: Any, epochs: int, target_mp: float | None = None) -> TrainResult:
+        """``protocol`` (a Protocol instance) runs inside the active party's actor."""
+        return ray.get(self.active.train.remote(protocol, self.passives, epochs, target_mp))
 
     def snapshot(self) -> list[Party]:
         """Copies of the trained parties, in party order (the trial's attack harness)."""
         return ray.get([a.snapshot.remote() for a in self.actors])
 
-    def call_all(self, method: str, *args: Any) -> list[Any]:
-        """``method`` of every hosted party (party order), e.g. ``defense_applied``: small
-        results read back before ``close`` empties the actors."""
-        return ray.get([a.call.remote(method, *args) for a in self.actors])
+    def call_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Methods of hosted parties, in parallel across actors, results in call order
+        (e.g. ``defense_applied``: small results read back before ``close`` empties them)."""
+        return ray.get([self.actors[k].call.remote(m, *a) for k, m, a in calls])
+
+    def transport(self, peers: Sequence[int]) -> Transport:
+        return RayTransport([self.actors[k] for k in peers])
+
+    def load(self, inits: Sequence[Any]) -> None:
+        assert len(inits) == len(self.actors), "load keeps the number of parties"
+        self._load(inits)
 
     def close(self) -> None:
         if self._reuse:
@@ -341,3 +346,15 @@ class RayParties:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_ray_group(inits: Sequence[Any], placement: Placement) -> RayParties:
+    """Join or start Ray, then one actor per init in the trial's placement group."""
+    ensure_ray(placement.address, num_cpus=None)
+    resources = PartyResources(placement.cpu_per_party, placement.gpu_per_party)
+    return RayParties(inits, resources, reuse=placement.reuse_actors)
+
+
+def ray_get(handles: Any) -> Any:
+    """``ray.get`` for code elsewhere that holds object refs (xgboost's federated workers)."""
+    return ray.get(handles)

@@ -162,6 +162,7 @@ def run_tree_trial(
     trial_id: str = "",
     reuse_actors: bool = False,
     attacks: Sequence[Any] = (),
+    dataset: Dataset | None = None,
 ) -> list[Record]:
     """Run a tree / Paillier trial: the clean record, then one record per tree attack."""
     for name, _ in attacks:
@@ -169,7 +170,11 @@ def run_tree_trial(
         if reason is not None:
             raise ConfigError(reason)
     tree_check(spec)
-    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+    ds = (
+        dataset
+        if dataset is not None
+        else load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+    )
     data = tree_data(spec, ds)
     where = Placement(transport, cpu_per_party, gpu_per_party, address, reuse_actors)
     start = time.perf_counter()

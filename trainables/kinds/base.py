@@ -1,0 +1,59 @@
+"""A trial kind: which specs it runs, how it checks them and how it turns one into records.
+
+Why a registry of small objects: the planner, the CLI and ``run_trial`` ask the same
+questions of every spec (is it valid? can it run on this data? which defenses and attacks
+can it host?) and the answers live with the code that runs the kind, in one file per kind
+(``nn.py``, ``hssl.py``, ``fedcvt.py``, ``tree.py``). ``run_trial`` has no string
+dispatch: it asks ``kind_of(spec)`` and calls the kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from trainables.data import Dataset
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
+
+AttackSpec = tuple[str, dict[str, Any]]
+
+
+class TrialKind:
+    """Base: subclasses set ``name`` and fill the hooks; one instance is registered."""
+
+    name: ClassVar[str] = "base"
+    # the ``ssl_variant`` names this kind serves (``none`` for plain VFL)
+    ssl_variants: ClassVar[tuple[str, ...]] = ()
+    # True when ``model_params`` are options of this kind (else a spec must leave them empty)
+    takes_model_params: ClassVar[bool] = False
+
+    def takes(self, spec: TrialSpec) -> bool:
+        """Whether ``spec`` is this kind's (exactly one registered kind takes a valid spec)."""
+        return spec.ssl_variant in self.ssl_variants
+
+    def check(self, spec: TrialSpec) -> None:
+        """ConfigError for names or options this kind cannot run (no data is read)."""
+
+    def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
+        """Why ``spec`` cannot run or cannot mean what it says on its data (the planner drops
+        the cell with this reason), or None. A missing file raises MissingDataError."""
+        return None
+
+    def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
+        """Why inference-time ``attack`` cannot be evaluated on ``spec``, or None."""
+        from trainables.attacks import ATTACKS
+
+        family = ATTACKS.get(attack).family
+        if family != "nn":
+            return f"attack {attack!r} reads {family} messages; trial kind {self.name!r} has none"
+        return None
+
+    def run(
+        self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
+    ) -> list[Record]:
+        """Train and evaluate: the clean record (unless a training-time attack runs), then one
+        record per attack. ``sweep`` / ``trial_id`` are set by ``run_trial``."""
+        raise NotImplementedError
