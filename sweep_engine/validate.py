@@ -85,10 +85,10 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
         out.append(("ssl_variant", spec.ssl_variant, lambda: _unknown_ssl(spec.ssl_variant)))
     if spec.train_attack != "none":
         out.append(("train_attack", spec.train_attack, lambda: _train_attack(spec)))
-    if takes_model_params(spec):
-        return out  # their kind's checks (check_names) name their options
+    own_models = takes_model_params(spec)  # trees, SSL kinds: their checks name the options
+    if not own_models:
+        out.append(("model", spec.model, lambda: BOTTOMS.get(str(spec.model))))
     out += [
-        ("model", spec.model, lambda: BOTTOMS.get(str(spec.model))),
         ("protocol", spec.protocol, lambda: PROTOCOLS.get(spec.protocol)),
         (
             "protocol_params",
@@ -96,7 +96,8 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
             lambda: PROTOCOLS.create(spec.protocol, **spec.protocol_params),
         ),
     ]
-    for key, value in spec.model_params.items() if not {"model", "ssl_variant"} & varied else ():
+    refuse = not own_models and not {"model", "ssl_variant"} & varied
+    for key, value in spec.model_params.items() if refuse else ():
         out.append((f"model_params.{key}", value, lambda: _no_model_params(spec)))
     for i, entry in enumerate(entries(spec)):
         primary = i == 0 and spec.defense != "none"
