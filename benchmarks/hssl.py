@@ -5,7 +5,8 @@ Mean ± std over seeds of the test MP (AUC on adult and credit, accuracy on mnis
 after fine-tuning with the lr picked on the validation split. Every finished trial is
 appended to ``--progress`` (JSONL) as it ends, so a cut-short run still reports what
 finished; the final JSON object (stdout) holds the table and the exact settings.
-Parties run in-process (``local`` transport: same party code as the Ray actors).
+Parties run in-process (``local`` placement: same party code as the Ray actors);
+fine-tuning runs under the spec's protocol (FedSGD by default).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import time
 from typing import Any
 
 from trainables.spec import TrialSpec
-from trainables.ssl.hssl.variants import HSSL_VARIANTS, run_hssl_trial
+from trainables.ssl.hssl.variants import HSSL_VARIANTS
+from trainables.trial import run_trial
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -43,7 +45,7 @@ def one(dataset: str, variant: str, seed: int, s: dict[str, Any]) -> dict[str, A
         model_params=s["model_params"],
     )  # fmt: skip
     start = time.perf_counter()
-    rec = run_hssl_trial(spec)[0]
+    rec = run_trial(spec)[0]
     extra = json.loads(rec.extra)
     return {"dataset": dataset, "variant": variant, "seed": seed, "mp": rec.mp,
             "ft_lr": extra["ft_lr"], "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip

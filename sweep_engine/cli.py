@@ -26,6 +26,7 @@ from sweep_engine.sink import RecordSink
 from sweep_engine.space import load_space
 from sweep_engine.validate import check_local_fit
 from trainables.errors import ConfigError
+from trainables.trial import actor_count
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -259,7 +260,7 @@ def check_fits_before_ray(plan: Plan, args: argparse.Namespace) -> None:
 
         check_fits(plan)
     elif args.address is None and not os.environ.get("RAY_ADDRESS"):
-        shapes = [t.spec.n_parties for t in plan.trainings]
+        shapes = [actor_count(t.spec) for t in plan.trainings]
         check_local_fit(plan.space, shapes, args.num_cpus)
 
 

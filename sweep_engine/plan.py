@@ -28,7 +28,7 @@ from trainables.data import load_dataset
 from trainables.data.catalog import known_classes
 from trainables.errors import ConfigError, MissingDataError
 from trainables.spec import TrialSpec
-from trainables.trial import attack_incompatibility, incompatibility
+from trainables.trial import actor_count, attack_incompatibility, incompatibility
 
 AttackSpec = tuple[str, dict[str, Any]]
 
@@ -93,7 +93,7 @@ class Plan:
         return [head] + [dict(party) for _ in range(n_parties)]
 
     def summary(self) -> dict[str, Any]:
-        shapes = sorted({t.spec.n_parties for t in self.trainings})
+        shapes = sorted({actor_count(t.spec) for t in self.trainings})
         return {
             "space": self.space.name,
             "source": self.space.source,

@@ -37,7 +37,7 @@ from trainables.errors import ConfigError, MissingDataError
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
-from trainables.trial import run_trial
+from trainables.trial import actor_count, run_trial
 
 # Set by the CLI's SIGINT handler: Tune stops every trial at its next step (about 0.1 s);
 # trainings in flight are dropped, records already written stay.
@@ -221,7 +221,7 @@ def check_fits(plan: Plan) -> None:
     from sweep_engine.validate import check_resource_fit
 
     available = ray.cluster_resources()
-    shapes = [t.spec.n_parties for t in plan.trainings]
+    shapes = [actor_count(t.spec) for t in plan.trainings]
     cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
     check_resource_fit(plan.space, shapes, cpus, gpus, "this Ray")
 
@@ -246,7 +246,11 @@ def context(
 
 def trainable(plan: Plan, ctx: SweepContext, n_parties: int | None = None) -> Any:
     def bundles(config: dict[str, Any]) -> tune.PlacementGroupFactory:
-        k = n_parties if n_parties is not None else json.loads(config["cell"]["spec"])["n_parties"]
+        k = (
+            n_parties
+            if n_parties is not None
+            else actor_count(TrialSpec.model_validate_json(config["cell"]["spec"]))
+        )
         return tune.PlacementGroupFactory(plan.bundles(k))
 
     return tune.with_resources(tune.with_parameters(train_one, ctx=ctx), bundles)

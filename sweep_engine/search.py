@@ -28,6 +28,7 @@ from sweep_engine.plan import Plan, Training
 from sweep_engine.sink import RecordSink, write_json_atomic
 from sweep_engine.space import SearchBlock, SearchParam
 from trainables.spec import TrialSpec
+from trainables.trial import actor_count
 
 
 def distribution(param: SearchParam) -> optuna.distributions.BaseDistribution:
@@ -200,7 +201,7 @@ def _run_study(
     sink = RecordSink(sweep_dir)
     callback = runner.Progress(sink, n, label)
     tuner = tune.Tuner(
-        runner.trainable(plan, ctx, n_parties=cell.spec.n_parties),
+        runner.trainable(plan, ctx, n_parties=actor_count(cell.spec)),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             num_samples=n,

@@ -1,10 +1,13 @@
-"""FedCVT / FedMVT: pseudo-label rule, attention estimate, threat model, transports, sweep."""
+"""FedCVT / FedMVT: pseudo-label rule, attention estimate, threat model, the Protocol's
+counters, defenses / protocols / attacks composed with it, transports, sweep."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.dataset as pads
@@ -12,14 +15,18 @@ import pytest
 import torch
 
 from trainables.data import load_dataset, split_samples
+from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError
+from trainables.hooks import MessageLog
 from trainables.messages import Message
 from trainables.spec import TrialSpec
-from trainables.ssl.cvt_party import CvtParty
+from trainables.ssl.cvt_party import CvtParty, CvtPartyInit
+from trainables.ssl.cvt_protocol import CvtProtocol
 from trainables.ssl.fedcvt import attention_estimate, pseudo_labels
-from trainables.ssl.runner import cvt_options, party_inits, run_cvt_trial
-from trainables.transport.placement import Placement
-from trainables.trial import check_names, run_trial
+from trainables.ssl.runner import cvt_options, party_inits
+from trainables.transport.group import open_parties
+from trainables.transport.placement import LOCAL, Placement
+from trainables.trial import attack_incompatibility, check_names, incompatibility, run_trial
 
 TINY = {
     "dataset": "breast_cancer", "n_aligned": 60, "epochs": 2, "batch_size": 64,
@@ -73,20 +80,32 @@ def _contains_row(payload: np.ndarray, X: np.ndarray) -> bool:
     return False
 
 
+def _inits(spec: TrialSpec) -> tuple[CvtPartyInit, ...]:
+    """Both parties keep a message log: everything that crosses the A/B boundary."""
+    inits = party_inits(spec, load_dataset(spec.dataset), cvt_options(spec, True))
+    return tuple(dataclasses.replace(i, record=True) for i in inits)
+
+
+def _logged(parties: list[Any]) -> list[Message]:
+    log = next(h for h in parties[0].hooks if isinstance(h, MessageLog))
+    return [*log.sent, *log.received]  # A's side of every message of the trial
+
+
 def test_no_raw_features_cross_and_passive_holds_no_labels() -> None:
     from trainables.transport.ray_actors import _walk_arrays
 
     spec = _spec()
     ds = load_dataset("breast_cancer")
-    log: list[Message] = []
-    run_cvt_trial(spec, ds, True, log=log)
-    inits = party_inits(spec, ds, cvt_options(spec, True))
+    inits = _inits(spec)
+    with open_parties(inits, LOCAL) as group:
+        group.train(CvtProtocol(semi=True), int(spec.epochs))  # type: ignore[arg-type]
+        log = _logged(group.snapshot())
     assert inits[0].labels is None and inits[1].labels is not None
     mats = [m for init in inits for m in (init.X_ol, init.X_nl, init.X_test)]
     mats += [ds.X_train, ds.X_test]  # unscaled too
-    kinds = {"values", "reps_ol", "reps_nl", "est_nl", "est_ol", "test_reps"}
-    kinds |= {"grad_" + k for k in kinds}
-    assert log and {m.kind for m in log} <= kinds
+    kinds = {"representation", "embedding", "nl_embedding", "est_nl_embedding"}
+    kinds |= {"est_ol_embedding", "test_embedding", "gradient"}
+    assert log and {m.kind for m in log} == kinds
     for msg in log:
         assert msg.payload.shape[1] == 2 * 8  # representations (2d wide), never features
         assert not any(_contains_row(msg.payload, X) for X in mats), msg.kind
@@ -102,7 +121,35 @@ def test_no_raw_features_cross_and_passive_holds_no_labels() -> None:
     assert lab is not None and held
     for y in (lab.y_ol, lab.y_nl, lab.y_test, lab.labeled_ol):
         assert not any(a.shape == y.shape and np.array_equal(a, y) for a in held.values())
-    assert type(passive) is CvtParty  # no heads, no labels
+    assert type(passive) is CvtParty and not hasattr(passive, "y_train")  # no heads, labels
+
+
+# Measured BEFORE FedCVT became a Protocol (commit e76a55c, ``train_cvt``), for _spec() with
+# 2 epochs (4 rounds): rounds 4 and comm_bytes 22656 (fedcvt) / 7296 (fedsplitnn). Those
+# byte counts missed most of the exchange: ``train_cvt`` passed A's tensors and B's
+# gradients as lists, which the transport's counter (top-level ``Message`` arguments and
+# results only) never saw; it counted only B's ``values`` and the test representations.
+# Now every message that crosses is counted: the old count plus the missing parts, below.
+BEFORE = {"fedcvt": (4, 22656), "fedsplitnn": (4, 7296)}
+
+
+def test_rounds_and_bytes_are_what_crossed_the_boundary() -> None:
+    rep = 60 * 16 * 4  # one (60, 2d=16) float32 matrix: overlap, batches and chunks are 60 rows
+    for variant, (rounds, before) in BEFORE.items():
+        rec = run_trial(_spec(ssl_variant=variant))[0]
+        assert rec.rounds == rounds
+        # fedcvt per round: 4 tensors up and their 4 gradients down (fedsplitnn: 1 and 1)
+        missing = rounds * (8 if variant == "fedcvt" else 2) * rep
+        assert (
+            rec.comm_bytes == before + missing == {"fedcvt": 145536, "fedsplitnn": 38016}[variant]
+        )
+    # and the count is the log's: every training message once, plus the test reps once
+    inits = _inits(_spec())
+    with open_parties(inits, LOCAL) as group:
+        result = group.train(CvtProtocol(semi=True), 2)
+        log = _logged(group.snapshot())
+    assert result.comm_bytes == sum(m.nbytes for m in log) == 145536
+    assert result.eval_bytes == 114 * 16 * 4  # the test representations (114 rows)
 
 
 def test_fedcvt_records_pseudo_labels_and_baseline_shares_steps() -> None:
@@ -133,14 +180,104 @@ def test_bad_specs_fail_with_the_allowed_values() -> None:
         split_samples(100, n_aligned=101)
 
 
+def test_message_defenses_act_on_fedcvt_and_the_rest_are_refused() -> None:
+    plain = run_trial(_spec())[0]
+    gdp = run_trial(_spec(defense="gdp", defense_param=0.1))[0]  # B's gradients, clipped+noised
+    applied = json.loads(gdp.extra)["defense_applied"]
+    assert applied == {"gdp": {"gradient": 4 * 4}}  # 4 gradients a round, 4 rounds
+    assert gdp.mp != plain.mp and gdp.epsilon is not None and gdp.defense_party == "active"
+    passive = run_trial(
+        _spec(defense="ldp", defense_param=0.1, defense_params={"party": "passive"})
+    )
+    counts = json.loads(passive[0].extra)["defense_applied"]["ldp"]
+    assert counts == {
+        "embedding": 4, "nl_embedding": 4, "est_nl_embedding": 4, "est_ol_embedding": 4,
+        "test_embedding": 1,
+    }  # fmt: skip
+    iso = run_trial(_spec(defense="iso", defense_param=1.0, defense_params={"target": "both"}))
+    assert set(json.loads(iso[0].extra)["defense_applied"]["iso"]) == {"gradient", "representation"}
+    for over, reason in (
+        (dict(defense="mid", defense_param=1.0), "loss or top model"),
+        (dict(defense="gper", defense_param=1.0), "loss or top model"),
+        (dict(defense="gs", defense_param=99.0), "use residual: 0"),
+        (dict(protocol="celu"), "not defined on FedCVT's exchange"),
+        (dict(ssl_variant="fedsplitnn", defense="iso", defense_param=1.0,
+              defense_params={"target": "representation"}), "sends only 'gradient'"),
+    ):  # fmt: skip
+        why = incompatibility(_spec(**over))
+        assert why is not None and reason in why, (over, why)
+    assert (
+        incompatibility(_spec(defense="gs", defense_param=99.0, defense_params={"residual": 0}))
+        is None
+    )
+    assert incompatibility(_spec(defense="gdp", defense_param=0.1)) is None
+    # a non-neutral defense that acted nowhere fails the training instead of a false record
+    with pytest.raises(DefenseNeverApplied, match="iso never applied"):
+        run_trial(_spec(ssl_variant="fedsplitnn", defense="iso", defense_param=1.0,
+                        defense_params={"target": "representation"}))  # fmt: skip
+
+
+def test_fedbcd_and_codecs_act_on_the_exchange() -> None:
+    plain = run_trial(_spec())[0]
+    bcd = run_trial(_spec(protocol="fedbcd", protocol_params={"q": 3}))[0]
+    assert bcd.rounds == plain.rounds and bcd.comm_bytes == plain.comm_bytes
+    assert bcd.mp != plain.mp  # 3 local updates per exchange train differently
+    quant = run_trial(_spec(protocol="quantize", protocol_params={"bits": 8}))[0]
+    # 8-bit codes (+8 bytes scale/offset) for A's 4 tensors a round and its test reps;
+    # B's values and gradients stay dense (``gradients: 0``)
+    rep, codes = 60 * 16 * 4, 60 * 16 + 8
+    test = 114 * 16 * 4
+    assert quant.comm_bytes == 4 * (5 * rep + 4 * codes) + 114 * 16 + 8
+    assert plain.comm_bytes == 4 * 9 * rep + test
+
+
+def test_model_completion_and_tampering_attacks_run_through_the_harness() -> None:
+    fast = {"preset": "fast", "epochs": 2}
+    recs = run_trial(_spec(epochs=4), attacks=[("pmc", fast), ("mc", fast), ("mf", {})])
+    clean, pmc, mc, mf = recs
+    assert [r.attack for r in recs] == ["none", "pmc", "mc", "mf"]
+    assert pmc.attacker_party == 0 and 0.6 < pmc.ap <= 1.0 and 0.5 < mc.ap <= 1.0
+    assert pmc.mp == clean.mp  # the judge's f_AB over both encoders is the trial's MP
+    assert json.loads(pmc.extra)["attack_label"] == "pmc@fast[epochs=2]"
+    assert mf.ap >= 0.0 and "pseudo_total" in json.loads(mf.extra)
+    amc = run_trial(_spec(epochs=4, train_attack="amc", train_attack_params=fast))
+    assert [r.attack for r in amc] == ["amc"] and amc[0].mp != clean.mp  # training attacked
+    assert attack_incompatibility(_spec(), "pmc") is None
+    for name in ("dli", "bli", "ns", "ds", "grn", "tbm", "lrb"):
+        why = attack_incompatibility(_spec(), name)
+        assert why is not None and "hosted: pmc, mc, amc, nsb, mf" in why, name
+
+
 @pytest.mark.ray
 def test_local_and_ray_give_the_same_record(ray_session: None) -> None:
-    spec = _spec(n_labeled=40)
-    local = run_trial(spec)[0]
-    remote = run_trial(spec, Placement("ray"))[0]
-    assert local.n_labeled == 40
-    for field in ("mp", "rounds", "comm_bytes", "extra", "config_hash"):
-        assert getattr(local, field) == getattr(remote, field), field
+    spec = _spec(n_labeled=40, defense="gdp", defense_param=0.01)
+    attacks = [("pmc", {"preset": "fast", "epochs": 1})]
+    local = run_trial(spec, attacks=attacks)
+    remote = run_trial(spec, Placement("ray", cpu_per_party=0.5), attacks=attacks)
+    assert local[0].n_labeled == 40 and [r.attack for r in remote] == ["none", "pmc"]
+    for a, b in zip(local, remote, strict=True):
+        for field in ("mp", "ap", "rounds", "comm_bytes", "extra", "config_hash", "epsilon"):
+            assert getattr(a, field) == getattr(b, field), field
+
+
+@pytest.mark.ray
+def test_passive_actor_holds_no_labels(ray_session: None) -> None:
+    import ray
+
+    inits = _inits(_spec())
+    lab = inits[1].labels
+    assert lab is not None
+    with open_parties(inits, Placement("ray", cpu_per_party=0.5)) as group:
+        group.train(CvtProtocol(semi=True), 2)
+        states = ray.get([a.reachable_arrays.remote() for a in group.actors])  # type: ignore[attr-defined]
+
+    def holds(state: dict[str, np.ndarray], y: np.ndarray) -> bool:
+        return any(a.shape == y.shape and np.array_equal(a, y) for a in state.values())
+
+    assert holds(states[1], lab.y_ol) and holds(states[1], lab.y_test)  # the walk finds them
+    assert any(".hooks." in p for p in states[0])  # A's message log was walked too
+    for y in (lab.y_ol, lab.y_nl, lab.y_test):
+        assert not holds(states[0], y)
 
 
 @pytest.mark.ray

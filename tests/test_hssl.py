@@ -1,5 +1,6 @@
-"""FedHSSL family: message discipline, partial model aggregation, determinism, fine-tuning
-without the test set, augmentation, ISO + MC records that the CAP analysis can read.
+"""FedHSSL family under the one engine: pretraining over transports (message discipline,
+partial model aggregation, determinism, bytes pinned), fine-tuning as ordinary parties
+under any protocol (lr picked on validation rows only), defenses and attacks composing.
 
 Small data (breast_cancer: 455 train rows; digits 8x8 halves), tiny widths, few epochs.
 """
@@ -13,22 +14,22 @@ import pytest
 import torch
 
 from trainables.data import load_dataset
+from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError
+from trainables.messages import BatchRef
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.augment import ImageLayout, TabularLayout, make_view, with_mask_columns
-from trainables.ssl.hssl.finetune import FT_LRS, carve_validation, finetune
-from trainables.ssl.hssl.parties import SERVER
-from trainables.ssl.hssl.pretrain import Server, Stages, Wire, pretrain
-from trainables.ssl.hssl.variants import (
-    HSSL_VARIANTS,
-    open_wire,
-    parse_variant,
-    prepare,
-    run_hssl_trial,
-)
+from trainables.ssl.hssl.finetune import FT_LRS, carve_validation, finetune, prepared_for
+from trainables.ssl.hssl.parties import SERVER, ServerInit
+from trainables.ssl.hssl.pretrain import Stages, aggregate, pretrain
+from trainables.ssl.hssl.variants import HSSL_VARIANTS, parse_variant, prepare
+from trainables.transport.group import open_parties
+from trainables.transport.placement import LOCAL, Placement
+from trainables.trial import attack_incompatibility, check_names, incompatibility, run_trial
 
 TINY = {"pretrain_epochs": 2, "pretrain_batch": 128, "hidden": 16, "emb": 8, "proj": 16,
         "pred": 8, "moco_dim": 8, "queue": 64}  # fmt: skip
+RAY = Placement("ray", 0.5, reuse_actors=True)  # one actor set for the whole test
 
 
 def spec_for(variant: str, seed: int = 0, **kw: object) -> TrialSpec:
@@ -37,16 +38,16 @@ def spec_for(variant: str, seed: int = 0, **kw: object) -> TrialSpec:
     return TrialSpec.build(**{**fields, **kw})
 
 
-def pretrained_weights(spec: TrialSpec, transport: str = "local") -> list[dict[str, np.ndarray]]:
-    ds = load_dataset(spec.dataset)
-    inits = prepare(spec, ds)
+def pretrained_weights(spec: TrialSpec, placement: Placement = LOCAL) -> list[dict]:
+    data = prepare(spec, load_dataset(spec.dataset))
     plan = parse_variant(spec.ssl_variant)
-    with open_wire(inits, transport, 1.0, 0.0, None, False) as wire:
-        pretrain(wire, plan.stages, 2, inits[0].n_aligned, 128, 0.5, spec.seed)  # type: ignore[arg-type]
-        return wire.call_all("weights")
+    with open_parties(data.inits, placement) as group:
+        with open_parties([ServerInit(group.n)], placement) as server:
+            pretrain(group, server, plan.stages, 2, data.n_aligned, 128, 0.5, spec.seed)  # type: ignore[arg-type]
+        return group.call_all("weights")
 
 
-def test_variant_names_and_bad_options() -> None:
+def test_variant_names_and_checks() -> None:
     assert len(HSSL_VARIANTS) == 13 and "splitnn" in HSSL_VARIANTS
     for family in ("local", "cssl", "gssl", "hssl"):
         for method in ("simsiam", "byol", "moco"):
@@ -54,51 +55,66 @@ def test_variant_names_and_bad_options() -> None:
     with pytest.raises(ConfigError, match="known: splitnn"):
         parse_variant("hssl_simclr")
     with pytest.raises(ConfigError, match="allowed: pretrain_epochs"):
-        run_hssl_trial(spec_for("hssl_byol", model_params={"lr_pre": 1}))
-    with pytest.raises(ConfigError, match="allowed: none, iso"):
-        run_hssl_trial(spec_for("hssl_byol", defense="gs"))
+        check_names(spec_for("hssl_byol", model_params={"lr_pre": 1}))
+    check_names(spec_for("hssl_byol", defense="gs", protocol="fedbcd"))  # any NN defense
+    with pytest.raises(ConfigError, match="gs"):
+        check_names(spec_for("hssl_byol", defense="gs", defense_params={"bogus": 1}))
+    with pytest.raises(ConfigError, match="fedbcd"):
+        check_names(spec_for("hssl_byol", protocol="fedbcd", protocol_params={"q": 0}))
+    spec = spec_for("hssl_byol")
+    assert (
+        attack_incompatibility(spec, "dli") is None and attack_incompatibility(spec, "tbm") is None
+    )
+    assert "tree" in (attack_incompatibility(spec, "tree_grad_li") or "")
 
 
-def test_passive_party_holds_no_labels() -> None:
-    inits = prepare(spec_for("hssl_simsiam"), load_dataset("breast_cancer"))
-    passive, active = inits[0].build(), inits[-1].build()
-    assert inits[0].labels is None and not hasattr(passive, "y_labeled")
-    assert not hasattr(passive, "y_test") and hasattr(active, "y_labeled")
+def test_no_label_in_pretraining_and_only_active_labels_in_fine_tuning() -> None:
+    spec = spec_for("hssl_simsiam")
+    data = prepare(spec, load_dataset("breast_cancer"))
+    for init in data.inits:  # pretraining is label-free: no party holds any label
+        party = init.build()
+        assert not any(hasattr(x, a) for x in (init, party) for a in ("labels", "y_train"))
+    encoders = [init.build().pretrained_encoder() for init in data.inits]
+    ft = prepared_for(spec, data, encoders, 0.01, data.labeled, None, ())
+    passive, active = ft.inits[0].build(), ft.inits[-1].build()
+    assert ft.inits[0].labels is None and not hasattr(passive, "y_train")
+    assert not hasattr(passive, "y_test") and hasattr(active, "y_train")
 
 
 def test_cross_party_ssl_exchanges_representations_only() -> None:
     """Every pretraining message is a plain numpy representation z~ (B, P) between the
-    active party and a passive party; nothing called or shaped like a gradient crosses."""
+    active party and a passive party, equal to the sender's fresh forward on its batch."""
     spec = spec_for("cssl_simsiam")
-    inits = prepare(spec, load_dataset("breast_cancer"), record=True)
-    wire = Wire([i.build() for i in inits], remote=False)
-    pretrain(wire, Stages(True, False, False), 2, inits[0].n_aligned, 128, 0.5, spec.seed)
-    msgs = [m for phase, m in wire.log if phase == "pretrain"]
-    n_batches = -(-inits[0].n_aligned // 128)
-    assert len(msgs) == 2 * 2 * n_batches  # 2 epochs x batches x (A->P, P->A)
-    proj_out = inits[0].config.widths.proj_out
-    for m in msgs:
+    data = prepare(spec, load_dataset("breast_cancer"), record=True)
+    with open_parties(data.inits, LOCAL) as group:
+        out = pretrain(group, None, Stages(True, False, False), 2, data.n_aligned, 128, 0.5, 0)
+        parties = group.snapshot()
+    n_batches = -(-data.n_aligned // 128)
+    sent = [m for p in parties for m in p.log().sent]
+    assert len(sent) == 2 * 2 * n_batches == out.rounds * 2  # epochs x batches x (A->P, P->A)
+    proj_out = data.inits[0].config.widths.proj_out
+    for m in sent:
         assert m.kind == "representation" and {m.src, m.dst} == {0, 1}
         assert isinstance(m.payload, np.ndarray) and m.payload.dtype == np.float32
-        assert m.payload.shape[1] == proj_out and not isinstance(m.payload, torch.Tensor)
-    # the payload is the sender's forward output on its own batch, not a derivative:
-    fresh = [i.build() for i in inits]
-    for m in msgs[:2]:
-        again = fresh[m.src].cross_send(m.batch)[0].payload
-        np.testing.assert_array_equal(again, m.payload)
-    # each party's own log agrees: it received only representations
-    for party in wire.parties:
+        assert m.payload.shape[1] == proj_out
+    fresh = [init.build() for init in data.inits]
+    for m in [m for m in sent if m.batch == BatchRef(0, 0)]:  # before any update
+        np.testing.assert_array_equal(fresh[m.src].cross_send(m.batch, m.dst).payload, m.payload)
+    for party in parties:
         assert {m.kind for m in party.log().received} == {"representation"}
+    assert out.comm_bytes == sum(m.nbytes for m in sent)  # each message counted once
 
 
 def test_partial_model_aggregation_touches_only_top_and_predictor() -> None:
     spec = spec_for("hssl_byol")
-    inits = prepare(spec, load_dataset("breast_cancer"))
-    wire = Wire([i.build() for i in inits], remote=False)
-    pretrain(wire, Stages(True, True, False), 1, inits[0].n_aligned, 128, 0.5, spec.seed)
-    before = wire.call_all("weights")
-    Server().aggregate(wire)
-    after = wire.call_all("weights")
+    data = prepare(spec, load_dataset("breast_cancer"))
+    with open_parties(data.inits, LOCAL) as group, open_parties([ServerInit(2)], LOCAL) as server:
+        pretrain(group, None, Stages(True, True, False), 1, data.n_aligned, 128, 0.5, 0)
+        before = group.call_all("weights")
+        shares = group.call_all("shared_state")
+        wire = group.transport([0, 1])
+        aggregate(group, server, wire)
+        after = group.call_all("weights")
     shared = ("local.top.", "local.projector.", "local.predictor.")
     n_shared = 0
     for key in before[0]:
@@ -112,16 +128,53 @@ def test_partial_model_aggregation_touches_only_top_and_predictor() -> None:
             for k in range(2):
                 np.testing.assert_array_equal(after[k][key], before[k][key])
     assert n_shared > 0
-    shares = [m for phase, m in wire.log if phase == "pma"]
-    assert {m.kind for m in shares} == {"model_share", "model_avg"}
-    assert all(SERVER in (m.src, m.dst) for m in shares)  # only to/from the server
+    assert all(s.kind == "model_share" and s.dst == SERVER for s in shares)
     assert all(k.startswith(("top.", "projector.", "predictor.")) for k in shares[0].payload)
+    size = shares[0].nbytes
+    assert (wire.stats.rounds, wire.stats.bytes_up, wire.stats.bytes_down) == (
+        1,
+        2 * size,
+        2 * size,
+    )
 
 
-def test_same_seed_same_pretrained_weights() -> None:
-    first = pretrained_weights(spec_for("hssl_moco", seed=3))
-    again = pretrained_weights(spec_for("hssl_moco", seed=3))
-    other = pretrained_weights(spec_for("hssl_moco", seed=4))
+def _shared_floats(h: int, e: int, p: int, po: int, q: int, predictor: bool) -> int:
+    """Parameters of the local top + projector (+ predictor): what PMA moves per party."""
+    top = h * e + e
+    proj = (e * p + p) + (p * p + p) + (p * po + po)
+    pred = (po * q + q) + (q * po + po) if predictor else 0
+    return top + proj + pred
+
+
+@pytest.mark.parametrize(
+    ("variant", "k", "today"),
+    [("hssl_simsiam", 2, 93696), ("hssl_moco", 2, 51200), ("cssl_byol", 3, 116736)],
+)
+def test_pretrain_bytes_and_rounds_pinned(variant: str, k: int, today: int) -> None:
+    """Hand count from widths x batch x parties; ``today``: what the pre-engine code
+    recorded for the same spec (same seeds, same arithmetic)."""
+    spec = spec_for(variant, n_parties=k)
+    rec = run_trial(spec)[0]
+    extra = json.loads(rec.extra)
+    n_aligned = prepare(spec, load_dataset("breast_cancer")).n_aligned  # 228
+    epochs, po = 2, 8 if variant.endswith("moco") else 16
+    cross = epochs * 2 * (k - 1) * n_aligned * po * 4  # z~ (B, P) float32, A->P and P->A
+    pma = 0
+    if variant.startswith("hssl"):
+        floats = _shared_floats(16, 8, 16, po, 8, predictor=not variant.endswith("moco"))
+        pma = epochs * 2 * k * floats * 4  # K shares up, K averages down
+    assert extra["pretrain_bytes"] == cross + pma == today
+    n_batches = -(-n_aligned // 128)
+    assert extra["pretrain_rounds"] == epochs * (n_batches + variant.startswith("hssl"))
+    assert rec.rounds == extra["pretrain_rounds"] + extra["ft_rounds"]
+    assert rec.comm_bytes == extra["pretrain_bytes"] + extra["ft_bytes"]
+
+
+@pytest.mark.parametrize("variant", ["hssl_moco"])
+def test_same_seed_same_pretrained_weights(variant: str) -> None:
+    first = pretrained_weights(spec_for(variant, seed=3))
+    again = pretrained_weights(spec_for(variant, seed=3))
+    other = pretrained_weights(spec_for(variant, seed=4))
     for a, b in zip(first, again, strict=True):
         assert a.keys() == b.keys()
         for key in a:
@@ -130,14 +183,22 @@ def test_same_seed_same_pretrained_weights() -> None:
 
 
 @pytest.mark.ray
-def test_ray_actors_pretrain_like_local(ray_session: None) -> None:
-    """One actor per party gives the same pretrained weights as in-process parties."""
-    spec = spec_for("gssl_simsiam", seed=1)
-    local = pretrained_weights(spec, "local")
-    remote = pretrained_weights(spec, "ray")
-    for a, b in zip(local, remote, strict=True):
+def test_ray_actors_pretrain_and_record_like_local(ray_session: None) -> None:
+    """One actor per party (and one for the server) gives the same pretrained weights and
+    the same records as in-process parties."""
+    spec = spec_for("hssl_simsiam", seed=1)
+    for a, b in zip(pretrained_weights(spec), pretrained_weights(spec, RAY), strict=True):
         for key in a:
             np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
+    local, remote = run_trial(spec)[0], run_trial(spec, RAY)[0]
+    assert (local.mp, local.rounds, local.comm_bytes) == (
+        remote.mp,
+        remote.rounds,
+        remote.comm_bytes,
+    )
+    keep = ("val_mp", "ft_lr", "pretrain_bytes", "cross_loss", "local_loss")
+    el, er = json.loads(local.extra), json.loads(remote.extra)
+    assert {k: el[k] for k in keep} == {k: er[k] for k in keep}
 
 
 def test_finetune_picks_lr_on_validation_rows_only() -> None:
@@ -145,15 +206,75 @@ def test_finetune_picks_lr_on_validation_rows_only() -> None:
     tr, val = carve_validation(labeled, seed=0)
     assert len(val) == 12 and set(tr) | set(val) == set(labeled) and not set(tr) & set(val)
     spec = spec_for("local_simsiam")
-    inits = prepare(spec, load_dataset("breast_cancer"))
-    wire = Wire([i.build() for i in inits], remote=False)
-    result = finetune(wire, inits[0].labeled, 3, 32, spec.seed)
-    assert set(result.val_mp) == set(FT_LRS)
-    assert result.val_mp[result.lr] == max(result.val_mp.values())
-    evals = [m for phase, m in wire.log if phase == "eval"]
-    assert [m.kind for m in evals] == ["val_embedding"] * 3 + ["test_embedding"]
-    n_val = len(carve_validation(inits[0].labeled, spec.seed)[1])
-    assert all(m.payload.shape[0] == n_val for m in evals[:3])
+    data = prepare(spec, load_dataset("breast_cancer"))
+    tr, val = carve_validation(data.labeled, spec.seed)
+    with open_parties(data.inits, LOCAL) as group:
+        encoders = group.call_all("pretrained_encoder")
+        ft = finetune(spec, data, encoders, group, LOCAL, ())
+    assert set(ft.val_mp) == set(FT_LRS) and ft.val_mp[ft.lr] == max(ft.val_mp.values())
+    aligned = data.inits[-1].X_local[: data.n_aligned]
+    for cand in ft.candidates:  # evaluated on the validation rows, trained on the others
+        active = cand.parties[-1]
+        np.testing.assert_array_equal(active.X_test.numpy(), aligned[val])
+        np.testing.assert_array_equal(active.y_test.numpy(), data.y_aligned[val])
+        np.testing.assert_array_equal(active.X_train.numpy(), aligned[tr])
+    final = ft.final.parties[-1]  # the test rows only here, at the end
+    np.testing.assert_array_equal(final.y_test.numpy(), data.y_test)
+    assert len(final.y_train) == len(data.labeled)
+
+
+def test_defended_and_attacked_trial_records_applications_and_aps() -> None:
+    spec = spec_for("hssl_simsiam", defense="gdp", defense_param=0.1,
+                    stack=[{"name": "mid", "strength": 0.01}])  # fmt: skip
+    records = run_trial(spec, attacks=[("pmc", {"preset": "fast"}), ("dli", {}), ("nsb", {})])
+    assert [r.attack for r in records] == ["none", "pmc", "dli", "nsb"]
+    applied = json.loads(records[0].extra)["defense_applied"]
+    assert applied["gdp"]["gradient"] > 0 and applied["mid"]["bottleneck"] > 0
+    assert records[0].epsilon is not None and records[0].defense_party == "active+active"
+    for r in records[1:]:
+        assert r.ap is not None and 0.0 <= r.ap <= 1.0, (r.attack, r.ap)
+    plain = run_trial(spec_for("hssl_simsiam"))[0]
+    assert plain.mp != records[0].mp and plain.rounds == records[0].rounds
+
+
+def test_fedbcd_fine_tuning_differs_from_fedsgd() -> None:
+    sgd = run_trial(spec_for("cssl_simsiam"))[0]
+    bcd = run_trial(spec_for("cssl_simsiam", protocol="fedbcd", protocol_params={"q": 3}))[0]
+    es, eb = json.loads(sgd.extra), json.loads(bcd.extra)
+    assert es["pretrain_bytes"] == eb["pretrain_bytes"] and sgd.rounds == bcd.rounds
+    assert es["val_mp"] != eb["val_mp"] or sgd.mp != bcd.mp
+
+
+def _iso(variant: str, target: str, lam: float = 5.0) -> TrialSpec:
+    return spec_for(variant, defense="iso", defense_param=lam, defense_params={"target": target})
+
+
+def test_iso_on_representations_needs_cross_party_pretraining() -> None:
+    reason = incompatibility(_iso("splitnn", "representation")) or ""
+    assert "representation" in reason and "no cross-party pretraining" in reason
+    assert incompatibility(_iso("hssl_simsiam", "representation")) is None
+    assert incompatibility(_iso("splitnn", "both")) is None
+    with pytest.raises(DefenseNeverApplied):
+        run_trial(_iso("splitnn", "representation"))
+    (rec,) = run_trial(_iso("cssl_simsiam", "representation"))
+    assert set(json.loads(rec.extra)["defense_applied"]["iso"]) == {"representation"}
+
+
+def test_iso_noises_only_the_active_partys_representations() -> None:
+    logs = {}
+    for lam in (0.0, 5.0):
+        spec = _iso("cssl_simsiam", "both", lam)
+        data = prepare(spec, load_dataset("breast_cancer"), record=True)
+        with open_parties(data.inits, LOCAL) as group:
+            pretrain(group, None, Stages(True, False, False), 1, data.n_aligned, 128, 0.5, 0)
+            logs[lam] = {
+                (m.src, m.batch): m.payload for p in group.snapshot() for m in p.log().sent
+            }
+    assert logs[0.0].keys() == logs[5.0].keys()
+    for (src, batch), payload in logs[0.0].items():  # the active party (1) is noised
+        assert src == 0 or not np.allclose(payload, logs[5.0][(src, batch)]), batch
+    first = (0, BatchRef(0, 0))  # the passive party's first z~, before any noisy update
+    np.testing.assert_array_equal(logs[0.0][first], logs[5.0][first])
 
 
 def test_tabular_corruption_and_mask_token() -> None:
@@ -183,7 +304,7 @@ def test_image_augmentation_keeps_shape_and_moves_pixels() -> None:
 def test_digits_halves_trial_accuracy() -> None:
     spec = TrialSpec.build(dataset="digits", ssl_variant="hssl_simsiam", aligned_ratio=0.3,
                            n_labeled=100, epochs=5, seed=0, model_params=TINY)  # fmt: skip
-    rec = run_hssl_trial(spec)[0]
+    rec = run_trial(spec)[0]
     assert json.loads(rec.extra)["metric"] == "accuracy" and 0.2 < rec.mp <= 1.0  # 10 classes
 
 
@@ -194,46 +315,26 @@ def test_iso_runs_record_mc_rows_that_give_a_cap() -> None:
     from trainables.records import records_to_table
 
     mc = [("mc", {"epochs": 1, "steps_per_epoch": 20})]
-    records = run_hssl_trial(spec_for("hssl_simsiam"), attacks=mc)
+    records = run_trial(spec_for("hssl_simsiam"), attacks=mc)
     assert [r.attack for r in records] == ["none", "mc_pretrained", "mc"]
     assert all(r.attack_type == "LI" and 0 <= r.ap <= 1 for r in records[1:])
-    plain_msgs = None
     for lam in (0.1, 25.0):
-        spec = spec_for("hssl_simsiam", defense="iso", defense_param=lam,
-                        defense_params={"target": "both"})  # fmt: skip
-        records += run_hssl_trial(spec, attacks=mc)
-        inits = prepare(spec, load_dataset("breast_cancer"))
-        wire = Wire([i.build() for i in inits], remote=False)
-        pretrain(wire, Stages(True, False, False), 1, inits[0].n_aligned, 128, 0.5, 0)
-        msgs = {(m.src, m.batch): m.payload for _, m in wire.log}
-        if plain_msgs is None:
-            bare = prepare(spec_for("hssl_simsiam"), load_dataset("breast_cancer"))
-            w0 = Wire([i.build() for i in bare], remote=False)
-            pretrain(w0, Stages(True, False, False), 1, bare[0].n_aligned, 128, 0.5, 0)
-            plain_msgs = {(m.src, m.batch): m.payload for _, m in w0.log}
-        first = min(k for k in msgs if k[0] == 1)
-        assert not np.allclose(msgs[first], plain_msgs[first])  # the active party's z noised
-        np.testing.assert_array_equal(msgs[(0, first[1])], plain_msgs[(0, first[1])])
+        records += run_trial(_iso("hssl_simsiam", "both", lam), attacks=mc)
     frame = prepare_report(table_to_frame(records_to_table(records)), 0.5)
     cap = cap_table(frame)
     iso = cap[(cap["defense"] == "iso") & (cap["attack"] == "all LI")]
     assert len(iso) == 1 and np.isfinite(iso["cap"].iloc[0]) and iso["n_strengths"].iloc[0] == 2
 
 
-def test_run_trial_routes_hssl_variants_through_the_ssl_registry() -> None:
-    from trainables.ssl import SSL_VARIANTS
-    from trainables.trial import check_names, run_trial
-
-    assert set(HSSL_VARIANTS) <= set(SSL_VARIANTS.names())
+def test_mc_preset_labels_both_stages() -> None:
     spec = spec_for("local_byol")
-    check_names(spec)
     records = run_trial(spec, attacks=[("mc", {"preset": "fast", "epochs": 1})])
     assert [r.attack for r in records] == ["none", "mc_pretrained", "mc"]
     labels = ["mc_pretrained@fast[epochs=1]", "mc@fast[epochs=1]"]
-    for row, label in zip(records[1:], labels, strict=True):
+    for row, label, stage in zip(records[1:], labels, ("pretrained", "finetuned"), strict=True):
         extra = json.loads(row.extra)  # the preset ran, and the record says so
         assert extra["attack_preset"] == "fast" and extra["attack_label"] == label
         assert extra["attack_params"] == {"epochs": 1, "steps_per_epoch": 80}
+        assert extra["mc_stage"] == stage
     assert records[0].ssl_variant == "local_byol" and records[0].n_labeled == 60
-    with pytest.raises(ConfigError, match="allowed: mc"):
-        run_trial(spec, attacks=[("dli", {})])
+    assert records[1].ap != records[2].ap or records[1].mp != records[2].mp

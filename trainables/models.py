@@ -89,11 +89,17 @@ class SplitTop(nn.Module):
         return self.fc(torch.cat(list(embeddings), dim=1))
 
 
-def build_top(partition: str, n_parties: int, n_classes: int) -> nn.Module:
+def build_top(
+    partition: str, n_parties: int, n_classes: int, emb_dim: int | None = None
+) -> nn.Module:
+    """The global model; ``emb_dim``: width of each H_k when it is not ``n_classes`` (split
+    only: FedHSSL's linear head over concat(H_1..H_K) of pretrained representations)."""
     if partition == "agg":
+        if emb_dim is not None and emb_dim != n_classes:
+            raise ConfigError(f"aggVFL sums logits: emb_dim={emb_dim} must be n_classes")
         return AggTop()
     if partition == "split":
-        return SplitTop(n_parties, n_classes, n_classes)
+        return SplitTop(n_parties, n_classes if emb_dim is None else emb_dim, n_classes)
     raise ConfigError(f"partition={partition!r} is not one of: agg, split")
 
 

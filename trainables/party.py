@@ -8,6 +8,7 @@ them: the threat model is enforced by construction, and tests inspect it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,15 @@ class PartyConfig:
     seed: int
     local_steps: int = 1  # Q of FedBCD; 1 is FedSGD
     device: str = "cpu"
+    # width of each bottom's output H_k; None: n_classes (VFLAIR's bottoms). A pretrained
+    # bottom (FedHSSL fine-tuning) outputs its representation width instead
+    emb_dim: int | None = None
+    metric: str = "accuracy"  # test MP: "accuracy", or "auc" (binary tasks, FedHSSL)
+
+    @property
+    def emb_width(self) -> int:
+        """The width of every party's H_k (what the top and MID's bottlenecks take)."""
+        return self.n_classes if self.emb_dim is None else self.emb_dim
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,9 @@ class PartyInit:
     # message hooks built at the party from a registry: (family, name, params), in stack
     # order; families: see ``HOOK_FAMILIES`` ("defense", "codec")
     hooks: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    # a trained bottom to start from (FedHSSL's pretrained encoder); None: a fresh one from
+    # ``config.model``. The party trains a copy: the init stays as it was
+    bottom: nn.Module | None = None
 
     @property
     def is_active(self) -> bool:
@@ -141,11 +154,14 @@ class Party:
         self.device = resolve_device(cfg.device)
         self.X_train = torch.from_numpy(np.array(init.X_train, dtype=np.float32)).to(self.device)
         self.X_test = torch.from_numpy(np.array(init.X_test, dtype=np.float32)).to(self.device)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed * 1009 + init.party_id)
-            self.bottom = build_bottom(
-                cfg.model, self.X_train.shape[1], cfg.n_classes, cfg.hidden, cfg.dataset
-            ).to(self.device)
+        if init.bottom is not None:
+            self.bottom = copy.deepcopy(init.bottom).to(self.device)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(cfg.seed * 1009 + init.party_id)
+                self.bottom = build_bottom(
+                    cfg.model, self.X_train.shape[1], cfg.n_classes, cfg.hidden, cfg.dataset
+                ).to(self.device)
         self.schedule = BatchSchedule(self.X_train.shape[0], cfg.batch_size, cfg.seed)
         self.hooks: list[MessageHook] = []
         self._pending: tuple[BatchRef, torch.Tensor] | None = None
@@ -246,7 +262,9 @@ class ActiveParty(Party):
         cfg = init.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed * 1009 + 977)
-            self.top = DefendedTop(build_top(cfg.partition, cfg.n_parties, cfg.n_classes))
+            self.top = DefendedTop(
+                build_top(cfg.partition, cfg.n_parties, cfg.n_classes, cfg.emb_dim)
+            )
         self.defenses: list[Any] = []  # defenses attached here, in stack order
         super().__init__(init)
         self.top.to(self.device)
@@ -325,9 +343,23 @@ class ActiveParty(Party):
 
     @torch.no_grad()
     def evaluate(self, test_embeddings: Sequence[Message]) -> float:
-        """Main-task accuracy on the test rows from every party's test embeddings."""
+        """Main-task performance on the test rows from every party's test embeddings:
+        accuracy, or AUC where ``config.metric`` says so."""
         self.bottom.eval()
         self.top.eval()
         h_passive = [as_tensor(self._receive(m).payload, self.device) for m in test_embeddings]
         logits = self.top([*h_passive, self.bottom(self.X_test)])
+        if self.config.metric == "auc":
+            return binary_auc(logits, self.y_test)
         return float((logits.argmax(dim=1) == self.y_test).double().mean())
+
+
+def binary_auc(logits: torch.Tensor, y: torch.Tensor) -> float:
+    """AUC of class-1 probabilities from (N, 2) logits against (N,) labels; NaN when the
+    rows hold one class only (no ranking to score)."""
+    from sklearn.metrics import roc_auc_score
+
+    if len(torch.unique(y)) < 2:
+        return float("nan")
+    scores = torch.softmax(logits, dim=1)[:, 1]
+    return float(roc_auc_score(y.cpu().numpy(), scores.cpu().numpy()))

@@ -80,6 +80,11 @@ def attack_incompatibility(spec: TrialSpec, attack: str) -> str | None:
     return kind_of(spec).attack_incompatibility(spec, attack)
 
 
+def actor_count(spec: TrialSpec) -> int:
+    """How many party bundles a trial of ``spec`` needs (``TrialKind.actors``)."""
+    return kind_of(spec).actors(spec)
+
+
 def takes_model_params(spec: TrialSpec) -> bool:
     """Whether ``spec``'s kind reads ``model_params`` (trees, SSL variants) or refuses them."""
     try:
@@ -92,6 +97,7 @@ __all__ = [
     "TRANSPORTS",
     "Placement",
     "PreparedTrial",
+    "actor_count",
     "attack_incompatibility",
     "attacks_of",
     "check_names",

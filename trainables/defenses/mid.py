@@ -75,7 +75,7 @@ class MutualInformationDefense(Defense):
             torch.manual_seed(int(torch.randint(2**31, (1,), generator=self.generator)))
             blocks = [
                 Bottleneck(
-                    cfg.n_classes,
+                    cfg.emb_width,
                     int(self.params["hidden"]),
                     int(self.params["code"]),
                     self.generator,

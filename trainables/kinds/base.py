@@ -34,6 +34,12 @@ class TrialKind:
         """Whether ``spec`` is this kind's (exactly one registered kind takes a valid spec)."""
         return spec.ssl_variant in self.ssl_variants
 
+    def actors(self, spec: TrialSpec) -> int:
+        """Party actors a trial of ``spec`` holds at once, each reserving ``cpu_per_party``
+        (the planner sizes the trial's placement group from it). Coordinators that reserve
+        nothing (``Placement.coordinator``) are not counted."""
+        return spec.n_parties
+
     def check(self, spec: TrialSpec) -> None:
         """ConfigError for names or options this kind cannot run (no data is read)."""
 

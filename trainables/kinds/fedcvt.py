@@ -1,18 +1,92 @@
-"""FedCVT / FedMVT and FedSplitNN on FedCVT's models: TEMPORARY adapter over
-``trainables.ssl.runner`` until FedCVT runs as a Protocol."""
+"""FedCVT / FedMVT and FedSplitNN on FedCVT's models (``ssl_variant`` fedcvt, fedmvt,
+fedsplitnn): two parties, ``CvtProtocol`` at the active party, records as the NN kind's.
+
+Composition (what runs with what, and why the rest is refused with a reason):
+
+- defenses: those that act on messages (G-DP, L-DP, ISO, GS with ``residual: 0``) act on
+  FedCVT's messages where their kinds match (``fedcvt.py``: B's gradients are
+  ``gradient``, B's values ``representation``, every A->B tensor an ``*embedding``);
+  the loss- and model-level ones (MID, dCor, CAE, DCAE, GPer) need ``ActiveParty``'s top
+  model and loss hooks, which FedCVT's three-head loss does not have;
+- protocols: ``fedsgd`` is FedCVT's own schedule, ``fedbcd`` takes Q local steps on each
+  exchange at both parties, ``quantize`` / ``topk`` put their codecs on the messages;
+  ``celu`` (a workset of cached NN exchanges replayed through the top model) is refused;
+- attacks: those that need only the passive party's encoder and features (PMC, MC, AMC:
+  model completion on bottom = X -> r_A; NSB, MF: test-time tampering scored through
+  f_AB) run through the common harness and judge; gradient- and message-reading attacks
+  are refused: B's gradients here are per representation tensor over the whole overlap or
+  unlabeled rows, not per-row gradients of a scheduled batch.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from trainables.data import Dataset
-from trainables.errors import ConfigError
+from trainables.data import Dataset, load_dataset
+from trainables.defenses import stack as defense_stack
 from trainables.kinds.base import AttackSpec, TrialKind
+from trainables.kinds.nn import Trained, attacks_of, records_of
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.ssl import runner
+from trainables.ssl.cvt_protocol import CvtProtocol
+from trainables.ssl.fedcvt import GRADIENT, REPS_SPLIT, TEST, UP_KINDS, VALUES
+from trainables.transport.group import open_parties
 from trainables.transport.placement import Placement
+
+# attacks evaluated on FedCVT (see the module docstring for why these and no others)
+ATTACKS_HOSTED = ("pmc", "mc", "amc", "nsb", "mf")
+PROTOCOLS_HOSTED = ("fedsgd", "fedbcd", "quantize", "topk")
+
+
+def semi(spec: TrialSpec) -> bool:
+    return spec.ssl_variant != "fedsplitnn"
+
+
+def sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
+    """The message kinds each FedCVT party sends (``defense_stack.incompatibility``)."""
+    if semi(spec):
+        return {"active": (VALUES, GRADIENT), "passive": (*UP_KINDS, TEST)}
+    return {"active": (GRADIENT,), "passive": (*REPS_SPLIT, TEST)}
+
+
+def defense_refusal(spec: TrialSpec) -> str | None:
+    """Why a defense of ``spec`` has no place in FedCVT, or None."""
+    for d in defense_stack.build(spec):
+        if d.targets() is None:
+            return (
+                f"defense {d.name} acts on the active party's loss or top model, which "
+                f"ssl_variant={spec.ssl_variant!r} does not have (its active party trains "
+                "three heads on FedCVT's own loss); only message-level defenses apply"
+            )
+        if d.name == "gs" and d.params.get("residual") and d.must_apply():
+            return (
+                "defense gs (residual=1) keeps the dropped remainder per training row of a "
+                "scheduled batch; FedCVT's gradients are per representation tensor over the "
+                "whole overlap or unlabeled rows; use residual: 0"
+            )
+    return defense_stack.incompatibility(spec, sends(spec))
+
+
+def protocol_refusal(spec: TrialSpec) -> str | None:
+    if spec.protocol not in PROTOCOLS_HOSTED:
+        return (
+            f"protocol {spec.protocol!r} is not defined on FedCVT's exchange (it replays cached "
+            f"NN exchanges through ActiveParty's top model); use one of: "
+            f"{', '.join(PROTOCOLS_HOSTED)}"
+        )
+    return None
+
+
+def cvt_protocol(spec: TrialSpec) -> tuple[CvtProtocol, tuple[Any, ...]]:
+    """FedCVT's protocol for the spec's NN protocol (its Q) and that protocol's codecs."""
+    from trainables.protocols import PROTOCOLS
+
+    nn_protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
+    protocol = CvtProtocol(semi=semi(spec), local_steps=nn_protocol.local_steps)
+    return protocol, nn_protocol.codec_hooks()
 
 
 class FedCVTKind(TrialKind):
@@ -24,18 +98,40 @@ class FedCVTKind(TrialKind):
         runner.check_cvt(spec)
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
-        return runner.cvt_incompatibility(spec, data_dir)
+        reason = protocol_refusal(spec) or defense_refusal(spec)
+        if reason is None and spec.train_attack != "none":
+            reason = self.attack_incompatibility(spec, spec.train_attack)
+        if reason is not None:
+            return reason
+        ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+        return runner.rows_incompatibility(spec, ds)
 
     def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
-        return f"attack {attack!r} is not evaluated on ssl_variant={spec.ssl_variant!r}"
+        reason = super().attack_incompatibility(spec, attack)
+        if reason is None and attack not in ATTACKS_HOSTED:
+            return (
+                f"attack {attack!r} is not evaluated on ssl_variant={spec.ssl_variant!r}: it "
+                "reads per-row gradients or embeddings of a scheduled batch (or a model of "
+                "the NN kind), which FedCVT's exchange does not have; hosted: "
+                + ", ".join(ATTACKS_HOSTED)
+            )
+        return reason
 
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
     ) -> list[Record]:
-        if attacks:
-            raise ConfigError(f"ssl_variant={spec.ssl_variant!r} does not evaluate attacks here")
-        return runner.run_cvt_trial(
-            spec, ds, spec.ssl_variant != "fedsplitnn", transport=placement.transport,
-            cpu_per_party=placement.cpu_per_party, gpu_per_party=placement.gpu_per_party,
-            address=placement.address, reuse_actors=placement.reuse_actors,
-        )  # fmt: skip
+        evaluated = attacks_of(spec, attacks)
+        opts = runner.cvt_options(spec, semi(spec))
+        protocol, codecs = cvt_protocol(spec)
+        inits = runner.party_inits(
+            spec, ds, opts, local_steps=protocol.local_steps, codecs=codecs, attacks=evaluated
+        )
+        keep = bool(evaluated)
+        with open_parties(inits, placement) as group:
+            result = group.train(protocol, int(spec.epochs), spec.target_mp)  # type: ignore[arg-type]
+            measured = group.call(1, "measurements")
+            parties = group.snapshot() if keep or not placement.remote else []
+            trained = Trained(result, parties, group.call_all("defense_applied"))
+        rows = runner.choose_rows(spec, ds, opts.n_local)
+        extra = runner.measurements(measured, result.rounds, ds, rows, inits[0].steps, semi(spec))
+        return records_of(spec, trained, int(rows.labeled.sum()), evaluated, extra)

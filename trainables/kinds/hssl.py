@@ -1,5 +1,6 @@
-"""FedHSSL family (``splitnn``, ``local_*``, ``cssl_*``, ``gssl_*``, ``hssl_*``): TEMPORARY
-adapter over ``trainables.ssl.hssl.variants`` until the family runs under the Protocol."""
+"""FedHSSL family (``splitnn``, ``local_*``, ``cssl_*``, ``gssl_*``, ``hssl_*``): SSL
+pretraining over the placement's transports, then fine-tuning as plain split VFL under the
+spec's protocol; every NN defense and attack composes with it (``trainables/ssl/hssl``)."""
 
 from __future__ import annotations
 
@@ -28,16 +29,12 @@ class HSSLKind(TrialKind):
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
         return variants.hssl_incompatibility(spec, data_dir)
 
-    def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
-        if attack not in variants.MC_ATTACKS:
-            return f"attack {attack!r} is not evaluated on ssl_variant={spec.ssl_variant!r}"
-        return None
+    # attack_incompatibility: the base's. Fine-tuning parties are ordinary NN parties, so
+    # every NN attack runs on them; only other families' attacks (trees) are refused.
 
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
     ) -> list[Record]:
-        return variants.run_hssl_trial(
-            spec, ds, transport=placement.transport, cpu_per_party=placement.cpu_per_party,
-            gpu_per_party=placement.gpu_per_party, address=placement.address,
-            reuse_actors=placement.reuse_actors, attacks=attacks,
-        )  # fmt: skip
+        from trainables.ssl.hssl.trial import run_hssl
+
+        return run_hssl(spec, ds, placement, attacks)

@@ -33,7 +33,7 @@ from trainables.party import Labels, Party, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
 from trainables.records import Record
 from trainables.spec import TrialSpec
-from trainables.transport.group import open_parties
+from trainables.transport.group import PartyGroup, open_parties
 from trainables.transport.placement import LOCAL, Placement
 
 
@@ -171,14 +171,27 @@ def _attack_needs(
 
 
 def train_prepared(
-    prepared: PreparedTrial, epochs: int, placement: Placement = LOCAL, keep: bool = True
+    prepared: PreparedTrial,
+    epochs: int,
+    placement: Placement = LOCAL,
+    keep: bool = True,
+    group: PartyGroup | None = None,
 ) -> Trained:
     """Run the protocol at the active party; ``keep``: bring the trained parties back (local:
-    the objects themselves; actors: copies) for the attack harness."""
-    with open_parties(prepared.inits, placement) as group:
-        result = group.train(prepared.protocol, epochs, prepared.target_mp)
-        parties = group.snapshot() if keep or not placement.remote else []
-        return Trained(result, parties, group.call_all("defense_applied"))
+    the objects themselves; actors: copies) for the attack harness. ``group``: parties
+    already open (a later phase of the same trial, e.g. FedHSSL fine-tuning on the
+    pretraining actors) are rebuilt from ``prepared.inits`` and trained there."""
+    if group is not None:
+        group.load(prepared.inits)
+        return _train_on(group, prepared, epochs, keep or not placement.remote)
+    with open_parties(prepared.inits, placement) as opened:
+        return _train_on(opened, prepared, epochs, keep or not placement.remote)
+
+
+def _train_on(group: PartyGroup, prepared: PreparedTrial, epochs: int, keep: bool) -> Trained:
+    result = group.train(prepared.protocol, epochs, prepared.target_mp)
+    parties = group.snapshot() if keep else []
+    return Trained(result, parties, group.call_all("defense_applied"))
 
 
 def train_local_parties(prepared: PreparedTrial, epochs: int) -> tuple[TrainResult, list[Party]]:
@@ -198,11 +211,13 @@ def records_of(
     n_labeled: int,
     attacks: Sequence[AttackSpec],
     extra: dict[str, Any] | None = None,
+    dp_steps: int | None = None,
 ) -> list[Record]:
     """The clean record (unless a training-time attack ran) and one per attack outcome.
 
     Fails a defense that never applied (``DefenseNeverApplied``); ``extra`` adds the kind's
-    own measurements to the record's ``extra`` JSON.
+    own measurements to the record's ``extra`` JSON; ``dp_steps``: the rounds a DP defense
+    acted in, where not every round of ``trained.result`` (FedHSSL: fine-tuning rounds only).
     """
     from trainables.attacks.harness import merged_extra, run_attacks
 
@@ -212,7 +227,9 @@ def records_of(
     clean = Record.clean(
         spec,
         n_labeled,
-        **defense_stack.record_fields(spec, result.rounds, sample_rate),
+        **defense_stack.record_fields(
+            spec, result.rounds if dp_steps is None else dp_steps, sample_rate
+        ),
         mp=result.mp,
         rounds=result.rounds,
         comm_bytes=result.comm_bytes,

@@ -12,28 +12,38 @@ f_A on r_A (2d, fed with the passive party's representations) and f_B on r_B (2d
 
 One training step (one round; the batch schedule is derived from the seed by both parties):
 
-====  =================  ==============================================================
-dir   message kind       what it reveals to the receiver
-====  =================  ==============================================================
-B->A  ``values``         r_B of every overlapping row (n_ol, 2d): B's representations of
-                         shared customers, the attention values for A's estimates.
-A->B  ``reps_ol``        r_A of every overlapping row (n_ol, 2d): the same, for B.
-A->B  ``reps_nl``        r_A of A's non-overlapping batch (b, 2d): representations of rows B
-                         does not have (no ids, no features).
-A->B  ``est_nl``         r~_B of A's non-overlapping batch (b, 2d): A's attention output,
-                         a convex mix of B's own ``values`` (nothing new about A's features
-                         beyond the attention weights it implies).
-A->B  ``est_ol``         r~_B of the overlapping batch (b_ol, 2d), leave-one-out attention
-                         output (for the estimation loss).
-B->A  ``grad_*``         dL/d(each tensor above): gradients of representations; they carry
-                         label information as in any split learning (never the labels).
-====  =================  ==============================================================
+=====  ========================  ==========================================================
+dir    kind (FedCVT role)        what it reveals to the receiver
+=====  ========================  ==========================================================
+B->A   ``representation``        r_B of every overlapping row (n_ol, 2d): B's representations
+       (values)                  of shared customers, the attention values for A's estimates.
+A->B   ``embedding`` (reps_ol)   r_A of every overlapping row (n_ol, 2d): the same, for B.
+A->B   ``nl_embedding``          r_A of A's non-overlapping batch (b, 2d): representations of
+       (reps_nl)                 rows B does not have (no ids, no features).
+A->B   ``est_nl_embedding``      r~_B of A's non-overlapping batch (b, 2d): A's attention
+       (est_nl)                  output, a convex mix of B's own ``values`` (nothing new about
+                                 A's features beyond the attention weights it implies).
+A->B   ``est_ol_embedding``      r~_B of the overlap batch (b_ol, 2d), leave-one-out
+       (est_ol)                  attention output (for the estimation loss).
+B->A   ``gradient`` (grad_*)     dL/d(each A->B tensor above), in the same order: gradients of
+                                 representations; they carry label information as in any
+                                 split learning (never the labels).
+=====  ========================  ==========================================================
+
+Why these kinds: they are the kinds the engine's message hooks know, so defenses and codecs
+act on FedCVT's exchange as on plain VFL's: a passive-party embedding defense (G-DP, L-DP)
+and the codecs on every A->B tensor (``is_embedding``: ``embedding`` or ``*_embedding``), an
+active-party gradient defense (G-DP, L-DP, ISO, GS) on B's gradients, ISO's
+``representation`` target on B's ``values``. The FedCVT role of a message is its place in
+the round's bundle (``UP_KINDS`` order; the gradients follow the same order). A round's
+messages cross in one ``bundle`` message whose size is the sum of its parts as sent.
 
 FedSplitNN (``CvtOptions.semi=False``) exchanges only ``reps_ol`` of the overlap batch
 (b_ol, 2d) and its gradient: plain split learning on the labeled overlap rows.
 
 Raw features never leave a party and labels never reach the passive party. Evaluation sends
-r_A of the test rows (``test_reps``) once, at the end.
+r_A of the test rows (``test_embedding``) once, at the end. The rounds run as a Protocol at
+B (``cvt_protocol.py``); the parties are in ``cvt_party.py`` (A) and ``cvt_active.py`` (B).
 
 Loss at the active party (weights in ``CvtOptions``)::
 
@@ -48,13 +58,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from trainables.messages import Message
-from trainables.transport.base import Transport
+
+VALUES = "representation"  # B -> A: r_B of the overlap (the attention values)
+UP_KINDS = ("embedding", "nl_embedding", "est_nl_embedding", "est_ol_embedding")  # A -> B
+REPS_SPLIT = ("embedding",)  # A -> B in FedSplitNN: r_A of the overlap batch
+GRADIENT = "gradient"  # B -> A: dL/d(each A -> B tensor), in the same order
+TEST = "test_embedding"  # A -> B at evaluation: r_A of the test rows
+BUNDLE = "bundle"
+
+
+def bundle(msgs: list[Message]) -> Message:
+    """A round's messages from one party to the other as one transport payload; its size is
+    the sum of theirs as sent (the hooks ran on each part before)."""
+    src, dst = (msgs[0].src, msgs[0].dst) if msgs else (-1, -1)
+    return Message(BUNDLE, src, dst, tuple(msgs), sum(m.nbytes for m in msgs))
+
+
+def unbundle(msg: Message) -> list[Message]:
+    assert msg.kind == BUNDLE, msg.kind
+    return list(msg.payload)
 
 
 @dataclass(frozen=True)
@@ -128,48 +155,3 @@ def masked_ce(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torc
     if not bool(mask.any()):
         return logits.sum() * 0.0
     return F.cross_entropy(logits[mask], y[mask])
-
-
-@dataclass
-class CvtResult:
-    """What one FedCVT/FedSplitNN training produced, as seen by the trial's coordinator."""
-
-    metrics: dict[str, object]  # the active party's evaluation (acc, proba, ...)
-    rounds: int
-    comm_bytes: int
-    pseudo: list[tuple[int, object, object]]  # (step, A rows, labels) per round, measurement
-
-
-def train_cvt(
-    passive: Transport,
-    active: Transport,
-    epochs: int,
-    steps: int,
-    semi: bool,
-    log: list[Message] | None = None,
-) -> CvtResult:
-    """Drive ``epochs * steps`` rounds between the two parties, then evaluate.
-
-    ``passive`` and ``active`` are one-peer transports (local objects or Ray actors); every
-    message that crosses the A/B boundary goes through ``passive`` and is counted there (and
-    appended to ``log`` when given). The coordinator sits beside the active party.
-    """
-    seen = log if log is not None else []
-
-    def ask(wire: Transport, method: str, *args: object) -> Any:
-        return wire.call(method, [args], training=True)[0]
-
-    for step in range(epochs * steps):
-        values = ask(active, "values", step) if semi else None  # B -> A
-        up = ask(passive, "forward", step, values)  # A -> B
-        grads = ask(active, "train_step", step, up)
-        ask(passive, "backward", grads)  # B -> A
-        seen.extend([*([values] if semi else []), *up, *grads])
-    test = passive.call("test_reps", [()], training=False)[0]
-    seen.append(test)
-    metrics = active.call("evaluate", [(test,)], training=False)[0]
-    pseudo = active.call("pseudo_log", [()], training=False)[0] if semi else []
-    # bytes across the boundary: what went to and came from A; ``values`` goes via ask() to
-    # the coordinator first, so it is counted once when forwarded to A
-    bytes_ = passive.stats.comm_bytes + passive.stats.eval_bytes
-    return CvtResult(metrics, epochs * steps, int(bytes_), pseudo)

@@ -1,4 +1,5 @@
-"""One semi-supervised trial (FedCVT, or FedSplitNN with the same models): spec in, Records out.
+"""A FedCVT trial's set-up (FedCVT, or FedSplitNN with the same models): options, rows,
+party inits, checks, and the experimenter's measurements; ``trainables.kinds.fedcvt`` runs it.
 
 Rows: ``n_aligned`` (or ``aligned_ratio``) training rows are the overlap, of which
 ``n_labeled`` (default: all) are labeled; the other training rows are shuffled and split
@@ -10,24 +11,22 @@ labeled overlap rows, for the same number of optimizer steps.
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_samples, vertical_split
+from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError
-from trainables.messages import Message
-from trainables.records import Record
+from trainables.kinds.base import AttackSpec
+from trainables.party import PartyConfig
+from trainables.protocols.base import HookEntry
 from trainables.spec import TrialSpec
 from trainables.ssl.cvt_party import CvtLabels, CvtPartyInit, steps_per_epoch
-from trainables.ssl.fedcvt import CvtOptions, CvtResult, train_cvt
-from trainables.transport import LocalTransport, Transport
+from trainables.ssl.fedcvt import CvtOptions
 
 OPTION_KEYS = tuple(f.name for f in fields(CvtOptions) if f.name != "semi")
 
@@ -70,93 +69,72 @@ def choose_rows(spec: TrialSpec, ds: Dataset, n_local: int) -> CvtRows:
     )
 
 
-def party_inits(spec: TrialSpec, ds: Dataset, opts: CvtOptions) -> tuple[CvtPartyInit, ...]:
-    """(passive A, active B) inits; only B's carries labels (``check_cvt`` ran before)."""
+def party_config(spec: TrialSpec, n_classes: int, local_steps: int) -> PartyConfig:
+    """The config both FedCVT parties share (Adam, as FedCVT trains)."""
+    return PartyConfig(
+        model=str(spec.model), hidden=spec.hidden, dataset=spec.dataset, n_classes=n_classes,
+        n_parties=2, partition="fedcvt", optimizer="adam", lr=float(spec.lr),  # type: ignore[arg-type]
+        batch_size=int(spec.batch_size), seed=spec.seed, local_steps=local_steps,  # type: ignore[arg-type]
+        device=spec.device,
+    )  # fmt: skip
+
+
+def party_inits(
+    spec: TrialSpec,
+    ds: Dataset,
+    opts: CvtOptions,
+    *,
+    local_steps: int = 1,
+    codecs: Sequence[HookEntry] = (),
+    attacks: Sequence[AttackSpec] = (),
+) -> tuple[CvtPartyInit, ...]:
+    """(passive A, active B) inits; only B's carries labels (``check_cvt`` ran before).
+
+    Each party gets the spec's defenses for its side (``hook_entries``), then the codecs;
+    the attacker party a message log / training-time attack as the ``attacks`` need."""
+    from trainables.kinds.nn import _attack_needs, _aux_for
+
     columns = vertical_split(ds, 2, spec.split_scheme)
     rows = choose_rows(spec, ds, opts.n_local)
     kind = default_scaler_kind(ds)
-    inits = []
-    for k, (cols, own) in enumerate(zip(columns, (rows.own_a, rows.own_b), strict=True)):
-        held = np.concatenate([rows.overlap, own])
-        sc = Scaler.fit(ds.X_train[held][:, cols], kind)  # this party's rows only
-
-        def part(X: np.ndarray, sc: Scaler = sc, cols: np.ndarray = cols) -> np.ndarray:
-            return sc.transform(X[:, cols]).astype(np.float32)
-
-        labels = CvtLabels(
-            ds.y_train[rows.overlap], rows.labeled, ds.y_train[rows.own_b], ds.y_test
+    parts = []
+    for cols, own in zip(columns, (rows.own_a, rows.own_b), strict=True):
+        sc = Scaler.fit(ds.X_train[np.concatenate([rows.overlap, own])][:, cols], kind)
+        parts.append(
+            [sc.transform(X[:, cols]).astype(np.float32)
+             for X in (ds.X_train[rows.overlap], ds.X_train[own], ds.X_test)]
+        )  # fmt: skip  # this party's scaler, fit on the rows it holds
+    labels = CvtLabels(ds.y_train[rows.overlap], rows.labeled, ds.y_train[rows.own_b], ds.y_test)
+    config = party_config(spec, ds.n_classes, local_steps)
+    steps = steps_per_epoch(len(rows.overlap), len(rows.own_a), len(rows.own_b), config.batch_size)
+    record, install = _attack_needs(spec, attacks)
+    defenses = defense_stack.hook_entries(spec)
+    y_ol = ds.y_train[rows.overlap]
+    return tuple(
+        CvtPartyInit(
+            party_id=k, X_ol=parts[k][0], X_nl=parts[k][1], X_test=parts[k][2], config=config,
+            options=opts, steps=steps, peer_nl=len(rows.own_a) if k == 1 else len(rows.own_b),
+            labels=labels if k == 1 else None, record=k in record,
+            install=tuple(
+                (name, params, _aux_for(name, y_ol, parts[1 - k][0], spec.seed))
+                for name, params in install.get(k, ())
+            ),
+            hooks=(*defenses.get(k, ()), *codecs),
         )
-        inits.append(
-            CvtPartyInit(
-                party_id=k, X_ol=part(ds.X_train[rows.overlap]), X_nl=part(ds.X_train[own]),
-                X_test=part(ds.X_test), n_classes=ds.n_classes, model=str(spec.model),
-                hidden=spec.hidden, dataset=spec.dataset, lr=float(spec.lr),  # type: ignore[arg-type]
-                batch_size=int(spec.batch_size), seed=spec.seed, options=opts,  # type: ignore[arg-type]
-                peer_nl=len(rows.own_a) if k == 1 else len(rows.own_b),
-                labels=labels if k == 1 else None, device=spec.device,
-            )
-        )  # fmt: skip
-    return tuple(inits)
-
-
-@contextmanager
-def wires(
-    inits: tuple[CvtPartyInit, ...], transport: str, cpu: float, gpu: float,
-    address: str | None, reuse: bool,
-) -> Iterator[tuple[Transport, Transport]]:  # fmt: skip
-    """(to A, to B): one-peer transports to local objects or to the parties' actors."""
-    if transport == "local":
-        yield LocalTransport([inits[0].build()]), LocalTransport([inits[1].build()])  # type: ignore[list-item]
-        return
-    from trainables.transport.ray_actors import (
-        PartyResources,
-        RayParties,
-        RayTransport,
-        ensure_ray,
-    )
-
-    ensure_ray(address, num_cpus=None)
-    with RayParties(inits, PartyResources(cpu, gpu), reuse=reuse) as group:  # type: ignore[arg-type]
-        yield RayTransport([group.actors[0]]), RayTransport([group.actors[1]])
-
-
-def run_cvt_trial(
-    spec: TrialSpec, ds: Dataset, semi: bool, *, transport: str = "local",
-    cpu_per_party: float = 1.0, gpu_per_party: float = 0.0, address: str | None = None,
-    reuse_actors: bool = False, sweep: str = "", trial_id: str = "",
-    log: list[Message] | None = None,
-) -> list[Record]:  # fmt: skip
-    """Train and evaluate; one clean record (FedCVT measurements in ``extra``)."""
-    opts = cvt_options(spec, semi)
-    inits = party_inits(spec, ds, opts)
-    a, b = inits
-    steps = steps_per_epoch(len(a.X_ol), len(a.X_nl), len(b.X_nl), int(spec.batch_size))  # type: ignore[arg-type]
-    start = time.perf_counter()
-    where = (transport, cpu_per_party, gpu_per_party, address, reuse_actors)
-    with wires(inits, *where) as (to_a, to_b):
-        result = train_cvt(to_a, to_b, int(spec.epochs), steps, semi, log)  # type: ignore[arg-type]
-    seconds = time.perf_counter() - start
-    rows = choose_rows(spec, ds, opts.n_local)
-    extra = measurements(result, ds, rows, steps, semi)
-    return [
-        Record.clean(
-            spec, int(rows.labeled.sum()), mp=float(result.metrics["acc"]),  # type: ignore[arg-type]
-            rounds=result.rounds, comm_bytes=result.comm_bytes,
-            train_seconds=round(seconds, 4), extra=json.dumps(extra, sort_keys=True),
-            sweep=sweep, trial_id=trial_id or spec.config_hash,
-        )
-    ]  # fmt: skip
+        for k in range(2)
+    )  # fmt: skip
 
 
 def measurements(
-    result: CvtResult, ds: Dataset, rows: CvtRows, steps: int, semi: bool
+    m: dict[str, Any], rounds: int, ds: Dataset, rows: CvtRows, steps: int, semi: bool
 ) -> dict[str, object]:
     """AUC (binary tasks), single-party accuracies and pseudo-label counts/accuracy.
 
+    ``m``: the active party's ``measurements()`` (last evaluation and pseudo-label log).
     Pseudo-label accuracy is computed here, by the experimenter, from the dataset's labels of
     A's rows; no party ever holds them.
     """
-    m = result.metrics
+    pseudo = m["pseudo"]
     proba = np.asarray(m["proba"])
     out: dict[str, object] = {
         "n_aligned": len(rows.overlap), "n_local_a": len(rows.own_a),
@@ -166,12 +144,12 @@ def measurements(
         out.update(acc_active_only=m["acc_active_only"], acc_passive_only=m["acc_passive_only"])
     if ds.n_classes == 2 and len(np.unique(ds.y_test)) == 2:
         out["auc"] = float(roc_auc_score(ds.y_test, proba[:, 1]))
-    if result.pseudo:
-        last = [p for p in result.pseudo if p[0] >= result.rounds - steps]  # last epoch
+    if pseudo:
+        last = [p for p in pseudo if p[0] >= rounds - steps]  # last epoch
         picked = np.concatenate([np.asarray(p[1], dtype=np.int64) for p in last])
         labels = np.concatenate([np.asarray(p[2], dtype=np.int64) for p in last])
         truth = ds.y_train[rows.own_a][picked]
-        out["pseudo_total"] = int(sum(len(p[1]) for p in result.pseudo))
+        out["pseudo_total"] = int(sum(len(p[1]) for p in pseudo))
         out["pseudo_last_epoch"] = len(picked)
         out["pseudo_last_epoch_acc"] = float((truth == labels).mean()) if len(picked) else None
         share = np.bincount(labels, minlength=ds.n_classes) / max(1, len(labels))
@@ -182,26 +160,26 @@ def measurements(
 
 
 def check_cvt(spec: TrialSpec) -> None:
-    """ConfigError for specs FedCVT cannot run (names and options, before any data)."""
+    """ConfigError for specs FedCVT cannot run (names and options, before any data);
+    defenses, protocols and attacks that are valid but have no place in FedCVT are refused
+    by the kind's ``incompatibility`` / ``attack_incompatibility``, with their reason."""
     from trainables.data import DATASETS
     from trainables.models import BOTTOMS
+    from trainables.protocols import PROTOCOLS
 
     DATASETS.get(spec.dataset)
     BOTTOMS.get(str(spec.model))
     cvt_options(spec, True)
+    PROTOCOLS.create(spec.protocol, **spec.protocol_params)
+    defense_stack.build(spec)
     if spec.n_parties != 2:
         raise ConfigError(
             f"ssl_variant={spec.ssl_variant!r} needs n_parties=2, got n_parties={spec.n_parties}"
         )
-    if spec.defense != "none" or spec.stack or spec.train_attack != "none":
-        raise ConfigError(f"ssl_variant={spec.ssl_variant!r} runs without defenses/attacks here")
 
 
-def cvt_incompatibility(spec: TrialSpec, data_dir: str | Path | None) -> str | None:
+def rows_incompatibility(spec: TrialSpec, ds: Dataset) -> str | None:
     """Why the dataset cannot host this spec (too few rows), or None."""
-    from trainables.data import load_dataset
-
-    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     try:
         vertical_split(ds, spec.n_parties, spec.split_scheme)
         rows = choose_rows(spec, ds, cvt_options(spec, True).n_local)

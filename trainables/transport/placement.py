@@ -7,6 +7,7 @@ sweep runner or the CLI down to ``open_parties``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from trainables.errors import ConfigError
@@ -31,15 +32,21 @@ class Placement:
             raise ConfigError(
                 f"transport={self.transport!r} is not one of: {', '.join(TRANSPORTS)}"
             )
-        if self.cpu_per_party <= 0 or self.gpu_per_party < 0:
+        if self.cpu_per_party < 0 or self.gpu_per_party < 0:
             raise ConfigError(
                 f"cpu_per_party={self.cpu_per_party}, gpu_per_party={self.gpu_per_party}: "
-                "cpu must be > 0 and gpu >= 0"
+                "both must be >= 0"
             )
 
     @property
     def remote(self) -> bool:
         return self.transport == "ray"
+
+    def coordinator(self) -> Placement:
+        """The same placement for actors that reserve no CPU or GPU of their own (an
+        aggregation server that only averages): under Tune they share the trial's bundle,
+        so a trial needs no party bundle for them (``TrialKind.actors`` does not count them)."""
+        return dataclasses.replace(self, cpu_per_party=0.0, gpu_per_party=0.0)
 
 
 LOCAL = Placement()

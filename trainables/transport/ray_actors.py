@@ -190,6 +190,8 @@ class _ActorSet:
 
     actors: list[Any]
     own_pg: PlacementGroup | None  # None: the actors live in a Tune trial's group
+    bundles: tuple[int, ...] = ()  # their bundles in the trial's group (``_HELD``)
+    trial_pg: str | None = None  # the Tune trial's group id, when inside one
 
 
 # Warm actor sets by (parties, resources, enclosing placement group). A sweep's trainable
@@ -198,29 +200,72 @@ class _ActorSet:
 _POOL: dict[tuple[Any, ...], list[_ActorSet]] = {}
 
 
+# Bundles of a Tune trial's placement group held by open actor sets, by group id: a trial
+# may open several groups at once (FedHSSL's parties and its aggregation server, xgboost's
+# workers), each on bundles no other set of the trial holds.
+_HELD: dict[str, set[int]] = {}
+
+
+def _trial_bundles(current: PlacementGroup, n: int, resources: PartyResources) -> list[int]:
+    """``n`` free party bundles (1..) of the trial's group; a set that reserves no CPU or
+    GPU (an aggregation server) shares the trial's own bundle 0. RuntimeError when the
+    trial's group is too small: the planner sized it from ``TrialKind.actors``."""
+    if resources.cpu == 0 and resources.gpu == 0:
+        return [0] * n
+    held = _HELD.setdefault(current.id.hex(), set())
+    free = [i for i in range(1, current.bundle_count) if i not in held]
+    if len(free) < n:  # warm sets of another shape hold them: stop those first
+        for key in [k for k in _POOL if k[2] == current.id.hex()]:
+            for actor_set in _POOL.pop(key):
+                _stop_actors(actor_set)
+        free = [i for i in range(1, current.bundle_count) if i not in held]
+    if len(free) < n:
+        raise RuntimeError(
+            f"the trial's placement group has {current.bundle_count - 1} party bundles, "
+            f"{len(held)} in use; {n} more actors cannot be placed (a planner bug: "
+            "TrialKind.actors must count every actor a trial opens at once)"
+        )
+    held.update(free[:n])
+    return free[:n]
+
+
 def _start_actors(n: int, resources: PartyResources) -> _ActorSet:
     current = get_current_placement_group()
     own_pg: PlacementGroup | None = None
-    if current is not None and current.bundle_count >= n + 1:
-        pg, offset = current, 1  # a Tune trial: bundle 0 is the trial, 1..K the parties
+    if current is not None:
+        pg, bundles = current, _trial_bundles(current, n, resources)  # a Tune trial
+    elif resources.cpu == 0 and resources.gpu == 0:
+        pg, bundles = None, [0] * n  # a coordinator that reserves nothing, outside Tune
     else:
         pg = own_pg = placement_group([resources.bundle()] * n)
         ray.get(pg.ready())
-        offset = 0
+        bundles = list(range(n))
     actors = [
         PartyActor.options(
             num_cpus=resources.cpu,
             num_gpus=resources.gpu,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                pg, placement_group_bundle_index=offset + i
+            **(
+                {}
+                if pg is None
+                else {
+                    "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                        pg, placement_group_bundle_index=bundles[i]
+                    )
+                }
             ),
         ).remote(max(1, int(resources.cpu)))
         for i in range(n)
     ]
-    return _ActorSet(actors, own_pg)
+    return _ActorSet(actors, own_pg, tuple(bundles), None if current is None else current.id.hex())
+
+
+def _release_bundles(actor_set: _ActorSet) -> None:
+    if actor_set.trial_pg is not None:
+        _HELD.get(actor_set.trial_pg, set()).difference_update(actor_set.bundles)
 
 
 def _stop_actors(actor_set: _ActorSet) -> None:
+    _release_bundles(actor_set)
     for actor in actor_set.actors:
         ray.kill(actor)
     if actor_set.own_pg is not None:
@@ -358,3 +403,14 @@ def open_ray_group(inits: Sequence[Any], placement: Placement) -> RayParties:
 def ray_get(handles: Any) -> Any:
     """``ray.get`` for code elsewhere that holds object refs (xgboost's federated workers)."""
     return ray.get(handles)
+
+
+def node_ip_address() -> str:
+    """This process's routable node IP, as Ray reports it (what other nodes can reach);
+    xgboost's federated server is dialled at it."""
+    return str(ray.util.get_node_ip_address())
+
+
+def current_node_id() -> str | None:
+    """The Ray node this process runs on (None outside Ray): evidence of where parties ran."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None

@@ -1,4 +1,5 @@
 """FedHSSL family (FedSplitNN, FedLocal/FedCSSL/FedGSSL/FedHSSL x SimSiam/BYOL/MoCo).
 
-``variants.run_hssl_trial`` runs one spec; ``variants.HSSL_VARIANTS`` lists the names.
+Trial kind ``trainables.kinds.hssl``; ``trial.run_hssl`` runs one spec (``pretrain.py``
+then ``finetune.py``); ``variants.HSSL_VARIANTS`` lists the names.
 """

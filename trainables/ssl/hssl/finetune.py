@@ -1,30 +1,48 @@
-"""Split-VFL fine-tuning of the pretrained encoders on the labeled aligned rows.
+"""Fine-tuning: plain split VFL under the spec's protocol, from the pretrained encoders.
+
+Each party is an ordinary ``Party`` / ``ActiveParty`` (``trainables.party``) built by the
+NN kind's ``party_inits`` (defenses, codecs, message logs and training-time attacks as in
+any NN trial) whose bottom starts as the party's pretrained encoder (``Wrapped``
+``FTEncoder``: (N, d) clean features -> (N, emb * n_towers)); the active party's top is
+one linear layer over concat(H_1..H_K) (``SplitTop`` at ``emb_dim``), trained with Adam
+(FedHSSL's fine-tuning: the spec's ``partition`` and ``optimizer`` do not apply here). MP is
+AUC on binary tasks, accuracy otherwise (``PartyConfig.metric``).
 
 The fine-tune learning rate is picked from {0.005, 0.01, 0.03} (FedHSSL Appendix B) on a
-validation split carved from the labeled rows — never on the test set — and the final
-model is then fine-tuned on all labeled rows at the picked rate. Per batch: each passive
-party sends H_k up ("embedding"), the active party computes the loss over
-concat(H_1..H_K) and sends dL/dH_k down ("gradient", where ISO on gradients applies).
+validation split carved from the labeled rows — never on the test set: each candidate is
+an ordinary training whose evaluation rows are the validation rows. The final model is
+then trained on all labeled rows at the picked rate and evaluated on the test rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from torch import nn
 
-from trainables.messages import BatchSchedule
-from trainables.ssl.hssl.pretrain import Wire
+from trainables.kinds.base import AttackSpec
+from trainables.kinds.nn import PreparedTrial, Trained, party_config, party_inits, train_prepared
+from trainables.party import Labels
+from trainables.protocols import PROTOCOLS
+from trainables.spec import TrialSpec
+from trainables.ssl.hssl.variants import HSSLData
+from trainables.transport.group import PartyGroup
+from trainables.transport.placement import Placement
 
 FT_LRS = (0.005, 0.01, 0.03)
 VAL_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
-class FineTuneResult:
+class FineTuned:
     lr: float
     val_mp: dict[float, float]  # lr -> validation MP
-    mp: float  # test MP of the final model
+    candidates: tuple[Trained, ...]  # the lr-selection trainings (results and reports)
+    final: Trained  # the training on all labeled rows at ``lr``, evaluated on the test rows
+    before: list[object]  # the final parties before fine-tuning (pretrained bottoms); or []
 
 
 def carve_validation(labeled: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -35,35 +53,58 @@ def carve_validation(labeled: np.ndarray, seed: int) -> tuple[np.ndarray, np.nda
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
-def train(wire: Wire, lr: float, rows: np.ndarray, epochs: int, batch: int, salt: int) -> None:
-    """Fine-tune all parties from their pretrained encoders on ``rows``."""
-    active = wire.n - 1
-    wire.call_all("ft_reset", lr, rows, salt)
-    sched = BatchSchedule(len(rows), batch, 0)  # only the number of batches is used here
-    for epoch in range(epochs):
-        for ref in sched.refs(epoch):
-            ups = wire.call_many([(k, "ft_forward", (ref,)) for k in range(active)])
-            wire.carried("finetune", ups)
-            downs = wire.call(active, "ft_step", ref, ups)
-            wire.carried("finetune", downs)
-            wire.call_many([(k, "ft_backward", (downs[k],)) for k in range(active)])
-            wire.rounds += 1
+def prepared_for(
+    spec: TrialSpec,
+    data: HSSLData,
+    encoders: Sequence[nn.Module],
+    lr: float,
+    rows: np.ndarray,
+    val: np.ndarray | None,
+    attacks: Sequence[AttackSpec],
+) -> PreparedTrial:
+    """One fine-tuning training on ``rows`` (positions among the aligned rows), evaluated
+    on the ``val`` rows, or on the test rows when ``val`` is None."""
+    protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
+    cfg = data.inits[0].config
+    width = cfg.widths.emb * len(cfg.towers)  # every encoder's output width
+    config = dataclasses.replace(
+        party_config(spec, data.n_classes, protocol), partition="split", optimizer="adam",
+        lr=lr, emb_dim=width, metric="auc" if data.n_classes == 2 else "accuracy",
+    )  # fmt: skip
+    aligned = [init.X_local[: init.n_aligned] for init in data.inits]
+    X_train = [X[rows] for X in aligned]
+    X_eval = list(data.X_test) if val is None else [X[val] for X in aligned]
+    y_eval = data.y_test if val is None else data.y_aligned[val]
+    labels = Labels(data.y_aligned[rows], y_eval)
+    inits = party_inits(spec, config, X_train, X_eval, labels, data.columns, attacks, protocol)
+    inits = tuple(dataclasses.replace(i, bottom=e) for i, e in zip(inits, encoders, strict=True))
+    target = spec.target_mp if val is None else None
+    return PreparedTrial(inits, protocol, len(rows), target)
 
 
-def score(wire: Wire, split: str, rows: np.ndarray | None = None) -> float:
-    active = wire.n - 1
-    ups = wire.call_many([(k, "ft_embed", (split, rows)) for k in range(active)])
-    wire.carried("eval", ups)
-    return float(wire.call(active, "ft_score", split, ups, rows))
-
-
-def finetune(wire: Wire, labeled: np.ndarray, epochs: int, batch: int, seed: int) -> FineTuneResult:
-    """Pick the lr on the validation split, then fine-tune on all labeled rows."""
-    tr, val = carve_validation(labeled, seed)
-    val_mp = {}
-    for i, lr in enumerate(FT_LRS):
-        train(wire, lr, tr, epochs, batch, salt=i)
-        val_mp[lr] = score(wire, "val", val)
+def finetune(
+    spec: TrialSpec,
+    data: HSSLData,
+    encoders: Sequence[nn.Module],
+    group: PartyGroup,
+    placement: Placement,
+    attacks: Sequence[AttackSpec],
+    keep_before: bool = False,
+) -> FineTuned:
+    """Pick the lr on the validation split, then fine-tune on all labeled rows, all on the
+    parties of ``group`` (rebuilt for each training)."""
+    epochs = int(spec.epochs)  # type: ignore[arg-type]
+    tr, val = carve_validation(data.labeled, spec.seed)
+    candidates = []
+    for lr in FT_LRS:
+        prepared = prepared_for(spec, data, encoders, lr, tr, val, attacks)
+        candidates.append(train_prepared(prepared, epochs, placement, False, group=group))
+    val_mp = {lr: t.result.mp for lr, t in zip(FT_LRS, candidates, strict=True)}
     best = max(FT_LRS, key=lambda lr: (np.nan_to_num(val_mp[lr], nan=-1.0), -lr))
-    train(wire, best, np.asarray(labeled), epochs, batch, salt=len(FT_LRS))
-    return FineTuneResult(best, val_mp, score(wire, "test"))
+    final = prepared_for(spec, data, encoders, best, np.asarray(data.labeled), None, attacks)
+    before: list[object] = []
+    if keep_before:  # the parties as they stand before fine-tuning (actors: copies)
+        group.load(final.inits)
+        before = group.snapshot()
+    trained = train_prepared(final, epochs, placement, bool(attacks), group=group)
+    return FineTuned(best, val_mp, tuple(candidates), trained, before)

@@ -1,26 +1,31 @@
-"""FedHSSL pretraining (Algorithm 1), driven from the trial's process over a ``Wire``.
+"""FedHSSL pretraining (Algorithm 1) as a phased protocol over ``Transport``s.
 
 Per global iteration: (1) cross-party SSL, one epoch over the aligned rows: every party
-sends its target representation z~ of the batch (active -> each passive, passive ->
-active) and updates its cross-party tower on what it received; (2) guided local SSL, one
-epoch over each party's own rows, no communication; (3) partial model aggregation: a
-``Server`` (not a party) averages the parties' local top encoder + predictor and sends
-the average back. Variants switch steps off (``Stages``).
-Why a ``Wire`` that logs: every message between parties or to the server passes through
-it, so rounds and bytes are counted once and tests can read what crossed a boundary.
+sends its target representation z~ of the batch (the active party to each passive one,
+each passive to the active one) and updates its cross-party tower on what it received;
+(2) guided local SSL, one epoch over each party's own rows, no communication; (3) partial
+model aggregation: the server (an ``AggregationServer`` in its own group: its own actor
+under ray) averages the parties' local top encoder + projector + predictor and each party
+loads the average. Variants switch steps off (``Stages``).
+
+Counting: the trial's process drives the phases and relays what one side sends to the
+other. Every message is counted once, at the transport that carries it out of its
+sender: representations and model shares leave their party through ``transport``
+(``bytes_up``), the average reaches each party through it (``bytes_down``); the relay
+legs (``call_many``, to the receiving party or the server) carry nothing new and are not
+counted again. A batch of step 1 and each aggregation are one round each.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from trainables.messages import BatchSchedule, Message
-from trainables.ssl.hssl.parties import SERVER
+from trainables.transport.base import CommStats, Transport
+from trainables.transport.group import PartyGroup
 
 
 @dataclass(frozen=True)
@@ -32,93 +37,82 @@ class Stages:
     pma: bool  # step 3
 
 
-class Wire:
-    """Calls party methods in-process (``remote=False``) or on their actors; logs messages."""
-
-    def __init__(self, parties: Sequence[Any], remote: bool) -> None:
-        self.parties = list(parties)
-        self.remote = remote
-        self.log: list[tuple[str, Message]] = []  # (phase, message) that crossed a boundary
-        self.rounds = 0
-        self.comm_bytes = 0
-
-    @property
-    def n(self) -> int:
-        return len(self.parties)
-
-    def call(self, k: int, method: str, *args: Any) -> Any:
-        return self.call_many([(k, method, args)])[0]
-
-    def call_many(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> list[Any]:
-        """Several calls at once (in parallel on actors), results in call order."""
-        if not self.remote:
-            return [getattr(self.parties[k], m)(*a) for k, m, a in calls]
-        import ray
-
-        return ray.get([self.parties[k].call.remote(m, *a) for k, m, a in calls])
-
-    def call_all(self, method: str, *args: Any) -> list[Any]:
-        return self.call_many([(k, method, args) for k in range(self.n)])
-
-    def carried(self, phase: str, msgs: Sequence[Message]) -> None:
-        for msg in msgs:
-            self.log.append((phase, msg))
-            self.comm_bytes += int(msg.nbytes)
-
-
 @dataclass
 class PretrainResult:
     seconds: float = 0.0
+    rounds: int = 0
+    comm_bytes: int = 0
     cross_loss: list[float] = field(default_factory=list)
     local_loss: list[float] = field(default_factory=list)
 
 
-def cross_party_epoch(wire: Wire, epoch: int, n_aligned: int, batch: int, seed: int) -> float:
-    """Step 1: one epoch of Eq. (5) over the aligned rows; representations only."""
-    active = wire.n - 1
+def senders(n: int) -> list[tuple[int, int]]:
+    """(sender, receiver) of every step-1 message, in transport order: each passive party
+    to the active one, then the active one to each passive party."""
+    active = n - 1
+    return [(k, active) for k in range(active)] + [(active, k) for k in range(active)]
+
+
+def cross_party_epoch(
+    group: PartyGroup, wire: Transport, epoch: int, n_aligned: int, batch: int, seed: int
+) -> float:
+    """Step 1: one epoch of Eq. (5) over the aligned rows; representations only.
+
+    ``wire`` reaches the senders of ``senders(n)`` (the active party once per passive one).
+    """
+    pairs = senders(group.n)
     losses = []
     for ref in BatchSchedule(n_aligned, batch, seed).refs(epoch):
-        sent: list[list[Message]] = wire.call_all("cross_send", ref)
-        flat = [m for out in sent for m in out]
-        wire.carried("pretrain", flat)
-        wire.rounds += 1
-        inbox = {k: [m for m in flat if m.dst == k] for k in range(wire.n)}
-        out = wire.call_many([(k, "cross_update", (ref, inbox[k])) for k in range(wire.n)])
+        sent: list[Message] = wire.gather(
+            wire.submit("cross_send", [(ref, dst) for _, dst in pairs], training=True,
+                        new_round=True)
+        )  # fmt: skip
+        inbox = {k: [m for m in sent if m.dst == k] for k in range(group.n)}
+        assert len(inbox[group.n - 1]) == group.n - 1  # the active party heard every passive
+        out = group.call_many([(k, "cross_update", (ref, *inbox[k])) for k in range(group.n)])
         losses.append(float(np.mean(out)))
-        assert len(inbox[active]) == active  # the active party heard from every passive
     return float(np.mean(losses))
 
 
-class Server:
-    """The aggregation server of step 3: averages what the parties share (FedAvg, equal
-    weights as in Algorithm 1) and sends it back; it holds no data and no bottom model."""
-
-    def aggregate(self, wire: Wire) -> None:
-        shares: list[Message] = wire.call_all("shared_state")
-        wire.carried("pma", shares)
-        keys = shares[0].payload.keys()
-        avg = {k: np.mean([s.payload[k] for s in shares], axis=0) for k in keys}
-        nbytes = int(sum(a.nbytes for a in avg.values()))
-        back = [Message("model_avg", SERVER, k, avg, nbytes) for k in range(wire.n)]
-        wire.carried("pma", back)
-        wire.call_many([(k, "load_shared", (back[k],)) for k in range(wire.n)])
-        wire.rounds += 1
+def aggregate(group: PartyGroup, server: PartyGroup, wire: Transport) -> None:
+    """Step 3: shares up to the server (counted as they leave the parties), the average
+    back down to every party (counted as it reaches them). ``wire`` reaches parties 0..K-1."""
+    shares = wire.gather(wire.submit("shared_state", [()] * group.n, training=True,
+                                     new_round=True))  # fmt: skip
+    back: list[Message] = server.call(0, "aggregate", *shares)
+    wire.gather(wire.submit("load_shared", [(m,) for m in back], training=True, new_round=False))
 
 
 def pretrain(
-    wire: Wire, stages: Stages, epochs: int, n_aligned: int, batch: int, gamma: float, seed: int
+    group: PartyGroup,
+    server: PartyGroup | None,
+    stages: Stages,
+    epochs: int,
+    n_aligned: int,
+    batch: int,
+    gamma: float,
+    seed: int,
 ) -> PretrainResult:
-    """Run ``epochs`` global iterations of the enabled steps."""
+    """Run ``epochs`` global iterations of the enabled steps; ``server`` only with PMA."""
     start = time.perf_counter()
     result = PretrainResult()
-    server = Server()
+    cross_wire = group.transport([s for s, _ in senders(group.n)])
+    pma_wire = group.transport(list(range(group.n)))
     for epoch in range(epochs):
         if stages.cross:
-            result.cross_loss.append(cross_party_epoch(wire, epoch, n_aligned, batch, seed))
+            loss = cross_party_epoch(group, cross_wire, epoch, n_aligned, batch, seed)
+            result.cross_loss.append(loss)
         if stages.local:
             g = gamma if stages.cross else 0.0
-            result.local_loss.append(float(np.mean(wire.call_all("local_epoch", epoch, g))))
+            result.local_loss.append(float(np.mean(group.call_all("local_epoch", epoch, g))))
         if stages.pma:
-            server.aggregate(wire)
+            assert server is not None, "partial model aggregation needs the server"
+            aggregate(group, server, pma_wire)
+    result.rounds, result.comm_bytes = total([cross_wire.stats, pma_wire.stats])
     result.seconds = time.perf_counter() - start
     return result
+
+
+def total(stats: list[CommStats]) -> tuple[int, int]:
+    """(rounds, bytes) over several transports."""
+    return sum(s.rounds for s in stats), sum(s.comm_bytes for s in stats)

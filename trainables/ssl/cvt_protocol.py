@@ -1,0 +1,98 @@
+"""FedCVT's rounds as a ``Protocol``: run at the active party B against A over a Transport.
+
+Why a Protocol: every trial kind opens its parties with ``open_parties`` and trains with
+``group.train(protocol, epochs)``; the protocol then runs where B lives (in this process,
+or inside B's actor under Ray) and talks to A only through the Transport, which counts the
+rounds and the bytes. One round (global step s = epoch * steps + index):
+
+1. B computes ``values`` (r_B of the overlap; FedCVT only);
+2. one call to A (``round``): apply round s-1's gradients, then A's forward of round s with
+   the values; A answers with its tensors in one bundle (``fedcvt.py``'s table);
+3. B's losses and update (``train_step``), whose gradients go down with the next call.
+
+The last gradients go down after the last round; then A's test representations come up
+once and B evaluates. ``comm_bytes`` counts everything that crossed the A/B boundary in
+training plus that final test exchange (FedCVT's trials always counted the test
+representations); ``eval_bytes`` also holds any per-epoch evaluation (``target_mp``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from trainables.messages import Message
+from trainables.protocols.base import Protocol, TrainResult
+from trainables.transport.base import Transport
+
+
+class CvtProtocol(Protocol):
+    """``semi``: FedCVT (False: FedSplitNN on the same models); ``local_steps``: Q of FedBCD
+    (each party's Q updates on one exchange), 1 for FedSGD."""
+
+    name = "fedcvt"
+    defaults: ClassVar[dict[str, Any]] = {"semi": True, "local_steps": 1}
+
+    @property
+    def local_steps(self) -> int:
+        return int(self.params["local_steps"])
+
+    def run(
+        self, active: Any, transport: Transport, epochs: int, target_mp: float | None = None
+    ) -> TrainResult:
+        """``epochs * active.steps`` rounds, then the test evaluation (see the module doc)."""
+        start = time.perf_counter()
+        semi, steps = bool(self.params["semi"]), int(active.steps)
+        total = epochs * steps
+        curve: list[float] = []
+        reached: int | None = None
+        eval_seconds = 0.0
+        grads: Message | None = None
+        for step in range(total):
+            values = active.values(step) if semi else None
+            pending = transport.submit(
+                "round", [(grads, step, values)], training=True, new_round=True
+            )
+            grads = active.train_step(step, transport.gather(pending)[0])
+            if target_mp is not None and (step + 1) % steps == 0 and step + 1 < total:
+                self._flush(transport, grads)  # A applies them before it is evaluated
+                grads = None
+                eval_start = time.perf_counter()
+                curve.append(self.evaluate(active, transport))
+                if reached is None and curve[-1] >= target_mp:
+                    reached = step + 1
+                eval_seconds += time.perf_counter() - eval_start
+        self._flush(transport, grads)
+        seconds = time.perf_counter() - start - eval_seconds
+        before = transport.stats.eval_bytes
+        mp = self.evaluate(active, transport)
+        test_bytes = transport.stats.eval_bytes - before
+        if target_mp is not None:
+            curve.append(mp)
+            if reached is None and mp >= target_mp:
+                reached = total
+        stats = transport.stats
+        return TrainResult(
+            mp=mp,
+            rounds=stats.rounds,
+            comm_bytes=stats.comm_bytes + test_bytes,
+            train_seconds=seconds,
+            final_loss=float(active.last_loss),
+            submit_seconds=stats.submit_seconds,
+            wait_seconds=stats.wait_seconds,
+            bytes_up=stats.bytes_up,
+            bytes_down=stats.bytes_down,
+            eval_bytes=stats.eval_bytes,
+            rounds_to_target=reached,
+            mp_by_epoch=tuple(curve),
+        )
+
+    @staticmethod
+    def _flush(transport: Transport, grads: Message | None) -> None:
+        """The pending gradients down to A (no new round)."""
+        if grads is not None:
+            transport.call("round", [(grads, None, None)], training=True)
+
+    def evaluate(self, active: Any, transport: Transport) -> float:  # type: ignore[override]
+        test = transport.call("test_reps", [()], training=False)[0]
+        return float(active.evaluate(test))

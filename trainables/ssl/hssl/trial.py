@@ -1,0 +1,119 @@
+"""One FedHSSL-family trial under the one engine: pretrain, fine-tune, attack, record.
+
+The parties are opened once (``open_parties``: in-process or one actor each); pretraining
+(``pretrain.py``) runs on them, the aggregation server in a group of its own; then the
+same group is rebuilt as ordinary fine-tuning parties for every training of the lr
+selection and the final one (``finetune.py``). Records come from the NN kind's
+``records_of``: the clean record and one per attack through the common harness on the
+final fine-tuned parties, plus ``mc_pretrained`` (MC on the parties as they stand before
+fine-tuning, judged the same way). Rounds and bytes are pretraining's plus every
+fine-tuning training's; the defense application counts are pretraining's plus the final
+fine-tuning's (``DefenseNeverApplied`` if a non-neutral defense acted in neither).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from trainables.data import Dataset
+from trainables.kinds.base import AttackSpec
+from trainables.kinds.nn import Trained, attacks_of, records_of
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.ssl.hssl.finetune import FineTuned, finetune
+from trainables.ssl.hssl.parties import ServerInit
+from trainables.ssl.hssl.pretrain import PretrainResult, pretrain
+from trainables.ssl.hssl.variants import HSSLData, Plan, iso_target, options, parse_variant, prepare
+from trainables.transport.group import PartyGroup, open_parties
+from trainables.transport.placement import Placement
+
+MC = "mc"
+MC_PRETRAINED = "mc_pretrained"
+
+
+def run_hssl(
+    spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
+) -> list[Record]:
+    """Pretrain, fine-tune, attack: the clean record (unless a training-time attack runs),
+    ``mc_pretrained`` records where MC is asked for, then one record per attack."""
+    evaluated = attacks_of(spec, attacks)
+    mc = [(n, p) for n, p in evaluated if n == MC] if spec.train_attack == "none" else []
+    plan = parse_variant(spec.ssl_variant)
+    data = prepare(spec, ds)
+    with open_parties(data.inits, placement) as group:
+        pre = pretrained(group, plan, options(spec), data, placement, spec.seed)
+        pre_reports = group.call_all("defense_applied")
+        encoders = group.call_all("pretrained_encoder")
+        ft = finetune(spec, data, encoders, group, placement, evaluated, keep_before=bool(mc))
+    trained, ft_rounds = combined(pre, ft, pre_reports)
+    extra = measured(spec, data, pre, ft)
+    n = len(data.labeled)
+    records = records_of(spec, trained, n, evaluated, extra, dp_steps=ft_rounds)
+    if not mc:
+        return records
+    before = dataclasses.replace(trained, parties=ft.before)
+    early = [stage(r, MC_PRETRAINED) for r in records_of(spec, before, n, mc, extra)[-len(mc) :]]
+    late = [stage(r, MC) if r.attack == MC else r for r in records[1:]]
+    return [records[0], *early, *late]
+
+
+def pretrained(
+    group: PartyGroup, plan: Plan, opt: dict[str, float], data: HSSLData, placement: Placement,
+    seed: int,
+) -> PretrainResult:  # fmt: skip
+    """The variant's pretraining on ``group``; the server (its own group) only for PMA."""
+    if plan.stages is None:
+        return PretrainResult()
+    args = (plan.stages, int(opt["pretrain_epochs"]), data.n_aligned,
+            int(opt["pretrain_batch"]), opt["gamma"], seed)  # fmt: skip
+    if not plan.pma:
+        return pretrain(group, None, *args)
+    # the server only averages: it reserves no CPU (under Tune it shares the trial's bundle)
+    with open_parties([ServerInit(group.n)], placement.coordinator()) as server:
+        return pretrain(group, server, *args)
+
+
+def combined(pre: PretrainResult, ft: FineTuned, pre_reports: list[Any]) -> tuple[Trained, int]:
+    """The final training with the whole trial's cost (pretraining + every fine-tuning
+    training) and the defense reports of pretraining and the final fine-tuning; also the
+    fine-tuning rounds (where gradients, and so DP noise, were exchanged)."""
+    trainings = [*ft.candidates, ft.final]
+    ft_rounds = sum(t.result.rounds for t in trainings)
+    result = dataclasses.replace(
+        ft.final.result,
+        rounds=pre.rounds + ft_rounds,
+        comm_bytes=pre.comm_bytes + sum(t.result.comm_bytes for t in trainings),
+        train_seconds=pre.seconds + sum(t.result.train_seconds for t in trainings),
+    )
+    reports = [*pre_reports, *ft.final.reports]
+    return dataclasses.replace(ft.final, result=result, reports=reports), ft_rounds
+
+
+def measured(spec: TrialSpec, data: HSSLData, pre: PretrainResult, ft: FineTuned) -> dict[str, Any]:
+    """The family's own measurements for the record's ``extra``."""
+    trainings = [*ft.candidates, ft.final]
+    return {
+        "ft_lr": ft.lr, "val_mp": {str(k): v for k, v in ft.val_mp.items()},
+        "pretrain_seconds": round(pre.seconds, 3), "pretrain_rounds": pre.rounds,
+        "pretrain_bytes": pre.comm_bytes,
+        "ft_rounds": sum(t.result.rounds for t in trainings),
+        "ft_bytes": sum(t.result.comm_bytes for t in trainings),
+        "eval_bytes": sum(t.result.eval_bytes for t in trainings),
+        "cross_loss": [round(v, 4) for v in pre.cross_loss],
+        "local_loss": [round(v, 4) for v in pre.local_loss],
+        "metric": "auc" if data.n_classes == 2 else "accuracy", "options": options(spec),
+        "iso_target": iso_target(spec),
+    }  # fmt: skip
+
+
+def stage(record: Record, name: str) -> Record:
+    """An MC record as attack ``name`` with its stage; the label keeps the preset suffix
+    (``mc_pretrained@fast``): the analysis groups by label, and the two stages are two
+    attacks there."""
+    extra = json.loads(record.extra or "{}")
+    suffix = str(extra.get("attack_label", MC))[len(MC) :]
+    extra.update(attack_label=name + suffix, mc_stage="pretrained" if name != MC else "finetuned")
+    return dataclasses.replace(record, attack=name, extra=json.dumps(extra, sort_keys=True))
