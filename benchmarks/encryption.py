@@ -28,7 +28,6 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
-from trainables.trees import run_tree_trial
 from trainables.trial import run_trial
 
 TREE = {"n_trees": 3, "max_depth": 4, "n_bins": 16}
@@ -51,7 +50,7 @@ def _wall(spec: TrialSpec, repeats: int) -> tuple[float, float]:
     walls, mp = [], 0.0
     for _ in range(repeats):
         start = time.perf_counter()
-        (rec,) = run_tree_trial(spec)
+        (rec,) = run_trial(spec)
         walls.append(time.perf_counter() - start)
         mp = float(rec.mp or 0.0)
     return statistics.median(walls), mp
@@ -75,12 +74,12 @@ def mp_comparison(lr_rows: int, lr_epochs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for dataset in ("credit", "nursery"):
         boost = _spec("secureboost", {"encrypt": 0}, dataset, None, 512)
-        (sb,) = run_tree_trial(boost)
+        (sb,) = run_trial(boost)
         (xg,) = run_trial(_spec("xgboost", {}, dataset, None, 512), Placement("ray"))
         fields = {"epochs": lr_epochs, "batch_size": 256}
-        (he,) = run_tree_trial(_spec("paillier_lr", {}, dataset, lr_rows, 512, **fields))
+        (he,) = run_trial(_spec("paillier_lr", {}, dataset, lr_rows, 512, **fields))
         plain = {"encrypt": 0, "taylor": 0}
-        (lr,) = run_tree_trial(_spec("paillier_lr", plain, dataset, lr_rows, 512, **fields))
+        (lr,) = run_trial(_spec("paillier_lr", plain, dataset, lr_rows, 512, **fields))
         out[dataset] = {
             "secureboost_mp": round(float(sb.mp), 4),
             "xgboost_vfl_mp": round(float(xg.mp), 4),

@@ -21,9 +21,9 @@ from trainables.attacks.tree_grad_li import TreeView
 from trainables.data import load_dataset
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trees.models import run_secureboost
 from trainables.trees.run import tree_data
-from trainables.trees.session import Placement
 from trainables.trees.xgb_federated import xgb_params
 from trainables.trial import run_trial
 

@@ -12,11 +12,13 @@ from trainables.errors import ConfigError
 from trainables.kinds import kind_of
 from trainables.spec import TrialSpec
 from trainables.transport import LocalTransport
+from trainables.transport.group import open_parties
+from trainables.transport.placement import LOCAL
 from trainables.trees import TREE_MODELS, run_tree_trial
 from trainables.trees.builder import Wire
 from trainables.trees.crypto import KeyPair, Packer
 from trainables.trees.forest import ForestParams, train_forest
-from trainables.trees.paillier_lr import LRPartyInit, train_lr
+from trainables.trees.paillier_lr import KeyHolderInit, LRPartyInit, PaillierLR
 from trainables.trees.parties import TreePartyInit
 from trainables.trees.run import tree_data
 from trainables.trees.secureboost import BoostParams, train_boost
@@ -84,13 +86,16 @@ def test_paillier_lr_matches_its_plaintext_protocol() -> None:
     logits = {}
     for encrypted in (False, True):
         inits = []
+        last = len(data.X_train) - 1
         for p, (x, t) in enumerate(zip(data.X_train, data.X_test, strict=True)):
             lo, hi = x.min(0), np.maximum(x.max(0) - x.min(0), 1e-9)
             x, t = (x[:96] - lo) / hi, (t - lo) / hi
-            inits.append(LRPartyInit(p, x.astype(float), t.astype(float), 1, 32, 0.5, 0))
-        passives = LocalTransport([i.build() for i in inits[:-1]])  # type: ignore[misc]
-        out = train_lr(inits, data.y_train[:96], data.y_test, passives, 2, 512, encrypted, True)
-        logits[encrypted] = out
+            labels = {"y_train": data.y_train[:96], "y_test": data.y_test} if p == last else {}
+            inits.append(LRPartyInit(p, x.astype(float), t.astype(float), 1, 32, 0.5, 0,
+                                     **labels))  # fmt: skip
+        holder = KeyHolderInit(512, encrypted)
+        with open_parties([*inits[:-1], holder, inits[-1]], LOCAL) as group:
+            logits[encrypted] = group.train(PaillierLR(), 2)
     plain, enc = logits[False], logits[True]
     np.testing.assert_allclose(enc.test_logits, plain.test_logits, atol=1e-3)
     assert enc.mp == plain.mp and enc.rounds == plain.rounds == 6
@@ -98,10 +103,10 @@ def test_paillier_lr_matches_its_plaintext_protocol() -> None:
 
 
 def test_registry_matches_trial_dispatch_and_bad_params_fail() -> None:
-    for name in TREE_MODELS.names():  # the kind registry dispatches every tree model
-        assert kind_of(TrialSpec.build(dataset="breast_cancer", model=name)).name in (
-            "tree", "paillier_lr",
-        )  # fmt: skip
+    assert set(TREE_MODELS.names()) == {"xgboost", "secureboost", "rf", "secure_rf"}
+    for name in [*TREE_MODELS.names(), "paillier_lr"]:  # the kind registry dispatches each
+        kind = kind_of(TrialSpec.build(dataset="breast_cancer", model=name)).name
+        assert kind == ("paillier_lr" if name == "paillier_lr" else "tree")
     bad = TrialSpec.build(dataset="breast_cancer", model="secureboost", model_params={"depth": 3})
     with pytest.raises(ConfigError, match=r"allowed: .*max_depth"):
         check_names(bad)
@@ -119,3 +124,5 @@ def test_rf_trial_record_through_run_trial() -> None:
     assert rec.model == "secure_rf" and 0.8 < rec.mp <= 1.0
     assert extra["encrypted"] and extra["key_length"] == 512 and rec.rounds == 3
     assert rec.comm_bytes > 0 and run_tree_trial(spec)[0].mp == rec.mp
+    with pytest.raises(ConfigError, match="per-bin sums"):  # a tree's messages, named
+        run_tree_trial(spec.model_copy(update={"defense": "gs"}))

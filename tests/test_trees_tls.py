@@ -24,8 +24,8 @@ import xgboost as xgb
 
 from trainables.data import load_dataset
 from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
 from trainables.trees.run import tree_data
-from trainables.trees.session import Placement
 from trainables.trees.tls import ClientTLS, TrialTLS, hosts_in, private_dir
 from trainables.trees.xgb_federated import (
     XGBPartyInit,
@@ -188,7 +188,7 @@ CLUSTER_TRIAL = textwrap.dedent("""
     import numpy as np, ray
     sys.path.insert(0, sys.argv[2])
     from tests.test_trees_tls import _split
-    from trainables.trees.session import Placement
+    from trainables.transport.placement import Placement
     from trainables.trees.xgb_federated import run_federated
     ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False)
     inits, expected, params, rounds = _split("breast_cancer", 2)

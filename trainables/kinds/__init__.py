@@ -12,6 +12,7 @@ from trainables.kinds.base import AttackSpec, TrialKind
 from trainables.kinds.fedcvt import FedCVTKind
 from trainables.kinds.hssl import HSSLKind
 from trainables.kinds.nn import NNKind
+from trainables.kinds.paillier_lr import PaillierLRKind
 from trainables.kinds.tree import TreeKind
 from trainables.registry import Registry
 from trainables.spec import TrialSpec
@@ -21,6 +22,7 @@ TRIAL_KINDS.register("nn", NNKind())
 TRIAL_KINDS.register("hssl", HSSLKind())
 TRIAL_KINDS.register("fedcvt", FedCVTKind())
 TRIAL_KINDS.register("tree", TreeKind())
+TRIAL_KINDS.register("paillier_lr", PaillierLRKind())
 
 
 def ssl_variant_names() -> list[str]:

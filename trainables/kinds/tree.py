@@ -1,12 +1,17 @@
-"""Tree and Paillier models (xgboost, secureboost, rf, secure_rf, paillier_lr): TEMPORARY
-adapter over ``trainables.trees.run``."""
+"""Tree models (xgboost, secureboost, rf, secure_rf): their own growing loop, our parties.
+
+No NN defense applies (they hook NN embeddings and gradients; a tree trial sends per-row
+statistics, per-bin sums, row ids and routing bits) and only ``trees``-family attacks read
+these messages; both are refused with the reason (``trainables/trees/run.py``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainables.data import Dataset
+from trainables.data import Dataset, load_dataset
+from trainables.errors import ConfigError
 from trainables.kinds.base import AttackSpec, TrialKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
@@ -19,7 +24,7 @@ class TreeKind(TrialKind):
     takes_model_params = True
 
     def takes(self, spec: TrialSpec) -> bool:
-        tree_run._load_models()
+        tree_run.load_models()
         return str(spec.model) in tree_run.TREE_MODELS
 
     def check(self, spec: TrialSpec) -> None:
@@ -29,16 +34,17 @@ class TreeKind(TrialKind):
         tree_run.tree_check(spec)
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
-        return tree_run.tree_incompatibility(spec, data_dir)
+        try:
+            tree_run.tree_check(spec)
+        except ConfigError as err:
+            return str(err)
+        ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+        return tree_run.rows_refusal(spec, ds)
 
     def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
-        return tree_run.attack_incompatibility(spec, attack)
+        return tree_run.attack_refusal(spec, attack)
 
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
     ) -> list[Record]:
-        return tree_run.run_tree_trial(
-            spec, transport=placement.transport, cpu_per_party=placement.cpu_per_party,
-            gpu_per_party=placement.gpu_per_party, address=placement.address,
-            reuse_actors=placement.reuse_actors, attacks=attacks, dataset=ds,
-        )  # fmt: skip
+        return tree_run.run_tree_trial(spec, placement, attacks=attacks, dataset=ds)

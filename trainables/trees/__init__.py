@@ -1,9 +1,10 @@
-"""Tree-based VFL and Paillier-encrypted VFL: ``TREE_MODELS`` and ``run_tree_trial``.
+"""Tree-based VFL and Paillier-encrypted VFL.
 
-Models (``TrialSpec.model``): ``xgboost`` (xgboost's federated column-split training),
-``secureboost`` (boosting with Paillier-encrypted g/h), ``rf`` / ``secure_rf`` (Gini
-random forest without / with encryption) and ``paillier_lr`` (VFLAIR's HE logistic
-regression NN-VFL). Tree parameters come from ``model_params``; the Paillier key length
+Tree models (``TrialSpec.model``, trial kind ``tree``): ``xgboost`` (xgboost's federated
+column-split training), ``secureboost`` (boosting with Paillier-encrypted g/h), ``rf`` /
+``secure_rf`` (Gini random forest without / with encryption). ``paillier_lr`` (VFLAIR's HE
+logistic regression NN-VFL) is its own trial kind, a ``Protocol`` with a key-holder party
+(``paillier_lr.py``). Tree parameters come from ``model_params``; the Paillier key length
 from ``key_length``; ``model_params.encrypt=0`` runs an encrypted model's protocol in
 plaintext (the benchmarks' "without encryption" twin).
 """
@@ -11,6 +12,6 @@ plaintext (the benchmarks' "without encryption" twin).
 from __future__ import annotations
 
 from trainables.trees import models as _models  # noqa: F401  (registers the models)
-from trainables.trees.run import TREE_MODELS, run_tree_trial, tree_check, tree_incompatibility
+from trainables.trees.run import TREE_MODELS, run_tree_trial, tree_check
 
-__all__ = ["TREE_MODELS", "run_tree_trial", "tree_check", "tree_incompatibility"]
+__all__ = ["TREE_MODELS", "run_tree_trial", "tree_check"]

@@ -1,4 +1,7 @@
-"""The registered tree / Paillier models: each turns (spec, party data, placement) into MP."""
+"""The registered tree models: each turns (spec, party data, placement) into MP and bytes.
+
+Paillier LR is its own trial kind (``trainables/kinds/paillier_lr.py``).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +9,17 @@ import time
 
 import numpy as np
 
-from trainables.data import Scaler
 from trainables.spec import TrialSpec
+from trainables.transport.group import open_parties
+from trainables.transport.placement import Placement
 from trainables.trees.builder import Wire
 from trainables.trees.crypto import KeyPair
 from trainables.trees.forest import ForestParams, train_forest
-from trainables.trees.leakage import lr_view, reveals, tree_view, xgb_view
-from trainables.trees.paillier_lr import LRParams, LRPartyInit, train_lr
+from trainables.trees.leakage import reveals, tree_view, xgb_view
 from trainables.trees.parties import TreePartyInit
 from trainables.trees.run import Outcome, TreeData, encrypt_flag, model_params, register
 from trainables.trees.secureboost import BoostParams, train_boost
-from trainables.trees.session import Placement, TreeSession, passive_transport
+from trainables.trees.session import TreeSession
 from trainables.trees.xgb_federated import (
     XGBPartyInit,
     predicted_class,
@@ -71,13 +74,14 @@ def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool
                            keep_received=observe and p == 0) for p in range(k)]  # fmt: skip
     keys = KeyPair.generate(spec.key_length, encrypted)
     own = inits[-1].build()
-    with passive_transport(inits[:-1], where) as transport:
+    with open_parties(inits[:-1], where) as group:
+        transport = group.transport(range(k - 1))
         session = TreeSession(own, Wire(transport), k - 1, keys)
         start = time.perf_counter()
         mp = train(session)
         seconds = time.perf_counter() - start
         stats = transport.stats
-        logs = transport.call("received", [()] * (k - 1), training=False) if observe else []
+        log = group.call(0, "received") if observe else None
     extra = {
         "encrypted": encrypted,
         "key_length": spec.key_length if encrypted else None,
@@ -87,7 +91,7 @@ def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool
     }
     out = Outcome(mp, stats.rounds, stats.comm_bytes, seconds, extra)
     if observe:
-        out.view = tree_view(0, str(spec.model), data.n_classes, data.X_train[0], logs[0])
+        out.view = tree_view(0, str(spec.model), data.n_classes, data.X_train[0], log)
         out.view_labels = data.y_train
     return out
 
@@ -121,36 +125,3 @@ def run_rf(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> 
 @register("secure_rf", ForestParams)
 def run_secure_rf(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
     return _forest(spec, data, where, True, observe)
-
-
-@register("paillier_lr", LRParams)
-def run_paillier_lr(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
-    """VFLAIR's HE logistic regression; ``encrypt=0, taylor=0`` is plaintext LR."""
-    params = model_params(spec, LRParams)
-    encrypted = encrypt_flag(spec, True)
-    taylor = bool(params.taylor) or encrypted  # encryption needs the polynomial loss
-    n = min(len(data.y_train), int(params.max_rows))
-    rows = np.sort(np.random.default_rng(spec.seed).permutation(len(data.y_train))[:n])
-    width = 1 if data.n_classes == 2 else data.n_classes
-    inits = []
-    for p, (X_tr, X_te) in enumerate(zip(data.X_train, data.X_test, strict=True)):
-        scaler = Scaler.fit(X_tr, "minmax")  # [0, 1] features keep the fixed point small
-        X_tr, X_te = scaler.transform(X_tr[rows]), scaler.transform(X_te)
-        if p == len(data.X_train) - 1:  # the active party's bias: a column of ones
-            X_tr = np.hstack([X_tr, np.ones((len(X_tr), 1))])
-            X_te = np.hstack([X_te, np.ones((len(X_te), 1))])
-        inits.append(LRPartyInit(p, X_tr.astype(np.float64), X_te.astype(np.float64), width,
-                                 int(spec.batch_size), float(spec.lr), spec.seed,
-                                 observe and p == 0))  # fmt: skip
-    with passive_transport(inits[:-1], where) as transport:
-        out = train_lr(inits, data.y_train[rows], data.y_test, transport, int(spec.epochs),
-                       spec.key_length, encrypted, taylor)  # fmt: skip
-        logs = (
-            transport.call("received", [()] * transport.n_peers, training=False) if observe else []
-        )
-    extra = {**out.extra, "rows": n, "reveals": reveals("paillier_lr", encrypted)}
-    result = Outcome(out.mp, out.rounds, out.comm_bytes, out.seconds, extra)
-    if observe:
-        result.view = lr_view(0, data.n_classes, inits[0].X_train, logs[0])
-        result.view_labels = data.y_train[rows]
-    return result

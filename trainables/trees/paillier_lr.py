@@ -10,22 +10,31 @@ encrypted gradient X_k^T [[4 dL/dz]], adds a random mask, has the key holder dec
 removes the mask and takes an SGD step. ``encrypt=False`` runs the same schedule in plain
 floats, with the Taylor loss (``taylor=1``) or the exact logistic loss (plaintext LR).
 Test predictions are computed in plaintext (evaluation, not training traffic).
+
+Where things run: ``PaillierLR`` is a ``Protocol``; it runs at the active party (inside its
+actor under the ray transport) and reaches the passive parties and the key holder through
+one ``Transport`` whose peers are ``[passive 0, ..., passive K-2, key holder]`` (the
+parties are opened as ``[passives..., KeyHolderInit, active]``). The key holder is built
+in its own process and is the only object that ever holds the secret key.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from trainables.messages import BatchRef, BatchSchedule, Message
+from trainables.protocols.base import Protocol, TrainResult
 from trainables.transport.base import Transport
 from trainables.trees.crypto import KeyPair, PublicKey
 
 H_BITS = 20  # fixed point of H and z
 X_BITS = 16  # fixed point of features in X^T [[d]]
+KEY_HOLDER = -2  # message src/dst id of the key holder (the active party is -1)
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,8 @@ class LRParams:
 
 @dataclass(frozen=True)
 class LRPartyInit:
+    """One LR party's start: its scaled columns; labels (and the loss) at the active only."""
+
     party_id: int
     X_train: np.ndarray  # (N, d_k) scaled
     X_test: np.ndarray  # (M, d_k)
@@ -44,9 +55,12 @@ class LRPartyInit:
     lr: float
     seed: int
     keep_received: bool = False  # log the per-row gradients it is sent (for attacks)
+    y_train: np.ndarray | None = None  # (N,) the active party's labels; None: passive
+    y_test: np.ndarray | None = None  # (M,) the active party's test labels (its MP)
+    taylor: bool = True  # the active party's loss: Taylor (HE-friendly) or exact logistic
 
     def build(self) -> LRParty:
-        return LRParty(self)
+        return LRParty(self) if self.y_train is None else ActiveLR(self)
 
 
 class LRParty:
@@ -97,7 +111,8 @@ class LRParty:
                 mask = self.key.mask(bits)
                 self._mask.append(mask)
                 out.append(self.key.add_plain(acc, mask))
-        return Message("masked_grad", self.party_id, -1, out, len(out) * self.key.ciphertext_bytes)
+        nbytes = len(out) * self.key.ciphertext_bytes
+        return Message("masked_grad", self.party_id, KEY_HOLDER, out, nbytes)
 
     def unmask_step(self, ref: BatchRef, opened: Message) -> bool:
         """Remove the masks from the key holder's decryption and take the SGD step."""
@@ -119,106 +134,185 @@ class LRParty:
         return Message.of("test_embedding", self.party_id, -1, self.X_test @ self.theta)
 
 
-class KeyHolder:
-    """The TTP: holds the secret key, decrypts masked values only; never sees data."""
-
-    def __init__(self, key_length: int, encrypted: bool) -> None:
-        self.keys = KeyPair.generate(key_length, encrypted)
-
-    def open(self, masked: Message) -> Message:
-        plain = self.keys.decrypt(masked.payload)
-        nbytes = len(plain) * (self.keys.public.n.bit_length() + 7) // 8
-        return Message("opened", -2, masked.src, plain, nbytes)
-
-
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
 
 
-class ActiveLR:
+class ActiveLR(LRParty):
     """The active party: its bottom (with a bias column of ones) and the labels.
 
     It combines the passives' [[H_k]] with its own H_K into [[4 dL/dz]] (or dL/dz in plain).
     """
 
-    def __init__(self, init: LRPartyInit, y_train: np.ndarray, taylor: bool) -> None:
-        self.party = init.build()
-        width = init.width
-        self.y = (np.eye(width)[y_train] if width > 1 else y_train[:, None]).astype(np.float64)
-        self.taylor = taylor
+    def __init__(self, init: LRPartyInit) -> None:
+        super().__init__(init)
+        assert init.y_train is not None
+        width, y = init.width, init.y_train
+        self.y = (np.eye(width)[y] if width > 1 else y[:, None]).astype(np.float64)  # (N, C')
+        self.y_test = init.y_test  # (M,)
+        self.taylor = init.taylor
 
-    def combine(self, ref: BatchRef, uploads: list[Message]) -> Message:
-        rows = self.party.schedule.rows(ref)
-        own = self.party.X_train[rows] @ self.party.theta  # (B, C')
+    def combine(self, ref: BatchRef, uploads: Sequence[Message]) -> Message:
+        rows = self.schedule.rows(ref)
+        own = self.X_train[rows] @ self.theta  # (B, C')
         y = self.y[rows]
-        key = self.party.key
-        if not key.encrypted:
+        if not self.key.encrypted:
             z = own + sum(m.payload for m in uploads)
             d = (z + 2 - 4 * y) / 4 if self.taylor else _sigmoid(z) - y
             return Message.of("gradient", -1, 0, d)
         shift = np.rint((own + 2 - 4 * y).ravel() * (1 << H_BITS)).astype(np.int64)
         out = []
         for i, s in enumerate(shift):
-            acc = key.total([m.payload[i] for m in uploads])
-            out.append(key.add_plain(acc, int(s)))
-        return Message("enc_gradient", -1, 0, out, len(out) * key.ciphertext_bytes)
+            acc = self.key.total([m.payload[i] for m in uploads])
+            out.append(self.key.add_plain(acc, int(s)))
+        return Message("enc_gradient", -1, 0, out, len(out) * self.key.ciphertext_bytes)
 
 
-@dataclass
-class LRResult:
-    mp: float
-    rounds: int
-    comm_bytes: int
-    seconds: float
-    extra: dict[str, Any]
-    test_logits: np.ndarray  # (M, C')
+@dataclass(frozen=True)
+class KeyHolderInit:
+    """The TTP's start: only the key size; the key pair is generated where it is built."""
+
+    key_length: int
+    encrypted: bool
+
+    def build(self) -> KeyHolder:
+        return KeyHolder(self.key_length, self.encrypted)
 
 
-def train_lr(
-    inits: list[LRPartyInit],
-    y_train: np.ndarray,
-    y_test: np.ndarray,
-    transport: Transport,
-    epochs: int,
-    key_length: int,
-    encrypted: bool,
-    taylor: bool,
-) -> LRResult:
-    """Run the protocol; passives behind ``transport``, the active and the TTP here."""
-    start = time.perf_counter()
-    ttp = KeyHolder(key_length, encrypted)
-    pub = ttp.keys.public
-    active = ActiveLR(inits[-1], y_train, taylor)
-    active.party.set_key(pub)
-    n_p = transport.n_peers
-    transport.call("set_key", [(pub,)] * n_p, training=False)
-    ttp_bytes = 0
-    for epoch in range(epochs):
-        for ref in active.party.schedule.refs(epoch):
-            ups = transport.gather(transport.submit("forward", [(ref,)] * n_p, training=True,
-                                                    new_round=True))  # fmt: skip
-            d = active.combine(ref, ups)
-            masked = transport.call("backward", [(ref, d)] * n_p, training=True)
-            own = active.party.backward(ref, d)
-            if encrypted:
-                opened = [ttp.open(m) for m in masked]
-                transport.call("unmask_step", [(ref, o) for o in opened], training=True)
-                own_open = ttp.open(own)
-                active.party.unmask_step(ref, own_open)
-                ttp_bytes += own.nbytes + own_open.nbytes
-    seconds = time.perf_counter() - start
-    logits = active.party.test_logits().payload
-    logits = logits + sum(m.payload for m in transport.call("test_logits", [()] * n_p,
-                                                            training=False))  # fmt: skip
-    pred = (logits[:, 0] > 0).astype(np.int64) if logits.shape[1] == 1 else logits.argmax(1)
-    stats = transport.stats
-    extra = {
-        "encrypted": encrypted,
-        "taylor": taylor,
-        "key_length": key_length if encrypted else None,
-        "ciphertext_bytes": pub.ciphertext_bytes,
-        "ttp_bytes": ttp_bytes,
-        **ttp.keys.stats.as_dict(),
-    }
-    return LRResult(float((pred == y_test).mean()), stats.rounds, stats.comm_bytes + ttp_bytes,
-                    seconds, extra, logits)  # fmt: skip
+class KeyHolder:
+    """The TTP: holds the secret key, decrypts masked values only; never sees data."""
+
+    party_id = KEY_HOLDER
+
+    def __init__(self, key_length: int, encrypted: bool) -> None:
+        self.keys = KeyPair.generate(key_length, encrypted)
+
+    def public_key(self) -> PublicKey:
+        return self.keys.public
+
+    def open(self, *masked: Message) -> Message:
+        """Decrypt each party's masked gradient; one message, payload per party in order."""
+        plain = [self.keys.decrypt(m.payload) for m in masked]
+        nbytes = sum(_opened_bytes(self.keys.public, len(p)) for p in plain)
+        return Message("opened", KEY_HOLDER, -1, plain, nbytes)
+
+    def crypto_stats(self) -> dict[str, float | int]:
+        return self.keys.stats.as_dict()
+
+
+def _opened_bytes(key: PublicKey, count: int) -> int:
+    """Bytes of ``count`` decrypted values (residues mod n), as this protocol has always
+    counted them: ``count * (bits + 7) // 8``, i.e. the bits of all values rounded up once
+    per message (not per value); kept so that records stay comparable."""
+    return count * (key.n.bit_length() + 7) // 8
+
+
+def _opened(key: PublicKey, plain: list[int], dst: int) -> Message:
+    """The key holder's answer to party ``dst``: its decrypted masked gradient."""
+    return Message("opened", KEY_HOLDER, dst, plain, _opened_bytes(key, len(plain)))
+
+
+@dataclass(frozen=True)
+class LRTrainResult(TrainResult):
+    """``TrainResult`` plus what an LR record reports and the (M, C') test logits."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    test_logits: np.ndarray | None = None
+
+
+def _peer_split(transport: Transport) -> tuple[Transport, Transport]:
+    """Transports to the passive parties and to the key holder (the last peer) that count
+    into ``transport.stats``. Every transport here is built from its list of peers."""
+    peers = transport.peers  # type: ignore[attr-defined]
+    make: Any = type(transport)
+    passives, holder = make(peers[:-1]), make(peers[-1:])
+    passives.stats = holder.stats = transport.stats
+    return passives, holder
+
+
+class PaillierLR(Protocol):
+    """Zou et al.'s HE LR at the active party; the transport's last peer is the key holder.
+
+    Bytes: each message is counted once, on the hop from its sender. A passive party's
+    masked gradient goes to the key holder and its opening comes back; the star transport
+    routes both through the active party, and that relay (``extra['relay_bytes']``) is the
+    same bytes again, not a message of the protocol, so it is left out of ``comm_bytes``.
+    """
+
+    name: ClassVar[str] = "paillier_lr"
+
+    def run(
+        self,
+        active: ActiveLR,  # type: ignore[override]
+        transport: Transport,
+        epochs: int,
+        target_mp: float | None = None,
+    ) -> LRTrainResult:
+        """Every batch: [[H_k]] up, [[4 dL/dz]] down, masked gradients opened by the key
+        holder, SGD steps; then test MP. ``target_mp`` is not measured (no per-epoch
+        evaluation here: ``rounds_to_target`` stays None)."""
+        passives, holder = _peer_split(transport)
+        n_p = passives.n_peers
+        pub = holder.call("public_key", [()], training=False)[0]
+        active.set_key(pub)
+        passives.call("set_key", [(pub,)] * n_p, training=False)
+        start = time.perf_counter()
+        ttp_bytes = relay_bytes = 0
+        for epoch in range(epochs):
+            for ref in active.schedule.refs(epoch):
+                pending = passives.submit("forward", [(ref,)] * n_p, training=True, new_round=True)
+                d = active.combine(ref, passives.gather(pending))
+                masked = passives.call("backward", [(ref, d)] * n_p, training=True)
+                own = active.backward(ref, d)
+                if pub.encrypted:
+                    ttp, relay = self._open_and_step(ref, active, masked, own, passives, holder)
+                    ttp_bytes, relay_bytes = ttp_bytes + ttp, relay_bytes + relay
+        seconds = time.perf_counter() - start
+        return self._result(active, passives, holder, seconds, ttp_bytes, relay_bytes)
+
+    @staticmethod
+    def _open_and_step(ref: BatchRef, active: ActiveLR, masked: list[Message], own: Message,
+                       passives: Transport, holder: Transport) -> tuple[int, int]:  # fmt: skip
+        """The key holder opens every masked gradient (one call); each party unmasks and
+        steps. Returns (the active party's bytes with the key holder, the relayed bytes)."""
+        opened = holder.call("open", [(*masked, own)], training=True)[0]
+        per_party = [_opened(active.key, p, m.src)
+                     for p, m in zip(opened.payload, [*masked, own], strict=True)]  # fmt: skip
+        passives.call("unmask_step", [(ref, o) for o in per_party[:-1]], training=True)
+        active.unmask_step(ref, per_party[-1])
+        relay = sum(m.nbytes + o.nbytes for m, o in zip(masked, per_party[:-1], strict=True))
+        return own.nbytes + per_party[-1].nbytes, relay
+
+    def _result(self, active: ActiveLR, passives: Transport, holder: Transport, seconds: float,
+                ttp_bytes: int, relay_bytes: int) -> LRTrainResult:  # fmt: skip
+        """Test MP from the summed plaintext logits (evaluation traffic), and the counters."""
+        logits = active.test_logits().payload
+        others = passives.call("test_logits", [()] * passives.n_peers, training=False)
+        logits = logits + sum(m.payload for m in others)  # (M, C')
+        y_test = active.y_test
+        pred = (logits[:, 0] > 0).astype(np.int64) if logits.shape[1] == 1 else logits.argmax(1)
+        pub = active.key
+        stats = passives.stats
+        extra = {
+            "encrypted": pub.encrypted,
+            "taylor": active.taylor,
+            "key_length": pub.key_length if pub.encrypted else None,
+            "ciphertext_bytes": pub.ciphertext_bytes,
+            "ttp_bytes": ttp_bytes,
+            "relay_bytes": relay_bytes,
+            **holder.call("crypto_stats", [()], training=False)[0],
+        }
+        return LRTrainResult(
+            mp=float((pred == y_test).mean()),
+            rounds=stats.rounds,
+            comm_bytes=stats.comm_bytes - relay_bytes,
+            train_seconds=seconds,
+            final_loss=float("nan"),  # the protocol never computes the loss (only dL/dz)
+            submit_seconds=stats.submit_seconds,
+            wait_seconds=stats.wait_seconds,
+            bytes_up=stats.bytes_up,
+            bytes_down=stats.bytes_down,
+            eval_bytes=stats.eval_bytes,
+            extra=extra,
+            test_logits=logits,
+        )

@@ -1,9 +1,11 @@
-"""One tree / Paillier trial: TrialSpec in, the clean Record plus one per tree attack.
+"""What tree and Paillier-LR trials share: party data, model parameters, checks, records.
 
-Tree trials evaluate only attacks whose class says ``family = "trees"`` (they read a
-passive party's ``TreeView``, ``trainables/attacks/tree_grad_li.py``); NN-VFL attacks read
-bottom models and embeddings these models do not have. ``attack_incompatibility`` tells
-the planner either way, so a sweep drops such cells with the reason before running.
+Tree trials (``trainables/kinds/tree.py``) and Paillier LR (``kinds/paillier_lr.py``)
+evaluate only attacks whose class says ``family = "trees"`` (they read a passive party's
+``TreeView``, ``trainables/attacks/tree_grad_li.py``); NN-VFL attacks read bottom models
+and embeddings these models do not have, and NN defenses hook NN messages these models
+do not send. ``refusal`` and ``attack_refusal`` say so with the reason, so the planner
+drops such cells before running.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from trainables.errors import ConfigError
 from trainables.records import Record
 from trainables.registry import Registry
 from trainables.spec import TrialSpec
-from trainables.trees.session import Placement
+from trainables.transport.placement import LOCAL, Placement
 
 
 @dataclass(frozen=True)
@@ -104,25 +106,23 @@ def tree_data(spec: TrialSpec, ds: Dataset) -> TreeData:
     )
 
 
-def tree_check(spec: TrialSpec) -> None:
-    """ConfigError if ``spec`` names a tree model with bad parameters or unsupported parts."""
-    _load_models()
-    TREE_MODELS.get(str(spec.model))
-    model_params(spec, PARAMS[str(spec.model)][0])
-    encrypt_flag(spec, True)
-    if spec.defense != "none" or spec.stack or spec.train_attack != "none":
-        raise ConfigError(
-            f"model={spec.model!r}: defenses and training-time attacks are defined for "
-            "NN-VFL models only; use defense: none and train_attack: none"
-        )
+def refusal(spec: TrialSpec, messages: str) -> str | None:
+    """Why ``spec``'s defense, training-time attack or SSL variant cannot run on a model
+    whose ``messages`` are as described, or None."""
+    if spec.defense != "none" or spec.stack:
+        return (f"model={spec.model!r}: defenses are defined for NN-VFL models only (they "
+                f"hook NN embeddings and gradients); {messages}; use defense: none")  # fmt: skip
+    if spec.train_attack != "none":
+        return (f"model={spec.model!r}: training-time attacks are defined for NN-VFL models "
+                "only; use train_attack: none")  # fmt: skip
     if spec.ssl_variant != "none":
-        raise ConfigError(f"model={spec.model!r}: ssl_variant must be none")
+        return f"model={spec.model!r}: ssl_variant must be none"
+    return None
 
 
-def tree_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str | None:
-    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+def rows_refusal(spec: TrialSpec, ds: Dataset) -> str | None:
+    """Why ``ds`` cannot host ``spec``'s parties and rows, or None."""
     try:
-        tree_check(spec)
         vertical_split(ds, spec.n_parties, spec.split_scheme)
         split_samples(len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed)
     except ConfigError as err:
@@ -130,67 +130,75 @@ def tree_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     return None
 
 
-def attack_family(name: str) -> str:
-    """``trees`` for attacks that read tree-VFL messages, ``nn`` for all others."""
+def attack_refusal(spec: TrialSpec, name: str) -> str | None:
+    """Why attack ``name`` cannot be evaluated on a tree / Paillier model, or None."""
     from trainables.attacks import ATTACKS
 
-    return ATTACKS.get(name).family
-
-
-def attack_incompatibility(spec: TrialSpec, name: str) -> str | None:
-    """Why attack ``name`` cannot be evaluated on ``spec``'s model family, or None."""
-    _load_models()
-    tree_model = str(spec.model) in TREE_MODELS.names()
-    family = attack_family(name)
-    if tree_model and family != "trees":
+    if ATTACKS.get(name).family != "trees":
         return (f"attack {name!r} reads NN-VFL models and embeddings; model={spec.model!r} "
                 "is a tree / Paillier model (its attacks: tree_grad_li)")  # fmt: skip
-    if not tree_model and family == "trees":
-        return f"attack {name!r} reads tree-VFL messages; model={spec.model!r} is not a tree model"
     return None
+
+
+TREE_MESSAGES = (
+    "its messages are (encrypted) per-row statistics, per-bin sums, row ids "
+    "and routing bits, not NN embeddings or gradients"
+)
+
+
+def tree_check(spec: TrialSpec) -> None:
+    """ConfigError if ``spec`` names a tree model with bad parameters or unsupported parts."""
+    load_models()
+    TREE_MODELS.get(str(spec.model))
+    model_params(spec, PARAMS[str(spec.model)][0])
+    encrypt_flag(spec, True)
+    reason = refusal(spec, TREE_MESSAGES)
+    if reason is not None:
+        raise ConfigError(reason)
 
 
 def run_tree_trial(
     spec: TrialSpec,
+    placement: Placement = LOCAL,
     *,
-    transport: str = "local",
-    data_dir: str | Path | None = None,
-    cpu_per_party: float = 1.0,
-    gpu_per_party: float = 0.0,
-    address: str | None = None,
-    sweep: str = "",
-    trial_id: str = "",
-    reuse_actors: bool = False,
-    attacks: Sequence[Any] = (),
+    attacks: Sequence[tuple[str, dict[str, Any]]] = (),
     dataset: Dataset | None = None,
+    data_dir: str | Path | None = None,
 ) -> list[Record]:
-    """Run a tree / Paillier trial: the clean record, then one record per tree attack."""
+    """A tree model's trial: the clean record, then one record per tree attack."""
+    tree_check(spec)
+    ds = dataset if dataset is not None else load_dataset(spec.dataset, data_dir,
+                                                          **spec.dataset_params)  # fmt: skip
+    data = tree_data(spec, ds)
+    runner = TREE_MODELS.get(str(spec.model))
+    return records(spec, len(data.y_train), lambda observe: runner(spec, data, placement, observe),
+                   attacks)  # fmt: skip
+
+
+def records(
+    spec: TrialSpec,
+    n_labeled: int,
+    run: Callable[[bool], Outcome],
+    attacks: Sequence[tuple[str, dict[str, Any]]],
+) -> list[Record]:
+    """The clean record of ``run(observe)`` and one record per tree attack on its view."""
     for name, _ in attacks:
-        reason = attack_incompatibility(spec, name)
+        reason = attack_refusal(spec, name)
         if reason is not None:
             raise ConfigError(reason)
-    tree_check(spec)
-    ds = (
-        dataset
-        if dataset is not None
-        else load_dataset(spec.dataset, data_dir, **spec.dataset_params)
-    )
-    data = tree_data(spec, ds)
-    where = Placement(transport, cpu_per_party, gpu_per_party, address, reuse_actors)
     start = time.perf_counter()
-    out = TREE_MODELS.get(str(spec.model))(spec, data, where, bool(attacks))
+    out = run(bool(attacks))
     wall = time.perf_counter() - start
     extra = {"wall_seconds": round(wall, 4), **out.extra}
     clean = Record.clean(
         spec,
-        len(data.y_train),
+        n_labeled,
         mp=out.mp,
         rounds=out.rounds,
         comm_bytes=out.comm_bytes,
         train_seconds=round(out.train_seconds, 4),
         extra=json.dumps(extra, sort_keys=True),
-        sweep=sweep,
-        trial_id=trial_id or spec.config_hash,
+        trial_id=spec.config_hash,
     )
     return [clean, *(_attack_record(clean, out, name, params) for name, params in attacks)]
 
@@ -218,6 +226,6 @@ def _attack_record(clean: Record, out: Outcome, name: str, params: dict[str, Any
     )
 
 
-def _load_models() -> None:
+def load_models() -> None:
     """Import the model modules once (they register themselves)."""
     from trainables.trees import models  # noqa: F401

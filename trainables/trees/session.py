@@ -1,56 +1,24 @@
-"""Where tree parties run: passives as plain objects (local) or in Ray actors (ray).
+"""The active party's handles during a tree trial: its own party, the passives, the keys.
 
-The active party coordinates from the trial's own process (it holds the labels and the
-secret key); each passive party is a ``TreeParty`` built from its ``TreePartyInit``,
-hosted by the generic ``PartyActor`` under the ray transport. Rounds and bytes are the
-transport's counters (``Message.nbytes``; ciphertexts at their serialized size).
+The tree growing loop runs in the trial's own process (it holds the labels and the key
+pair); the passive ``TreeParty`` objects come from ``open_parties`` (plain objects locally,
+one actor each under the ray transport) and are reached through ``group.transport``.
+Rounds and bytes are that transport's counters (``Message.nbytes``; ciphertexts at their
+serialized size).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trainables.messages import Message
-from trainables.transport import LocalTransport
 from trainables.transport.base import Transport
 from trainables.trees.builder import ACTIVE, Wire
 from trainables.trees.crypto import KeyPair, PublicKey
-from trainables.trees.parties import TreeParty, TreePartyInit
-
-
-@dataclass(frozen=True)
-class Placement:
-    """How to run the passive parties (``run_trial``'s transport arguments)."""
-
-    transport: str = "local"
-    cpu_per_party: float = 1.0
-    gpu_per_party: float = 0.0
-    address: str | None = None
-    reuse_actors: bool = False
-
-
-@contextmanager
-def passive_transport(inits: Sequence[Any], where: Placement) -> Iterator[Transport]:
-    """A transport to the parties built from ``inits`` (in order), closed on exit."""
-    if where.transport == "local":
-        yield LocalTransport([init.build() for init in inits])  # type: ignore[misc]
-        return
-    from trainables.transport.ray_actors import (
-        PartyResources,
-        RayParties,
-        RayTransport,
-        ensure_ray,
-    )
-
-    ensure_ray(where.address, num_cpus=None)
-    resources = PartyResources(where.cpu_per_party, where.gpu_per_party)
-    with RayParties(inits, resources, reuse=where.reuse_actors) as group:  # type: ignore[arg-type]
-        yield RayTransport(group.actors)
+from trainables.trees.parties import TreeParty
 
 
 @dataclass
@@ -90,7 +58,3 @@ class TreeSession:
 def _plain_bytes(packed: list[list[int]]) -> int:
     widest = max((int(v).bit_length() for chunk in packed for v in chunk), default=8)
     return (widest + 7) // 8
-
-
-def active_party(init: TreePartyInit) -> TreeParty:
-    return init.build()

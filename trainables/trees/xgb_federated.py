@@ -27,6 +27,7 @@ a collective call, so every party predicts together.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -40,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from trainables.transport.group import open_parties
+from trainables.transport.placement import Placement
 from trainables.trees.tls import ClientTLS, TrialTLS, client_config, client_files, private_dir
 from trainables.trees.tls import server_files as tls_server_files
 from trainables.trees.xgb_tap import tapped_train
@@ -102,7 +105,7 @@ class XGBParty:
             labels_here = int(dtrain.get_label().size)
             n_col = int(dtrain.num_col())
         return {"pred": pred, "labels_here": labels_here, "n_col": n_col, "seconds": seconds,
-                "pid": os.getpid(), "node_id": _ray_node_id(), "server": join.address,
+                "pid": os.getpid(), "node_id": _node_id(), "server": join.address,
                 "received": received}  # fmt: skip
 
 
@@ -129,14 +132,11 @@ def joined(join: Join, rank: int) -> Iterator[None]:
         yield
 
 
-def _ray_node_id() -> str | None:
+def _node_id() -> str | None:
     """The Ray node this worker ran on (None outside Ray): evidence of where parties ran."""
-    try:
-        import ray
+    from trainables.transport.ray_actors import current_node_id
 
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-    except ImportError:
-        return None
+    return current_node_id()
 
 
 def free_port() -> int:
@@ -148,9 +148,9 @@ def free_port() -> int:
 
 def server_host() -> str:
     """This process's routable node IP, as Ray reports it (what other nodes can reach)."""
-    import ray
+    from trainables.transport.ray_actors import node_ip_address
 
-    return str(ray.util.get_node_ip_address())
+    return node_ip_address()
 
 
 def xgb_params(model_params: dict[str, Any], n_classes: int, seed: int) -> tuple[dict, int]:
@@ -173,21 +173,22 @@ def xgb_params(model_params: dict[str, Any], n_classes: int, seed: int) -> tuple
 
 
 def run_federated(
-    inits: list[XGBPartyInit], params: dict[str, Any], rounds: int, where: Any
+    inits: list[XGBPartyInit], params: dict[str, Any], rounds: int, placement: Placement
 ) -> list[dict[str, Any]]:
     """Start the server here (this process's node), run every worker (one Ray actor
-    each, on any node) to completion over mutual TLS, stop the server."""
-    from trainables.trees.session import Placement, passive_transport
+    each, on any node) to completion over mutual TLS, stop the server.
 
-    place = Placement("ray", where.cpu_per_party, where.gpu_per_party, where.address,
-                      where.reuse_actors)  # fmt: skip
-    with passive_transport(inits, place) as transport:  # joins / starts Ray first
+    Always on Ray, whatever ``placement.transport`` says: the workers of one federation
+    must run at the same time, each in its own process.
+    """
+    on_ray = dataclasses.replace(placement, transport="ray")
+    with open_parties(inits, on_ray) as group:  # joins / starts Ray first
         host = server_host()
         tls = TrialTLS.issue(host, len(inits))
         with federated_server(len(inits), host, tls) as address:
             joins = [Join(address, len(inits), tls.clients[init.rank]) for init in inits]
-            args = [(join, params, rounds) for join in joins]
-            return transport.call("fit", args, training=True)
+            return group.call_many([(k, "fit", (join, params, rounds))
+                                    for k, join in enumerate(joins)])  # fmt: skip
 
 
 # The server child: xgboost's tracker, exiting when its parent (the trial) goes away, so a
