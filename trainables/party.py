@@ -121,6 +121,20 @@ def hook_registry(family: str) -> Any:
     raise ConfigError(f"hook family {family!r} is not one of: defense, codec")
 
 
+def attach_requested(party: Any, init: Any) -> None:
+    """What the trial asked of a party (any kind whose init has ``record``, ``install`` and
+    ``hooks``): a message log, training-time attacks, then the hook stack in order."""
+    from trainables.attacks import ATTACKS
+    from trainables.hooks import MessageLog
+
+    if init.record:
+        party.hooks.append(MessageLog())
+    for name, params, aux in init.install:
+        ATTACKS.create(name, **params).install(party, aux)  # type: ignore[attr-defined]
+    for family, name, params in init.hooks:
+        hook_registry(family).create(name, **params).attach(party)  # type: ignore[attr-defined]
+
+
 def as_tensor(payload: object, device: torch.device) -> torch.Tensor:
     """A received payload as a tensor; copies read-only buffers (Ray hands those out)."""
     arr = np.asarray(payload)
@@ -169,16 +183,7 @@ class Party:
         self._attach(init)
 
     def _attach(self, init: PartyInit) -> None:
-        """Message log and training-time attacks, as the trial asked for this party."""
-        from trainables.attacks import ATTACKS
-        from trainables.hooks import MessageLog
-
-        if init.record:
-            self.hooks.append(MessageLog())
-        for name, params, aux in init.install:
-            ATTACKS.create(name, **params).install(self, aux)  # type: ignore[attr-defined]
-        for family, name, params in init.hooks:
-            hook_registry(family).create(name, **params).attach(self)  # type: ignore[attr-defined]
+        attach_requested(self, init)
 
     @property
     def active_id(self) -> int:

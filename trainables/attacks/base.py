@@ -38,6 +38,9 @@ class AttackInfo:
     aux_labels_total: int = 0  # or a total, spread evenly over the classes (MC: 80)
     aux_feature_fraction: float = 0.0  # share of training rows whose peer features it knows
     query_model: bool = False  # may query the released trained model (GRN's setting)
+    # reads the exchanged embeddings / gradients as per-class scores (aggVFL's bottoms
+    # output C logits): meaningless where a kind exchanges wider representations
+    logit_embeddings: bool = False
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,9 @@ def invert(
 
 class BatchLabelInference(Attack):
     name = "bli"
-    info = AttackInfo(type="LI", role="passive", training_time=False, needs_messages=True)
+    info = AttackInfo(
+        type="LI", role="passive", training_time=False, needs_messages=True, logit_embeddings=True
+    )
     defaults: ClassVar[dict[str, Any]] = {
         "lr": 0.05,  # VFLAIR
         "steps": 10000,  # VFLAIR; at most, see ``patience``

@@ -16,7 +16,9 @@ from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
 
 class DirectLabelInference(Attack):
     name = "dli"
-    info = AttackInfo(type="LI", role="passive", training_time=False, needs_messages=True)
+    info = AttackInfo(
+        type="LI", role="passive", training_time=False, needs_messages=True, logit_embeddings=True
+    )
 
     def run(self, view: PartyView) -> LabelGuess:
         guessed: dict[int, int] = {}

@@ -29,8 +29,20 @@ class HSSLKind(TrialKind):
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
         return variants.hssl_incompatibility(spec, data_dir)
 
-    # attack_incompatibility: the base's. Fine-tuning parties are ordinary NN parties, so
-    # every NN attack runs on them; only other families' attacks (trees) are refused.
+    def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
+        """Fine-tuning parties are ordinary NN parties, so NN attacks run on them; refused:
+        other families' attacks (trees), and attacks that read the exchanged messages as
+        per-class scores (DLI, BLI): here they are representations of width emb x towers."""
+        from trainables.attacks import ATTACKS
+
+        if ATTACKS.get(attack).info.logit_embeddings:
+            return (
+                f"attack {attack!r} reads the exchanged embeddings and gradients as per-class "
+                f"scores (aggVFL bottoms with n_classes outputs); ssl_variant="
+                f"{spec.ssl_variant!r} exchanges representations of width emb x towers, so its "
+                "guesses would mean nothing"
+            )
+        return super().attack_incompatibility(spec, attack)
 
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainables.data import Dataset, Scaler, load_dataset
+from trainables.data import Dataset, Scaler
 from trainables.errors import ConfigError
 from trainables.kinds.base import AttackSpec, TrialKind
 from trainables.records import Record
@@ -105,12 +105,7 @@ class PaillierLRKind(TrialKind):
             raise ConfigError(reason)
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
-        try:
-            self.check(spec)
-        except ConfigError as err:
-            return str(err)
-        ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
-        return tree_run.rows_refusal(spec, ds)
+        return tree_run.checked_rows_refusal(self.check, spec, data_dir)
 
     def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
         return tree_run.attack_refusal(spec, attack)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainables.data import Dataset, load_dataset
-from trainables.errors import ConfigError
+from trainables.data import Dataset
 from trainables.kinds.base import AttackSpec, TrialKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
@@ -34,12 +33,7 @@ class TreeKind(TrialKind):
         tree_run.tree_check(spec)
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
-        try:
-            tree_run.tree_check(spec)
-        except ConfigError as err:
-            return str(err)
-        ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
-        return tree_run.rows_refusal(spec, ds)
+        return tree_run.checked_rows_refusal(self.check, spec, data_dir)
 
     def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
         return tree_run.attack_refusal(spec, attack)

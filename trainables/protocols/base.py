@@ -18,7 +18,7 @@ from trainables.errors import ConfigError
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty
 from trainables.registry import Registry
-from trainables.transport.base import Pending, Transport
+from trainables.transport.base import CommStats, Pending, Transport
 
 PROTOCOLS: Registry = Registry("protocol")
 
@@ -39,6 +39,23 @@ class TrainResult:
     eval_bytes: int = 0  # evaluation traffic; never part of comm_bytes
     rounds_to_target: int | None = None  # first epoch-end round count with MP >= target
     mp_by_epoch: tuple[float, ...] = ()  # test MP after each epoch (only with a target)
+
+    @classmethod
+    def from_stats(
+        cls, stats: CommStats, *, comm_bytes: int | None = None, **measured: Any
+    ) -> TrainResult:
+        """A result whose rounds, bytes and transport timings are ``stats``' (every
+        protocol counts at its transport); ``comm_bytes`` overrides the training bytes."""
+        return cls(
+            rounds=stats.rounds,
+            comm_bytes=stats.comm_bytes if comm_bytes is None else comm_bytes,
+            submit_seconds=stats.submit_seconds,
+            wait_seconds=stats.wait_seconds,
+            bytes_up=stats.bytes_up,
+            bytes_down=stats.bytes_down,
+            eval_bytes=stats.eval_bytes,
+            **measured,
+        )
 
 
 class Protocol:
@@ -125,18 +142,11 @@ class Protocol:
             curve.append(mp)
             if reached is None and mp >= target_mp:
                 reached = len(refs)
-        stats = transport.stats
-        return TrainResult(
+        return TrainResult.from_stats(
+            transport.stats,
             mp=mp,
-            rounds=stats.rounds,
-            comm_bytes=stats.comm_bytes,
             train_seconds=seconds,
             final_loss=active.last_loss,
-            submit_seconds=stats.submit_seconds,
-            wait_seconds=stats.wait_seconds,
-            bytes_up=stats.bytes_up,
-            bytes_down=stats.bytes_down,
-            eval_bytes=stats.eval_bytes,
             rounds_to_target=reached,
             mp_by_epoch=tuple(curve),
         )

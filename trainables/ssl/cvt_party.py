@@ -23,7 +23,7 @@ from trainables.models import build_bottom
 from trainables.party import (
     PartyConfig,
     as_tensor,
-    hook_registry,
+    attach_requested,
     receive_through,
     resolve_device,
     send_through,
@@ -167,15 +167,7 @@ class CvtParty:
 
     def _attach(self, init: CvtPartyInit) -> None:
         """Message log, training-time attacks and hooks, as the trial asked (as ``Party``)."""
-        from trainables.attacks import ATTACKS
-        from trainables.hooks import MessageLog
-
-        if init.record:
-            self.hooks.append(MessageLog())
-        for name, params, aux in init.install:
-            ATTACKS.create(name, **params).install(self, aux)  # type: ignore[attr-defined]
-        for family, name, params in init.hooks:
-            hook_registry(family).create(name, **params).attach(self)  # type: ignore[attr-defined]
+        attach_requested(self, init)
 
     def parameters(self) -> list[nn.Parameter]:
         return [*self.unique.parameters(), *self.shared.parameters()]

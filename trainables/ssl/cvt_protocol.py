@@ -71,18 +71,12 @@ class CvtProtocol(Protocol):
             curve.append(mp)
             if reached is None and mp >= target_mp:
                 reached = total
-        stats = transport.stats
-        return TrainResult(
+        return TrainResult.from_stats(
+            transport.stats,
+            comm_bytes=transport.stats.comm_bytes + test_bytes,
             mp=mp,
-            rounds=stats.rounds,
-            comm_bytes=stats.comm_bytes + test_bytes,
             train_seconds=seconds,
             final_loss=float(active.last_loss),
-            submit_seconds=stats.submit_seconds,
-            wait_seconds=stats.wait_seconds,
-            bytes_up=stats.bytes_up,
-            bytes_down=stats.bytes_down,
-            eval_bytes=stats.eval_bytes,
             rounds_to_target=reached,
             mp_by_epoch=tuple(curve),
         )

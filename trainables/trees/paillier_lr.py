@@ -302,17 +302,12 @@ class PaillierLR(Protocol):
             "relay_bytes": relay_bytes,
             **holder.call("crypto_stats", [()], training=False)[0],
         }
-        return LRTrainResult(
-            mp=float((pred == y_test).mean()),
-            rounds=stats.rounds,
+        return LRTrainResult.from_stats(  # type: ignore[return-value]
+            stats,
             comm_bytes=stats.comm_bytes - relay_bytes,
+            mp=float((pred == y_test).mean()),
             train_seconds=seconds,
             final_loss=float("nan"),  # the protocol never computes the loss (only dL/dz)
-            submit_seconds=stats.submit_seconds,
-            wait_seconds=stats.wait_seconds,
-            bytes_up=stats.bytes_up,
-            bytes_down=stats.bytes_down,
-            eval_bytes=stats.eval_bytes,
             extra=extra,
             test_logits=logits,
         )

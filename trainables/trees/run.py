@@ -130,6 +130,17 @@ def rows_refusal(spec: TrialSpec, ds: Dataset) -> str | None:
     return None
 
 
+def checked_rows_refusal(
+    check: Callable[[TrialSpec], None], spec: TrialSpec, data_dir: str | Path | None
+) -> str | None:
+    """A tree kind's ``incompatibility``: its ``check``'s refusal, else ``rows_refusal``."""
+    try:
+        check(spec)
+    except ConfigError as err:
+        return str(err)
+    return rows_refusal(spec, load_dataset(spec.dataset, data_dir, **spec.dataset_params))
+
+
 def attack_refusal(spec: TrialSpec, name: str) -> str | None:
     """Why attack ``name`` cannot be evaluated on a tree / Paillier model, or None."""
     from trainables.attacks import ATTACKS
