@@ -10,6 +10,7 @@ from __future__ import annotations
 from trainables.errors import ConfigError
 from trainables.kinds.base import AttackSpec, TrialKind
 from trainables.kinds.fedcvt import FedCVTKind
+from trainables.kinds.fedssl import FedSSLKind
 from trainables.kinds.hssl import HSSLKind
 from trainables.kinds.nn import NNKind
 from trainables.kinds.paillier_lr import PaillierLRKind
@@ -21,6 +22,7 @@ TRIAL_KINDS: Registry[TrialKind] = Registry("trial kind")
 TRIAL_KINDS.register("nn", NNKind())
 TRIAL_KINDS.register("hssl", HSSLKind())
 TRIAL_KINDS.register("fedcvt", FedCVTKind())
+TRIAL_KINDS.register("fedssl", FedSSLKind())
 TRIAL_KINDS.register("tree", TreeKind())
 TRIAL_KINDS.register("paillier_lr", PaillierLRKind())
 

@@ -1,0 +1,106 @@
+"""FedSSL / FedSSL-DP against Supervise, Pseudo and the L-MixUp ablation, reduced grid.
+
+``python -m benchmarks.fedssl [--seeds 3] [--labels 300 100] [--rounds 20] [--all-eps]``
+prints ONE JSON object: per label budget and arm (variant, ε), mean and std over seeds of
+the final test accuracy, ε spent, the round the budget stopped labeled access, and the
+paper's directions checked on those means (a "greater" needs a gap above 0.02 and FedSSL
+above chance + 0.1, so two chance-level arms never "confirm" anything). ``--all-eps``
+adds ε = 4 and 16 to ε = 8 (566 s measured for that full grid).
+Settings: digits (1,437 train / 360 test rows), (N_S, N_Q) = (2, 6), local batch 16,
+Adam lr 0.002, 10 local steps, every other option at its default
+(``trainables/fedssl/options.py``). Each finished run goes to stderr.
+Why digits: the grid fits in minutes on one shared core; the paper's MNIST grid is
+``search_spaces/fedssl.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+from trainables.spec import TrialSpec
+from trainables.trial import run_trial
+
+MARGIN = 0.02  # a direction "holds" only with a gap above seed noise at this size
+ARMS: tuple[tuple[str, str, float | None], ...] = (
+    ("fedssl", "fedssl", None),
+    ("fedssl_dp_eps8", "fedssl_dp", 8.0),
+    ("fedssl_supervised", "fedssl_supervised", None),
+    ("fedssl_pseudo", "fedssl_pseudo", None),
+    ("fedssl_lmix", "fedssl_lmix", None),
+)
+
+
+def one_run(variant: str, eps: float | None, labels: int, seed: int, rounds: int) -> dict[str, Any]:
+    params: dict[str, Any] = {"n_support": 2, "n_query": 6}
+    if eps is not None:
+        params["epsilon"] = eps
+    spec = TrialSpec.build(
+        dataset="digits", ssl_variant=variant, n_parties=9, n_labeled=labels, epochs=rounds,
+        batch_size=16, lr=0.002, optimizer="adam", seed=seed, model_params=params,
+    )  # fmt: skip
+    rec = run_trial(spec)[0]
+    extra = json.loads(rec.extra)
+    return {
+        "mp": rec.mp,
+        "epsilon": rec.epsilon,
+        "dp_stop_round": extra.get("dp_stop_round"),
+        "seconds": rec.train_seconds,
+    }
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": round(statistics.mean(values), 4), "std": round(sd, 4)}
+
+
+EXTRA_EPS = (("fedssl_dp_eps4", "fedssl_dp", 4.0), ("fedssl_dp_eps16", "fedssl_dp", 16.0))
+
+
+def directions(arms: dict[str, Any], n_classes: int = 10) -> dict[str, bool]:
+    """The paper's claims, checked on the means of this run."""
+    acc = {k: v["acc"]["mean"] for k, v in arms.items()}
+    learns = acc["fedssl"] > 1 / n_classes + 0.1
+    return {
+        "fedssl_above_chance": learns,
+        "fedssl_gt_pseudo": learns and acc["fedssl"] - acc["fedssl_pseudo"] > MARGIN,
+        "fedssl_gt_supervised": learns and acc["fedssl"] - acc["fedssl_supervised"] > MARGIN,
+        "dp_eps8_within_0.03": learns and abs(acc["fedssl"] - acc["fedssl_dp_eps8"]) <= 0.03,
+        "lmix_below_fedssl": learns and acc["fedssl"] - acc["fedssl_lmix"] > MARGIN,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--labels", type=int, nargs="+", default=[300, 100])
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--all-eps", action="store_true", help="also ε = 4 and 16")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    out: dict[str, Any] = {"dataset": "digits", "n_support": 2, "n_query": 6}
+    out["rounds"], out["seeds"], out["by_labels"] = args.rounds, args.seeds, {}
+    for labels in args.labels:
+        arms: dict[str, Any] = {}
+        for name, variant, eps in ARMS + (EXTRA_EPS if args.all_eps else ()):
+            runs = [one_run(variant, eps, labels, s, args.rounds) for s in range(args.seeds)]
+            print(json.dumps({"labels": labels, "arm": name, "runs": runs}), file=sys.stderr)
+            arms[name] = {"acc": summary([r["mp"] for r in runs])}
+            if eps is not None:
+                arms[name]["epsilon_spent"] = summary([r["epsilon"] for r in runs])
+                arms[name]["dp_stop_round"] = [r["dp_stop_round"] for r in runs]
+        out["by_labels"][str(labels)] = {"arms": arms, "directions": directions(arms)}
+    out["wall_seconds"] = round(time.perf_counter() - start, 1)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

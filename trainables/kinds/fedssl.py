@@ -1,0 +1,61 @@
+"""FedSSL / FedSSL-DP and their baselines (``ssl_variant: fedssl*``): horizontal
+semi-supervised FL over support agents, query agents and a server (``trainables/fedssl``).
+
+Options are ``model_params`` (``trainables/fedssl/options.py``); ``epochs`` is the number
+of communication rounds; ``n_parties`` is N_S + N_Q + 1 (the server is a party too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainables.data import Dataset, load_dataset
+from trainables.errors import ConfigError
+from trainables.fedssl.options import VARIANTS, option_incompatibility, options_of
+from trainables.kinds.base import AttackSpec, TrialKind
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
+
+
+class FedSSLKind(TrialKind):
+    name = "fedssl"
+    ssl_variants = tuple(VARIANTS)
+    takes_model_params = True
+
+    def check(self, spec: TrialSpec) -> None:
+        from trainables.data import DATASETS
+
+        DATASETS.get(spec.dataset)
+        options_of(spec)
+
+    def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
+        reason = option_incompatibility(spec)
+        if reason is not None:
+            return reason
+        from trainables.fedssl.data import split_rows
+
+        ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+        if ds.image_shape is None:
+            return f"dataset {spec.dataset!r} has no images; FedSSL's G and augmentation need them"
+        try:
+            split_rows(ds.y_train, int(spec.n_labeled), options_of(spec), spec.seed)  # type: ignore[arg-type]
+        except ConfigError as err:
+            return str(err)
+        return None
+
+    def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
+        return f"attack {attack!r} is not evaluated on ssl_variant={spec.ssl_variant!r}"
+
+    def run(
+        self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
+    ) -> list[Record]:
+        from trainables.fedssl.trial import run_fedssl
+
+        if attacks:
+            raise ConfigError(f"ssl_variant={spec.ssl_variant!r} does not evaluate attacks")
+        reason = option_incompatibility(spec)
+        if reason is not None:
+            raise ConfigError(reason)
+        return run_fedssl(spec, ds, placement)
