@@ -238,7 +238,7 @@ def _start_actors(n: int, resources: PartyResources) -> _ActorSet:
         pg, bundles = None, [0] * n  # a coordinator that reserves nothing, outside Tune
     else:
         pg = own_pg = placement_group([resources.bundle()] * n)
-        ray.get(pg.ready())
+        _wait_ready(pg, n, resources)
         bundles = list(range(n))
     actors = [
         PartyActor.options(
@@ -257,6 +257,29 @@ def _start_actors(n: int, resources: PartyResources) -> _ActorSet:
         for i in range(n)
     ]
     return _ActorSet(actors, own_pg, tuple(bundles), None if current is None else current.id.hex())
+
+
+# How long a trial's own placement group may wait for its CPUs, after idle warm actors
+# (which hold CPUs between trials) were stopped to make room: then it fails, naming what
+# it asked for, instead of waiting forever.
+PG_WAIT_S = 120.0
+
+
+def _wait_ready(pg: PlacementGroup, n: int, resources: PartyResources) -> None:
+    try:
+        ray.get(pg.ready(), timeout=2.0)
+        return
+    except ray.exceptions.GetTimeoutError:
+        release_warm_actors()  # idle pooled actors may hold what this group needs
+    try:
+        ray.get(pg.ready(), timeout=PG_WAIT_S)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(pg)
+        raise RuntimeError(
+            f"{n} party actors of {resources.bundle()} each could not be placed within "
+            f"{PG_WAIT_S:g} s; Ray has {ray.available_resources()} free of "
+            f"{ray.cluster_resources()}: use a smaller cpu_per_party or a bigger Ray"
+        ) from None
 
 
 def _release_bundles(actor_set: _ActorSet) -> None:
