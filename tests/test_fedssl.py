@@ -217,3 +217,45 @@ def test_supervised_baseline_never_trains_query_agents_and_sends_f_only() -> Non
     assert [a["rounds"] for a in result.access] == [[0, 1], [0, 1], [], []]
     n_f = Evaluator(ds).n_f
     assert result.comm_bytes == 2 * 2 * 2 * 4 * n_f  # rounds x agents x (down + up) x float32
+
+
+@pytest.mark.parametrize("variant", ["fedssl", "fedssl_dp"])
+def test_warmup_rounds_train_the_support_agents_only(variant: str) -> None:
+    over = {"warmup": 2, "epsilon": 50.0} if variant == "fedssl_dp" else {"warmup": 2}
+    spec = spec_of(variant, epochs=3, model_params=over)
+    ds = load_dataset("digits")
+    prepared = prepare(spec, ds)
+    with open_parties(prepared.inits, LOCAL) as group:
+        result = run_rounds(group, prepared.plan, Evaluator(ds))
+    assert [a["rounds"] for a in result.access[:4]] == [[0, 1, 2]] * 2 + [[2]] * 2
+    extra = json.loads(record_of(spec, prepared, result).extra)
+    assert extra["warmup"] == 2 and extra["labeled_access_rounds"] == [0, 1, 2]
+
+
+def test_a_threshold_no_row_reaches_leaves_the_query_agents_f_untouched() -> None:
+    spec = spec_of("fedssl_pseudo", model_params={"threshold": 0.99})
+    prepared = prepare(spec, load_dataset("digits"))
+    agent = prepared.inits[2].build()  # a query agent; the initial F is ~uniform (< 0.99)
+    server = prepared.inits[-1].build()
+    out = agent.local_round(server.global_message(), 0)
+    assert np.array_equal(out.payload, server.global_model)  # no pseudo-label kept, no step
+    loose = prepare(spec_of("fedssl_pseudo"), load_dataset("digits")).inits
+    moved = loose[2].build().local_round(loose[-1].build().global_message(), 0)
+    assert not np.array_equal(moved.payload, server.global_model)  # threshold 0: it trains
+
+
+def test_real_mix_input_is_the_row_itself_at_lambda_one() -> None:
+    from trainables.fedssl.local import Ctx, gmix_step
+
+    spec = spec_of("fedssl", model_params={"mix_input": "real", "alpha": 0.01})
+    prepared = prepare(spec, load_dataset("digits"))
+    agent = prepared.inits[0].build()  # a support agent
+    seen: list[torch.Tensor] = []
+    agent.models["F"].register_forward_hook(lambda _m, inp, _o: seen.append(inp[0].detach()))
+    ctx = agent._ctx(0)
+    assert isinstance(ctx, Ctx) and ctx.mix_real
+    x, p = agent.x[:16], torch.nn.functional.one_hot(agent.y[:16], 10).float()
+    lam = torch.as_tensor(np.random.default_rng([3, 0, 0, 7]).beta(0.01, 0.01, 16))
+    gmix_step(agent.models, agent._optimizers(), x, p, ctx, None)
+    ones = lam > 0.999  # Beta(0.01, 0.01): nearly every λ is 0 or 1
+    assert ones.any() and torch.allclose(seen[0][ones], x[ones], atol=1e-2)

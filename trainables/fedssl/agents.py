@@ -9,6 +9,7 @@ never see one another: every model vector goes through the driver's transport.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +69,10 @@ class Agent:
         state = np.random.SeedSequence([c.seed, self.party_id, round_]).generate_state(1)
         gen = torch.Generator().manual_seed(int(state[0]))
         rng = np.random.default_rng([c.seed, self.party_id, round_, 7])
-        return Ctx(c.n_classes, o.z_dim, o.alpha, o.sharpen, o.augment_k, c.image_shape, gen, rng)
+        return Ctx(
+            c.n_classes, o.z_dim, o.alpha, o.sharpen, o.augment_k, o.threshold,
+            o.mix_input == "real", c.image_shape, gen, rng,
+        )  # fmt: skip
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """Fresh each round (FedAvg averages weights, not optimizer state): ``spec.optimizer``
@@ -140,6 +144,9 @@ class SupportAgent(Agent):
                 for step in (greg_step, gmix_step):
                     rows = self._poisson(ctx) if pg is not None else self._batch(ctx)
                     step(m, opt, self.x[rows], self._onehot(rows), ctx, pg)
+                if self.config.opts.support_ce:  # F only: Alg. 2's "normal update on F"
+                    rows = self._batch(ctx)
+                    supervised_step(m["F"], opt["F"], self.x[rows], self._onehot(rows))
             elif v == "fedssl_lmix":
                 rows = self._batch(ctx)
                 lmix_step(m["F"], opt["F"], self.x[rows], self._onehot(rows), ctx)
@@ -163,19 +170,23 @@ class SupportAgent(Agent):
 
 
 class QueryAgent(Agent):
-    """Q-agent: unlabeled rows only; G-MixUp with sharpened pseudo-labels (Eq. 5)."""
+    """Q-agent: unlabeled rows only; G-MixUp with sharpened pseudo-labels (Eq. 5) guessed
+    by the round's global F (a frozen copy: the local F's own drift does not feed back)."""
 
     def _train(self, opt: dict[str, torch.optim.Optimizer], ctx: Ctx, private: bool) -> None:
         v, m = self.config.variant, self.models
+        teacher = copy.deepcopy(m["F"]).eval()  # the global F this round started from
         for _ in range(self.config.opts.local_steps):
-            if v in GENERATIVE:
-                for step in (greg_step, gmix_step):
-                    u = self.x[self._batch(ctx)]
-                    step(m, opt, u, pseudo_labels(m["F"], u, ctx), ctx, None)
-            else:
+            steps = (greg_step, gmix_step) if v in GENERATIVE else (None,)
+            for step in steps:
                 u = self.x[self._batch(ctx)]
-                q = pseudo_labels(m["F"], u, ctx)
-                if v == "fedssl_lmix":
+                q, keep = pseudo_labels(teacher, u, ctx)
+                u, q = u[keep], q[keep]  # (B', d), (B', C): the confident rows
+                if len(u) == 0:
+                    continue
+                if step is not None:
+                    step(m, opt, u, q, ctx, None)
+                elif v == "fedssl_lmix":
                     lmix_step(m["F"], opt["F"], u, q, ctx)
                 else:
                     supervised_step(m["F"], opt["F"], u, q)

@@ -28,6 +28,8 @@ class Ctx:
     alpha: float
     sharpen: float
     augment_k: int
+    threshold: float  # 0: every pseudo-label is kept (the paper)
+    mix_real: bool  # G-MixUp's x̂ = λ x1 + (1 - λ) G(λ = 0) instead of G(λ)
     image_shape: tuple[int, int] | None
     gen: torch.Generator  # z, class draws, augmentations
     rng: np.random.Generator  # λ ~ Beta(α, α)
@@ -52,13 +54,16 @@ def draw_mix(ctx: Ctx, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return lam, p2, z
 
 
-def pseudo_labels(f: nn.Module, u: torch.Tensor, ctx: Ctx) -> torch.Tensor:
-    """Sharpened mean prediction over K augmented views (Sec. 3.3): (B, C)."""
+def pseudo_labels(f: nn.Module, u: torch.Tensor, ctx: Ctx) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sharpened mean prediction over K augmented views (Sec. 3.3), (B, C), and which rows
+    keep theirs (B,) bool: all unless ``ctx.threshold`` > 0 (then the mean's max >= it).
+    ``f`` is the round's global model ("given a trained model w"), frozen for the round."""
     with torch.no_grad():
         views = [augment(u, ctx.gen) for _ in range(ctx.augment_k)]
         mean = torch.stack([nnf.softmax(f(v), dim=1) for v in views]).mean(dim=0)
         sharp = mean.pow(ctx.sharpen)
-        return sharp / sharp.sum(dim=1, keepdim=True)
+        keep = mean.max(dim=1).values >= ctx.threshold
+        return sharp / sharp.sum(dim=1, keepdim=True), keep
 
 
 def _backward(losses: torch.Tensor, private: bool) -> None:
@@ -113,8 +118,13 @@ def gmix_step(
     g = private.module if private is not None else m["G"]
     lam, p2, z = draw_mix(ctx, len(x))
     pmix = lam[:, None] * p + (1 - lam[:, None]) * p2
+    if ctx.mix_real:  # the row itself blended with G's class-c2 sample
+        lam_ = lam[:, None]  # (B, 1)
+        xhat = lam_ * x + (1 - lam_) * g(x, p, p2, z, torch.zeros(len(x)))
+    else:
+        xhat = g(x, p, p2, z, lam)  # (B, d)
     opt["F"].zero_grad(set_to_none=True)
-    _g_update(soft_ce(m["F"](g(x, p, p2, z, lam)), pmix), m, opt, private, also_f=len(x))
+    _g_update(soft_ce(m["F"](xhat), pmix), m, opt, private, also_f=len(x))
 
 
 def _g_update(

@@ -5,6 +5,9 @@ planner's ``incompatibility`` and the trial itself must agree on one reading of 
 options; every bad value is a ConfigError naming ``model_params.<key>`` and what is
 allowed. Defaults are the paper's where it states them (δ = 1e-5, ε budget 8, FedAvg
 weights n_k / n, g(λ) realism weighting, sharpening Z > 1, the two agent settings).
+``threshold``, ``warmup``, ``mix_input: real`` and ``support_ce`` go beyond the paper and
+are off by default: at the paper's settings pseudo-labels from an untrained, under-confident
+F collapse every pseudo-labelling arm to chance (README "Private semi-supervised FL").
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ VARIANTS: dict[str, str] = {
 GENERATIVE = ("fedssl", "fedssl_dp")  # variants that train D and G
 SPLITS = ("iid", "noniid")
 FEDAVG = ("rows", "uniform")
+MIX_INPUTS = ("generator", "real")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,11 @@ class FedSSLOptions:
     fedavg: str = "rows"  # FedAvg weights: n_k / n (paper) or 1 / K
     max_unlabeled: int = 0  # 0: every unlabeled training row; else at most this many
     rampup: int = 0  # rounds over which the query agents' FedAvg weight grows 0 -> 1
+    # beyond the paper (default off): see README "Private semi-supervised FL"
+    threshold: float = 0.0  # keep a pseudo-label only if the global F's max prob >= this
+    warmup: int = 0  # first rounds with the support agents only (no pseudo-labels yet)
+    support_ce: int = 0  # 1: S-agents also step F on CE of their own rows (as Supervise)
+    mix_input: str = "generator"  # x̂ = G(x1, p1, p2, z, λ); "real": λ x1 + (1 - λ) G(λ = 0)
 
     @property
     def n_agents(self) -> int:
@@ -78,6 +87,10 @@ ALLOWED: dict[str, tuple[str, Any]] = {
     "fedavg": (" or ".join(FEDAVG), lambda v: v in FEDAVG),
     "max_unlabeled": _int_at_least(0),
     "rampup": _int_at_least(0),
+    "threshold": ("a number in [0, 1)", lambda v: isinstance(v, int | float) and 0 <= v < 1),
+    "warmup": _int_at_least(0),
+    "support_ce": ("0 or 1", lambda v: v in (0, 1)),
+    "mix_input": (" or ".join(MIX_INPUTS), lambda v: v in MIX_INPUTS),
 }
 assert set(ALLOWED) == {f.name for f in fields(FedSSLOptions)}
 

@@ -35,6 +35,7 @@ class RoundPlan:
     weights: dict[int, float]
     private: bool  # FedSSL-DP's sequential, budgeted support phase
     rampup: int = 0  # query agents' weight x min(1, t / rampup) (MixMatch's ramp-up)
+    warmup: int = 0  # rounds t < warmup train the support agents only
     target_mp: float | None = None
 
 
@@ -65,6 +66,8 @@ def run_rounds(
     """Train ``plan.rounds`` communication rounds; ``evaluate`` scores each global model."""
     agents = (*plan.support, *plan.query)
     wires = {"all": group.transport(agents)}
+    if plan.warmup and plan.query and not plan.private:
+        wires["support"] = group.transport(list(plan.support))
     if plan.private:
         wires |= {f"s{k}": group.transport([k]) for k in plan.support}
         wires["query"] = group.transport(plan.query)
@@ -76,8 +79,10 @@ def run_rounds(
         if plan.private:
             ups, weights = _private_round(group, plan, wires, blocks, msg, t)
         else:
-            ups = _send(wires["all"], [(msg, t)] * len(agents), new_round=True)
-            weights = [_weight(plan, k, t) for k in agents]
+            now = plan.support if t < plan.warmup else agents
+            wire = wires["support"] if t < plan.warmup else wires["all"]
+            ups = _send(wire, [(msg, t)] * len(now), new_round=True)
+            weights = [_weight(plan, k, t) for k in now]
         group.call(plan.server, "aggregate", ups, weights)
         msg = group.call(plan.server, "global_message")
         accs.append(evaluate(msg))
@@ -97,6 +102,7 @@ def _weight(plan: RoundPlan, k: int, t: int) -> float:
     """FedAvg weight of agent k in round t: query agents ramp up linearly over
     ``plan.rampup`` rounds (Adam ignores a loss weight, so MixMatch's ramp of the
     unlabeled loss becomes a ramp of the unlabeled agents' share of the average)."""
+    t = t - plan.warmup  # the ramp starts when the query agents join
     ramp = 1.0 if k in plan.support or plan.rampup == 0 else min(1.0, t / plan.rampup)
     return plan.weights[k] * ramp
 
@@ -112,6 +118,8 @@ def _private_round(
             break  # out of budget: no labeled access from here on (the ledger remembers)
         current = _send(wires[f"s{k}"], [(current, t, True)], new_round)[0]
         new_round, chain_weight = False, chain_weight + plan.weights[k]
+    if t < plan.warmup:  # support agents only this round
+        return ([current], [1.0]) if chain_weight > 0 else ([msg], [1.0])
     ups = _send(wires["query"], [(current, t)] * len(plan.query), new_round)
     weights = [_weight(plan, k, t) for k in plan.query]
     if chain_weight > 0:

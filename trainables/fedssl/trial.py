@@ -64,7 +64,7 @@ def prepare(spec: TrialSpec, ds: Dataset) -> Prepared:
         support=tuple(range(opts.n_support)),
         query=() if spec.ssl_variant == "fedssl_supervised" else queries,
         server=server, weights=weights, private=spec.ssl_variant == "fedssl_dp",
-        target_mp=spec.target_mp, rampup=opts.rampup,
+        target_mp=spec.target_mp, rampup=opts.rampup, warmup=opts.warmup,
     )  # fmt: skip
     return Prepared(inits, plan, opts)
 
@@ -129,6 +129,11 @@ def extra_of(
         "split": opts.split,
         "fedavg": opts.fedavg,
         "local_steps": opts.local_steps,
+        "threshold": opts.threshold,
+        "warmup": opts.warmup,
+        "mix_input": opts.mix_input,
+        "support_ce": opts.support_ce,
+        "rampup": opts.rampup,
         "rows_support": [len(i.x) for i in inits if isinstance(i, SupportInit)],
         "rows_query": [len(i.x) for i in inits if isinstance(i, QueryInit)],
         "acc_by_round": [round(a, 4) for a in result.acc_by_round],
