@@ -62,9 +62,9 @@ def test_variant_names_and_checks() -> None:
     with pytest.raises(ConfigError, match="fedbcd"):
         check_names(spec_for("hssl_byol", protocol="fedbcd", protocol_params={"q": 0}))
     spec = spec_for("hssl_byol")
-    assert (
-        attack_incompatibility(spec, "dli") is None and attack_incompatibility(spec, "tbm") is None
-    )
+    assert attack_incompatibility(spec, "tbm") is None
+    assert attack_incompatibility(spec, "ns") is None
+    assert "per-class scores" in (attack_incompatibility(spec, "dli") or "")  # width emb x towers
     assert "tree" in (attack_incompatibility(spec, "tree_grad_li") or "")
 
 
@@ -226,8 +226,8 @@ def test_finetune_picks_lr_on_validation_rows_only() -> None:
 def test_defended_and_attacked_trial_records_applications_and_aps() -> None:
     spec = spec_for("hssl_simsiam", defense="gdp", defense_param=0.1,
                     stack=[{"name": "mid", "strength": 0.01}])  # fmt: skip
-    records = run_trial(spec, attacks=[("pmc", {"preset": "fast"}), ("dli", {}), ("nsb", {})])
-    assert [r.attack for r in records] == ["none", "pmc", "dli", "nsb"]
+    records = run_trial(spec, attacks=[("pmc", {"preset": "fast"}), ("ns", {}), ("nsb", {})])
+    assert [r.attack for r in records] == ["none", "pmc", "ns", "nsb"]
     applied = json.loads(records[0].extra)["defense_applied"]
     assert applied["gdp"]["gradient"] > 0 and applied["mid"]["bottleneck"] > 0
     assert records[0].epsilon is not None and records[0].defense_party == "active+active"
@@ -235,6 +235,8 @@ def test_defended_and_attacked_trial_records_applications_and_aps() -> None:
         assert r.ap is not None and 0.0 <= r.ap <= 1.0, (r.attack, r.ap)
     plain = run_trial(spec_for("hssl_simsiam"))[0]
     assert plain.mp != records[0].mp and plain.rounds == records[0].rounds
+    with pytest.raises(ConfigError, match="per-class scores"):  # refused by the kind, not run
+        run_trial(spec_for("hssl_simsiam"), attacks=[("dli", {})])
 
 
 def test_fedbcd_fine_tuning_differs_from_fedsgd() -> None:

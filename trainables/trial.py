@@ -47,6 +47,10 @@ def run_trial(
     """
     kind = kind_of(spec)
     kind.check(spec)
+    for name, _ in attacks:  # the planner drops these; a direct call must not run them either
+        reason = kind.attack_incompatibility(spec, name)
+        if reason is not None:
+            raise ConfigError(reason)
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     records = kind.run(spec, ds, placement, attacks)
     ids = {"sweep": sweep, "trial_id": trial_id or spec.config_hash}
