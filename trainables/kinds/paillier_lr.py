@@ -17,13 +17,13 @@ party here runs the defense stack, and a defense that is accepted must be applie
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from trainables.data import Dataset, Scaler
 from trainables.errors import ConfigError
-from trainables.kinds.base import AttackSpec, TrialKind
+from trainables.kinds.base import AttackSpec
+from trainables.kinds.tree import TreeFamilyKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.group import open_parties
@@ -83,9 +83,8 @@ def train_lr(
     return out
 
 
-class PaillierLRKind(TrialKind):
+class PaillierLRKind(TreeFamilyKind):
     name = "paillier_lr"
-    takes_model_params = True
 
     def takes(self, spec: TrialSpec) -> bool:
         return str(spec.model) == "paillier_lr"
@@ -103,12 +102,6 @@ class PaillierLRKind(TrialKind):
         reason = tree_run.refusal(spec, LR_MESSAGES)
         if reason is not None:
             raise ConfigError(reason)
-
-    def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
-        return tree_run.checked_rows_refusal(self.check, spec, data_dir)
-
-    def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
-        return tree_run.attack_refusal(spec, attack)
 
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]

@@ -18,9 +18,21 @@ from trainables.transport.placement import Placement
 from trainables.trees import run as tree_run
 
 
-class TreeKind(TrialKind):
-    name = "tree"
+class TreeFamilyKind(TrialKind):
+    """What tree models and Paillier LR share: their options are ``model_params``, their
+    refusals come from ``check`` (then the rows), and only tree-message attacks apply."""
+
     takes_model_params = True
+
+    def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
+        return tree_run.checked_rows_refusal(self.check, spec, data_dir)
+
+    def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
+        return tree_run.attack_refusal(spec, attack)
+
+
+class TreeKind(TreeFamilyKind):
+    name = "tree"
 
     def takes(self, spec: TrialSpec) -> bool:
         tree_run.load_models()
@@ -31,12 +43,6 @@ class TreeKind(TrialKind):
 
         DATASETS.get(spec.dataset)
         tree_run.tree_check(spec)
-
-    def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
-        return tree_run.checked_rows_refusal(self.check, spec, data_dir)
-
-    def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
-        return tree_run.attack_refusal(spec, attack)
 
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
