@@ -55,13 +55,13 @@ SUPPORT_ONLY = ("fedssl_support_only", "fedssl", None)  # tuned grid only: what 
 
 def one_run(
     variant: str, eps: float | None, labels: int, seed: int, rounds: int,
-    extra: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None, dataset: str = "digits",
 ) -> dict[str, Any]:  # fmt: skip
     params: dict[str, Any] = {"n_support": 2, "n_query": 6, **(extra or {})}
     if eps is not None:
         params["epsilon"] = eps
     spec = TrialSpec.build(
-        dataset="digits", ssl_variant=variant, n_parties=9, n_labeled=labels, epochs=rounds,
+        dataset=dataset, ssl_variant=variant, n_parties=9, n_labeled=labels, epochs=rounds,
         batch_size=16, lr=0.002, optimizer="adam", seed=seed, model_params=params,
     )  # fmt: skip
     rec = run_trial(spec)[0]
@@ -101,7 +101,10 @@ def grid(args: argparse.Namespace, labels: int, tuned: bool) -> dict[str, Any]:
     every = ARMS + (EXTRA_EPS if args.all_eps else ()) + ((SUPPORT_ONLY,) if tuned else ())
     for name, variant, eps in every:
         params = TUNED.get(name, TUNED["fedssl_dp_eps8"]) if tuned else {}
-        runs = [one_run(variant, eps, labels, s, args.rounds, params) for s in range(args.seeds)]
+        runs = [
+            one_run(variant, eps, labels, s, args.rounds, params, args.dataset)
+            for s in range(args.seeds)
+        ]
         print(json.dumps({"labels": labels, "tuned": tuned, "arm": name, "runs": runs}),
               file=sys.stderr)  # fmt: skip
         arms[name] = {"acc": summary([r["mp"] for r in runs])}
@@ -118,14 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--all-eps", action="store_true", help="also ε = 4 and 16")
     p.add_argument("--no-tuned", action="store_true", help="paper defaults only")
+    p.add_argument("--only-tuned", action="store_true", help="the tuned options only")
+    p.add_argument("--dataset", default="digits", help="digits, or mnist (the 10k subset)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
-    out: dict[str, Any] = {"dataset": "digits", "n_support": 2, "n_query": 6}
+    out: dict[str, Any] = {"dataset": args.dataset, "n_support": 2, "n_query": 6}
     out["rounds"], out["seeds"], out["by_labels"] = args.rounds, args.seeds, {}
     out["tuned_options"] = TUNED
     for labels in args.labels:
-        for tuned in (False,) if args.no_tuned else (False, True):
+        for tuned in (False,) if args.no_tuned else (True,) if args.only_tuned else (False, True):
             key = f"{labels}" + ("_tuned" if tuned else "")
             arms = grid(args, labels, tuned)
             out["by_labels"][key] = {"arms": arms, "directions": directions(arms)}
