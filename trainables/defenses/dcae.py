@@ -26,7 +26,8 @@ def discretize(g: np.ndarray, bins: int) -> np.ndarray:
     if hi <= lo or bins < 2:
         return np.full_like(g, lo if bins >= 1 else 0.0)
     step = (hi - lo) / (bins - 1)
-    return (lo + np.round((g - lo) / step) * step).astype(g.dtype)
+    x = np.asarray(g, dtype=np.float64)  # in float32 a denormal step underflows to 0 (NaN)
+    return (lo + np.round((x - lo) / step) * step).astype(g.dtype)
 
 
 class DiscreteCAE(ConfusionalAutoencoder):
