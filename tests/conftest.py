@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +38,25 @@ def shared_data() -> Path:
     if path is None or not (path / "README.md").exists():
         pytest.skip("needs ../shared/datasets (present in CI; set VFLSWEEP_DATA elsewhere)")
     return path
+
+
+@pytest.fixture
+def refused_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., str]:
+    """``sweep.py --space SPACE`` must refuse the space: exit 2, no Ray start, nothing
+    written, no traceback, and stderr naming the file and every fragment. Returns stderr."""
+    from sweep_engine import runner
+    from sweep_engine.cli import main
+
+    def run(space: Path, fragments: Iterable[str] = ()) -> str:
+        results = tmp_path / "results"
+        starts = runner.START_CALLS
+        assert main(["--space", str(space), "--results", str(results)]) == 2
+        assert runner.START_CALLS == starts, "the CLI started Ray for a refused space"
+        assert not results.exists(), "something was written"
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and str(space) in err, err
+        for fragment in fragments:
+            assert fragment in err, (fragment, err)
+        return err
+
+    return run

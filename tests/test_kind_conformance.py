@@ -18,6 +18,7 @@ import pytest
 
 from trainables.attacks import ATTACKS
 from trainables.defenses import DEFENSES
+from trainables.errors import ConfigError
 from trainables.kinds import TRIAL_KINDS, kind_of
 from trainables.records import Record
 from trainables.spec import TrialSpec
@@ -95,7 +96,7 @@ def _defense_refusal(kind: str, name: str) -> str | None:
     try:
         k.check(spec)
         return k.incompatibility(spec, None)
-    except Exception as err:  # a ConfigError at check time is a refusal with its reason
+    except ConfigError as err:  # a ConfigError at check time is a refusal with its reason
         return str(err)
 
 

@@ -14,11 +14,11 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from sweep_engine import runner
 from sweep_engine.cli import main
 from sweep_engine.space import (
     AttackEntry,
@@ -47,25 +47,13 @@ def expectation(path: Path) -> tuple[list[str], bool]:
     return fragments, "# needs: no-gpu" in lines[:3]
 
 
-def run_refused(space: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    """Run the CLI on ``space``; assert exit 2, nothing written, no Ray start; the stderr."""
-    results = tmp_path / "results"
-    starts = runner.START_CALLS
-    assert main(["--space", str(space), "--results", str(results)]) == 2
-    assert runner.START_CALLS == starts, "the CLI started Ray for a refused space"
-    assert not results.exists() or not any(results.iterdir()), "something was written"
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    return captured.err
-
-
 def test_the_corpus_is_big_enough() -> None:
     assert len(FILES) >= 60
 
 
 @pytest.mark.parametrize("space", FILES, ids=[p.stem for p in FILES])
 def test_malformed_space_is_refused_with_path_value_and_allowed(
-    space: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    space: Path, refused_sweep: Callable[..., str]
 ) -> None:
     fragments, no_gpu = expectation(space)
     if no_gpu:
@@ -73,10 +61,7 @@ def test_malformed_space_is_refused_with_path_value_and_allowed(
 
         if torch.cuda.is_available():
             pytest.skip("this fault is a GPU request on a machine without one")
-    err = run_refused(space, tmp_path, capsys)
-    assert str(space) in err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
+    err = refused_sweep(space, fragments)
     assert len(err) < 2000, "an error message should not print the whole space"
 
 
@@ -102,15 +87,12 @@ ENCODED = {
 
 @pytest.mark.parametrize("case", sorted(ENCODED))
 def test_a_file_that_is_not_utf8_text_is_refused(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, tmp_path: Path, refused_sweep: Callable[..., str]
 ) -> None:
     data, fragments = ENCODED[case]
     space = tmp_path / f"{case}.yaml"
     space.write_bytes(data)
-    err = run_refused(space, tmp_path, capsys)
-    assert str(space) in err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
+    refused_sweep(space, fragments)
 
 
 def test_a_utf8_bom_is_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

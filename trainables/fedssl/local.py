@@ -45,13 +45,17 @@ def g_weight(lam: torch.Tensor) -> torch.Tensor:
     return torch.exp(torch.maximum(lam, 1 - lam) - 1)
 
 
-def draw_mix(ctx: Ctx, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """λ (B,) ~ Beta(α, α), a random class p2 (B, C) one-hot, noise z (B, z_dim)."""
+def draw_mix(
+    ctx: Ctx, p: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For labels p (B, C): λ (B,) ~ Beta(α, α), a random class p2 (B, C) one-hot, noise
+    z (B, z_dim), and the mixed label λ p + (1 - λ) p2 (B, C)."""
+    b = len(p)
     lam = torch.as_tensor(ctx.rng.beta(ctx.alpha, ctx.alpha, size=b), dtype=torch.float32)
     c2 = torch.randint(0, ctx.n_classes, (b,), generator=ctx.gen)
     p2 = nnf.one_hot(c2, ctx.n_classes).float()
     z = torch.randn((b, ctx.z_dim), generator=ctx.gen)
-    return lam, p2, z
+    return lam, p2, z, lam[:, None] * p + (1 - lam[:, None]) * p2
 
 
 def pseudo_labels(f: nn.Module, u: torch.Tensor, ctx: Ctx) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,8 +88,7 @@ def greg_step(
 ) -> None:  # fmt: skip
     """G-Reg: a D step (real (x, p) vs G's mix), then a G step on ℓ_real + ℓ_rec."""
     g = private.module if private is not None else m["G"]
-    lam, p2, z = draw_mix(ctx, len(x))
-    pmix = lam[:, None] * p + (1 - lam[:, None]) * p2  # (B, C)
+    lam, p2, z, pmix = draw_mix(ctx, p)
     w = g_weight(lam)
     if len(x):
         with torch.no_grad():
@@ -116,8 +119,7 @@ def gmix_step(
 ) -> None:  # fmt: skip
     """G-MixUp: F and G on CE(F(G((x, p), p2, z, λ)), λ p + (1 - λ) p2) (Eq. 4 / 5)."""
     g = private.module if private is not None else m["G"]
-    lam, p2, z = draw_mix(ctx, len(x))
-    pmix = lam[:, None] * p + (1 - lam[:, None]) * p2
+    lam, p2, z, pmix = draw_mix(ctx, p)
     if ctx.mix_real:  # the row itself blended with G's class-c2 sample
         lam_ = lam[:, None]  # (B, 1)
         xhat = lam_ * x + (1 - lam_) * g(x, p, p2, z, torch.zeros(len(x)))
