@@ -23,11 +23,11 @@ from trainables.trial import run_trial
 # val_iteration, MaliciousAdam's gamma and GRN's generator input, (own features, noise)).
 VFLAIR: dict[str, dict[str, Any]] = {
     "lrb": {"margin": 0.0, "test_ratio": 0.01, "poison_ratio": 0.01, "trigger_size": 4},
-    "bli": {"lr": 0.05, "steps": 10000, "init_scale": 1.0},
+    "bli": {"lr": 0.05, "steps": 10000, "init_scale": 1.0, "match_tol": 0.0},
     "tbm": {"lr": 1e-4, "epochs": 50, "batch_size": 32, "min_steps": 0},
     "amc": {"gamma_lr_scale_up": 1.0, "epochs": 25, "lr": 2e-3, "batch_size": 16},
     "pmc": {"epochs": 25, "lr": 2e-3, "batch_size": 16, "steps_per_epoch": 1024},
-    "mc": {"steps_per_epoch": 1024},
+    "mc": {"steps_per_epoch": 1024, "stop_patience": 0},
     "grn": {"epochs": 60, "batch_size": 1024, "lr": 5e-3, "condition_on_output": 0, "min_steps": 0},
     "nsb": {"noise_rate": 0.01, "noise_std": 2.0},
     "mf": {"missing_rate": 0.25},
@@ -35,11 +35,15 @@ VFLAIR: dict[str, dict[str, Any]] = {
 # the settings each preset changes (what it was measured stronger or faster with)
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "lrb": {"strong": {"margin": 15.0, "test_ratio": 1.0}},
-    "bli": {"strong": {"init_scale": 0.1}},
+    "bli": {"strong": {"init_scale": 0.1}, "converge": {"match_tol": 1e-6}},
     "tbm": {"strong": {"lr": 1e-3, "min_steps": 1500}},
-    "amc": {"strong": {"gamma_lr_scale_up": 2.0}, "fast": {"steps_per_epoch": 80}},
-    "pmc": {"fast": {"steps_per_epoch": 80}},
-    "mc": {"fast": {"steps_per_epoch": 80}},
+    "amc": {
+        "strong": {"gamma_lr_scale_up": 2.0},
+        "fast": {"steps_per_epoch": 80},
+        "converge": {"stop_patience": 2},
+    },
+    "pmc": {"fast": {"steps_per_epoch": 80}, "converge": {"stop_patience": 2}},
+    "mc": {"fast": {"steps_per_epoch": 80}, "converge": {"stop_patience": 2}},
     "grn": {"strong": {"condition_on_output": 1, "min_steps": 1000}},
 }
 

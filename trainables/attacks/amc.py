@@ -75,7 +75,7 @@ class ActiveModelCompletion(PassiveModelCompletion):
         "max_ratio": 5.0,
     }
     presets: ClassVar[dict[str, dict[str, Any]]] = {
-        **PassiveModelCompletion.presets,  # fast
+        **PassiveModelCompletion.presets,  # fast, converge
         "strong": {"gamma_lr_scale_up": 2.0},
     }
 

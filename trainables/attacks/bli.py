@@ -17,7 +17,13 @@ trained one; AP with the trained J ~0.9, on the last round 0.3-0.4). The match i
 whitened (distance in an orthonormal basis of J's range: the same information) when J
 fits in memory: ~1k steps instead of several thousand. Dummies start at N(0, 1), as
 VFLAIR's; preset ``strong`` starts them near uniform at 0.1 * N(0, 1): AP 0.97-1.0
-instead of 0.89-0.98. Early stop once no label changed for ``patience`` steps.
+instead of 0.89-0.98. Early stop once no label changed for ``patience`` steps; option
+``match_tol`` (off by default) also stops once the relative match loss is that low: where
+a defense disguises the gradient (CAE), the dummies match it to ~1e-11 within ~1k steps
+and then drift along the solutions, labels still flipping, until ``patience`` or the step
+budget ends it.
+Preset ``converge`` (``match_tol=1e-6``), digits seeds 0-2: AP 0.932±0.038 vs 0.931±0.036
+undefended, 0.042 vs 0.042 under CAE 0.5; the ~2-3 s SVD of J is a fixed cost of both.
 Not done: VFLAIR's second, trainable-head dummy.
 AP: accuracy of the inferred labels over that batch's rows.
 """
@@ -113,6 +119,7 @@ def invert(
     v = (scale * torch.randn(n, c, generator=gen)).requires_grad_()  # dummy label logits
     opt = torch.optim.Adam([z, v], lr=float(params["lr"]))
     labels, stable = v.detach().argmax(dim=1), 0
+    match_tol = float(params["match_tol"])
     for _ in range(int(params["steps"])):
         dummy = (F.softmax(h0 + z, dim=1) - F.softmax(v, dim=1)) / n  # (B, C) dummy dL/dH
         loss = loss_of(dummy)
@@ -123,6 +130,8 @@ def invert(
         stable = stable + 1 if torch.equal(now, labels) else 0
         labels = now
         if stable >= int(params["patience"]):  # converged: no label moved for a while
+            break
+        if match_tol and float(loss.detach()) <= match_tol:  # converged: the gradients match
             break
     return labels.numpy()
 
@@ -137,9 +146,11 @@ class BatchLabelInference(Attack):
         "steps": 10000,  # VFLAIR; at most, see ``patience``
         "init_scale": 1.0,  # VFLAIR: std of the dummies' initial logits
         "patience": 500,  # stop once no inferred label changed for this many steps
+        "match_tol": 0.0,  # > 0: also stop once the relative match loss is this low
     }
     presets: ClassVar[dict[str, dict[str, Any]]] = {
         "strong": {"init_scale": 0.1},  # near-uniform start: AP 0.97-1.0 vs 0.89-0.98
+        "converge": {"match_tol": 1e-6},  # the match-loss stop (see the module docstring)
     }
 
     def run(self, view: PartyView) -> LabelGuess:

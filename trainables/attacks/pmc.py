@@ -17,6 +17,7 @@ import numpy as np
 from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
 from trainables.attacks.completion import (
     COMPLETION_DEFAULTS,
+    CONVERGE,
     FAST,
     check_params,
     complete_model,
@@ -28,7 +29,10 @@ class PassiveModelCompletion(Attack):
     name = "pmc"
     info = AttackInfo(type="LI", role="passive", training_time=False, aux_labels_per_class=4)
     defaults: ClassVar[dict[str, Any]] = dict(COMPLETION_DEFAULTS)
-    presets: ClassVar[dict[str, dict[str, Any]]] = {"fast": dict(FAST)}  # completion.py
+    presets: ClassVar[dict[str, dict[str, Any]]] = {  # completion.py
+        "fast": dict(FAST),
+        "converge": dict(CONVERGE),
+    }
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
