@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 import time
 import types
 from collections.abc import Sequence
@@ -76,6 +77,10 @@ class PartyActor:
         torch.set_num_threads(threads)  # same arithmetic as the local transport
         self.party: Party | None = None
         _warm_up_torch()
+        # Why: a full collection walks every object torch and Ray made at import (~200k
+        # objects, ~90 ms); frozen, ``unload``'s collection sees only what trials left.
+        gc.collect()
+        gc.freeze()
 
     def load(self, init: PartyInit) -> bool:
         self.party = init.build()
@@ -92,6 +97,11 @@ class PartyActor:
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.party, method)(*args)
+
+    def call_packed(self, blob: bytes) -> bytes:
+        """``call`` with method, arguments and result pickled by ``_pack`` (RayTransport)."""
+        method, args = pickle.loads(blob)
+        return _pack(getattr(self.party, method)(*args))
 
     def ping(self) -> None:
         return None
@@ -166,8 +176,22 @@ def _walk_arrays(obj: Any, path: str, out: dict[str, np.ndarray], seen: set[int]
         _walk_arrays(value, f"{path}.{key}", out, seen)
 
 
+def _pack(value: Any) -> bytes:
+    """``value`` as one in-band pickle (cloudpickle for what plain pickle refuses).
+
+    Why: a round's messages are small (one batch of embeddings or gradients); as one
+    bytes object a call costs ~0.2 ms less CPU than the same Message through Ray's
+    serializer, which sets up an out-of-band buffer for every numpy payload.
+    """
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):  # a lambda, a local class
+        return ray.cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 class RayTransport(Transport):
-    """Calls ``PartyActor.call`` on each passive actor; results are gathered with ray.get."""
+    """Calls ``PartyActor.call_packed`` on each passive actor (arguments and results as
+    one pickle each, ``_pack``); results are gathered with ray.get."""
 
     def __init__(self, peers: Sequence[Any]) -> None:
         super().__init__()
@@ -178,10 +202,12 @@ class RayTransport(Transport):
         return len(self.peers)
 
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
-        return [p.call.remote(method, *a) for p, a in zip(self.peers, args, strict=True)]
+        return [
+            p.call_packed.remote(_pack((method, a))) for p, a in zip(self.peers, args, strict=True)
+        ]
 
     def _gather(self, handles: list[Any]) -> list[Any]:
-        return ray.get(handles)
+        return [pickle.loads(blob) for blob in ray.get(handles)]
 
 
 @dataclass
