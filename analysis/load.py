@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from trainables.errors import ConfigError
 from trainables.records import RECORD_SCHEMA
@@ -53,21 +52,24 @@ CATEGORICAL = (
 
 
 def read_records(sweep_dir: Path, with_spec: bool = True) -> pd.DataFrame:
-    """All records of ``sweep_dir/records`` (or of ``sweep_dir`` if it holds Parquet files)."""
+    """All records of ``sweep_dir/records`` (or of ``sweep_dir`` if it holds Parquet files),
+    in the layout the sink writes: single files and compacted parts, each training once
+    (``sweep_engine/parts.py``), read while a compaction may run."""
+    from sweep_engine.parts import read_live
+
     folder = sweep_dir / "records" if (sweep_dir / "records").is_dir() else sweep_dir
-    files = sorted(str(p) for p in folder.glob("[!.]*.parquet")) if folder.is_dir() else []
-    if not files:
-        raise ConfigError(
-            f"{sweep_dir}: no records (expected <sweep dir>/records/*.parquet); "
-            "run the sweep first or pass the sweep's folder, e.g. results/smoke"
-        )
     columns = [n for n in RECORD_SCHEMA.names if with_spec or n != "spec_json"]
     try:
-        table = pads.dataset(files, format="parquet", schema=RECORD_SCHEMA).to_table(columns)
+        table = read_live(folder, columns)
     except (OSError, pa.ArrowException):  # a damaged file: the sink skips it with a warning
         from sweep_engine.sink import RecordSink
 
         table = RecordSink(folder.parent).read().select(columns)
+    if table.num_rows == 0:
+        raise ConfigError(
+            f"{sweep_dir}: no records (expected <sweep dir>/records/*.parquet); "
+            "run the sweep first or pass the sweep's folder, e.g. results/smoke"
+        )
     return table_to_frame(table)
 
 
