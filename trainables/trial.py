@@ -10,7 +10,7 @@ kind. The NN helpers (``prepare_parties``, ``train_local_parties``, ...) live in
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from trainables.data import load_dataset
 from trainables.errors import ConfigError
 from trainables.kinds import AttackSpec, kind_of
+from trainables.kinds.base import Job, Outcome, TrialKind
 from trainables.kinds.nn import (
     PreparedTrial,
     attacks_of,
@@ -45,16 +46,68 @@ def run_trial(
     Inference-time ``attacks`` share this training; a spec with a ``train_attack`` gets
     only that attack's record, whose MP is the MP under attack.
     """
+    kind = _checked(spec, attacks)
+    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+    records = kind.run(spec, ds, placement, attacks)
+    return _with_ids(records, sweep, trial_id or spec.config_hash)
+
+
+def _checked(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> TrialKind:
+    """The spec's kind, after its checks: ConfigError for bad names or an attack the kind
+    refuses (the planner drops those cells; a direct call must not run them either)."""
     kind = kind_of(spec)
     kind.check(spec)
-    for name, _ in attacks:  # the planner drops these; a direct call must not run them either
+    for name, _ in attacks:
         reason = kind.attack_incompatibility(spec, name)
         if reason is not None:
             raise ConfigError(reason)
-    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
-    records = kind.run(spec, ds, placement, attacks)
-    ids = {"sweep": sweep, "trial_id": trial_id or spec.config_hash}
-    return [dataclasses.replace(r, **ids) for r in records]
+    return kind
+
+
+def _with_ids(records: list[Record], sweep: str, trial_id: str) -> list[Record]:
+    return [dataclasses.replace(r, sweep=sweep, trial_id=trial_id) for r in records]
+
+
+def run_pack(
+    jobs: Sequence[Job],
+    trial_ids: Sequence[str],
+    placement: Placement = LOCAL,
+    *,
+    data_dir: str | Path | None = None,
+    sweep: str = "",
+) -> Iterator[tuple[int, Outcome]]:
+    """Run a pack: jobs of one kind on one dataset, on one placement (its warm actors),
+    yielding ``(index, records or deterministic error)`` as each finishes (``run_many``).
+
+    The dataset is loaded once for the pack. A fault (a lost actor) is raised; the caller
+    re-runs the jobs not yet yielded. Records equal ``run_trial``'s for the same job.
+    """
+    if not jobs:
+        return
+    first = jobs[0].spec
+    key = (first.dataset, first.dataset_params)
+    kind, todo = None, []
+    for i, job in enumerate(jobs):
+        if (job.spec.dataset, job.spec.dataset_params) != key:
+            raise ValueError(f"a pack holds one dataset; job {i} has {job.spec.dataset!r}")
+        try:
+            job_kind = _checked(job.spec, job.attacks)
+        except ConfigError as err:
+            yield i, err
+            continue
+        if kind is not None and job_kind is not kind:
+            raise ValueError(f"a pack holds one trial kind; job {i} is {job_kind.name!r}")
+        kind = job_kind
+        todo.append(i)
+    if kind is None:
+        return
+    ds = load_dataset(first.dataset, data_dir, **first.dataset_params)
+    for j, outcome in kind.run_many([jobs[i] for i in todo], ds, placement):
+        i = todo[j]
+        if isinstance(outcome, Exception):
+            yield i, outcome
+        else:
+            yield i, _with_ids(outcome, sweep, trial_ids[i] or jobs[i].spec.config_hash)
 
 
 def summarize(records: list[Record]) -> dict[str, object]:
@@ -99,6 +152,7 @@ def takes_model_params(spec: TrialSpec) -> bool:
 
 __all__ = [
     "TRANSPORTS",
+    "Job",
     "Placement",
     "PreparedTrial",
     "actor_count",
@@ -107,6 +161,7 @@ __all__ = [
     "check_names",
     "incompatibility",
     "prepare_parties",
+    "run_pack",
     "run_trial",
     "summarize",
     "takes_model_params",

@@ -9,7 +9,8 @@ dispatch: it asks ``kind_of(spec)`` and calls the kind.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +20,20 @@ from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 
 AttackSpec = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training of a pack: its spec and the inference-time attacks it evaluates."""
+
+    spec: TrialSpec
+    attacks: tuple[AttackSpec, ...] = field(default_factory=tuple)
+
+
+# What ``run_many`` yields per job: its records, or the deterministic error (a ConfigError
+# or DefenseNeverApplied) that the same spec would raise every time. Faults (a lost actor)
+# are raised, not yielded: the caller retries the jobs not yet yielded.
+Outcome = list[Record] | Exception
 
 
 class TrialKind:
@@ -63,3 +78,19 @@ class TrialKind:
         """Train and evaluate: the clean record (unless a training-time attack runs), then one
         record per attack. ``sweep`` / ``trial_id`` are set by ``run_trial``."""
         raise NotImplementedError
+
+    def run_many(
+        self, jobs: Sequence[Job], ds: Dataset, placement: Placement
+    ) -> Iterator[tuple[int, Outcome]]:
+        """Run a pack of jobs on ``ds`` (one dataset, one shape), yielding ``(index, outcome)``
+        as each finishes. The base runs them one after another on the same placement (its
+        warm actors); a kind may advance several at once (``kinds/lockstep.py``) as long
+        as each job's records equal what ``run`` gives it."""
+        from trainables.defenses.applied import DefenseNeverApplied
+        from trainables.errors import ConfigError
+
+        for i, job in enumerate(jobs):
+            try:
+                yield i, self.run(job.spec, ds, placement, job.attacks)
+            except (ConfigError, DefenseNeverApplied) as err:
+                yield i, err

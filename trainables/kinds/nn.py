@@ -11,7 +11,7 @@ Party ``K-1`` is the active party (VFLAIR's convention); parties ``0..K-2`` are 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from trainables.data import (
 )
 from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError, MissingDataError
-from trainables.kinds.base import AttackSpec, TrialKind
+from trainables.kinds.base import AttackSpec, Job, Outcome, TrialKind
 from trainables.party import Labels, Party, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
 from trainables.records import Record
@@ -305,3 +305,15 @@ class NNKind(TrialKind):
         prepared = prepare_parties(spec, ds, evaluated)
         trained = train_prepared(prepared, int(spec.epochs), placement, bool(evaluated))  # type: ignore[arg-type]
         return records_of(spec, trained, prepared.n_labeled, evaluated)
+
+    def run_many(
+        self, jobs: Sequence[Job], ds: Dataset, placement: Placement
+    ) -> Iterator[tuple[int, Outcome]]:
+        """On actors, a pack runs in lockstep (``kinds/lockstep.py``): party k of every
+        training in one actor, one call per round; records equal one-at-a-time's."""
+        from trainables.kinds.lockstep import eligible, run_lockstep
+
+        if eligible(jobs, placement):
+            yield from run_lockstep(jobs, ds, placement)
+        else:
+            yield from super().run_many(jobs, ds, placement)
