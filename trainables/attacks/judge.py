@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
 
 from trainables.attacks.base import FeatureGuess, Guess, InferenceTamper, LabelGuess
 
@@ -108,6 +107,8 @@ def label_ap(guess: LabelGuess, y_train: np.ndarray, y_test: np.ndarray) -> floa
     if guess.scores is not None:
         if len(np.unique(truth)) < 2:
             return float("nan")
+        from sklearn.metrics import roc_auc_score  # lazy: worker start-up
+
         return float(roc_auc_score(truth, guess.scores))
     assert guess.labels is not None, "a LabelGuess needs labels or scores"
     return float((np.asarray(guess.labels) == truth).mean()) if len(truth) else float("nan")

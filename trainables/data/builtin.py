@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from sklearn.datasets import load_breast_cancer, load_digits, make_classification
 
 from trainables.data.catalog import DATASETS, builtin, reject_params
 from trainables.data.dataset import Dataset, build_dataset, pixel_names, stratified_split
@@ -36,6 +35,8 @@ def _split_dataset(
 def breast_cancer(data_dir: Path | None = None, **params: object) -> Dataset:
     """Wisconsin diagnostic breast cancer: 569 x 30 numeric, binary (0 malignant, 1 benign)."""
     reject_params("breast_cancer", params)
+    from sklearn.datasets import load_breast_cancer  # lazy: 1.2 CPU-s in every worker
+
     bunch = load_breast_cancer()
     names = tuple(str(n) for n in bunch.feature_names)
     return _split_dataset("breast_cancer", bunch.data, bunch.target, 2, names)
@@ -46,6 +47,8 @@ def breast_cancer(data_dir: Path | None = None, **params: object) -> Dataset:
 def digits(data_dir: Path | None = None, **params: object) -> Dataset:
     """8x8 handwritten digits: 1797 x 64 pixels valued 0..16, 10 classes, row-major."""
     reject_params("digits", params)
+    from sklearn.datasets import load_digits
+
     bunch = load_digits()
     shape = (8, 8)
     return _split_dataset("digits", bunch.data, bunch.target, 10, pixel_names(shape), shape)
@@ -92,6 +95,8 @@ def synthetic(data_dir: Path | None = None, **params: object) -> Dataset:
             f"{int(np.ceil(np.log2(n_classes * clusters)))} (n_classes * 2 clusters must be "
             f"<= 2**n_informative), got n_informative={n_informative}"
         )
+    from sklearn.datasets import make_classification
+
     X, y = make_classification(
         n_samples=n_samples,
         n_features=n_features,

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
 # Fixed so that every trial of every sweep sees the same test rows when a source has no
 # official train/test split; comparisons across trials would otherwise mix split noise in.
@@ -116,6 +115,8 @@ def stratified_split(y: np.ndarray, seed: int = SPLIT_SEED) -> tuple[np.ndarray,
     Sorted so that rows keep their file order; training shuffles on its own.
     """
     idx = np.arange(len(y))
+    from sklearn.model_selection import train_test_split  # lazy: worker start-up
+
     train, test = train_test_split(idx, test_size=TEST_FRACTION, random_state=seed, stratify=y)
     return np.sort(train).astype(np.int64), np.sort(test).astype(np.int64)
 

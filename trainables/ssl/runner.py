@@ -16,7 +16,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_samples, vertical_split
 from trainables.defenses import stack as defense_stack
@@ -143,6 +142,8 @@ def measurements(
     if semi:  # FedSplitNN never trains the single-party heads
         out.update(acc_active_only=m["acc_active_only"], acc_passive_only=m["acc_passive_only"])
     if ds.n_classes == 2 and len(np.unique(ds.y_test)) == 2:
+        from sklearn.metrics import roc_auc_score  # lazy: worker start-up
+
         out["auc"] = float(roc_auc_score(ds.y_test, proba[:, 1]))
     if pseudo:
         last = [p for p in pseudo if p[0] >= rounds - steps]  # last epoch
