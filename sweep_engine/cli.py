@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="results folder (default ./results)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: one JSON object")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="with --dry-run: time one and two epochs of each training shape here first "
+        "(a few seconds) for the wall-time estimate",
+    )
     p.add_argument("--address", default=None, help="join a Ray cluster: auto or ray://host:10001")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default all)")
     p.add_argument("--data-dir", default=None, help="dataset files (env VFLSWEEP_DATA)")
@@ -48,8 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def print_plan(plan: Plan, as_json: bool) -> None:
+def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace | None = None) -> None:
+    from sweep_engine.estimate import estimate
+
     summary = plan.summary()
+    guess = estimate(plan, getattr(args, "num_cpus", None), bool(getattr(args, "estimate", 0)))
+    summary["estimate_s"] = round(guess.seconds, 1)
+    summary["estimate"] = guess.text()
     for message in plan.missing_data:
         print(
             f"warning: {message}; its cells are planned without the checks that read data, "
@@ -70,6 +81,7 @@ def print_plan(plan: Plan, as_json: bool) -> None:
         print(f"  search:      {s['cells']} studies x {s['trials_per_cell']} trials")
     for shape, bundles in summary["trial_resources"].items():
         print(f"  one trial ({shape.replace('_', ' ')}): bundles {bundles}")
+    print(f"  wall time:   {summary['estimate']}")
 
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
@@ -177,7 +189,9 @@ def run_plan(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> tuple[int
     runner.check_fits(plan)
     if runner.INTERRUPT.is_set():  # Ctrl-C while Ray started: no trial starts
         return 0, 0, skipped
-    written, failed = runner.run_grid(plan, sweep_dir, todo, args.data_dir)
+    from sweep_engine.grid import run_grid
+
+    written, failed = run_grid(plan, sweep_dir, todo, args.data_dir)
     return written, failed, skipped
 
 
@@ -231,11 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # a dry run plans without the data files (a fresh clone); a real run needs them
         plan = expand(load_space(args.space), args.data_dir, missing_ok=args.dry_run)
+        if args.estimate and not args.dry_run:
+            raise ConfigError("--estimate goes with --dry-run (it measures, then runs nothing)")
         if args.dry_run:
-            print_plan(plan, args.json)
+            print_plan(plan, args.json, args)
             return 0
         check_fits_before_ray(plan, args)
-        print_plan(plan, as_json=False)
+        print_plan(plan, False, args)
         with SweepLock(Path(args.results) / plan.space.name) as lock:  # exit 2 if held
             if lock.stale:
                 print(f"took over the stale lock of a dead driver: {describe(lock.stale)}")

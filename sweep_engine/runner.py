@@ -29,7 +29,7 @@ import ray
 from ray import tune
 
 from sweep_engine import progress
-from sweep_engine.plan import Plan, Training
+from sweep_engine.plan import Plan
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import apply_value
 from trainables.defenses.applied import DefenseNeverApplied
@@ -38,6 +38,10 @@ from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.trial import actor_count, run_trial
+
+# Single record files at which the driver folds them into part files (``RecordSink.
+# maybe_compact``): small sweeps keep one readable file per training.
+COMPACT_AT = 1000
 
 # Set by the CLI's SIGINT handler: Tune stops every trial at its next step (about 0.1 s);
 # trainings in flight are dropped, records already written stay.
@@ -65,19 +69,8 @@ class SweepContext:
     attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks
 
 
-def _grid_config(training: Training) -> dict[str, str]:
-    return {
-        "spec": training.spec.model_dump_json(),
-        "attacks": json.dumps(list(training.attacks)),
-        "trial_id": training.trial_id,
-    }
-
-
 def spec_of(config: dict[str, Any], ctx: SweepContext) -> TrialSpec:
-    """The trial's spec: given whole for grid trials, cell + sampled values for searches."""
-    config = config.get("cell", config)
-    if "spec" in config:
-        return TrialSpec.model_validate_json(config["spec"])
+    """A search trial's spec: the cell's fixed fields + the values Optuna sampled."""
     fields = dict(ctx.cell)
     for key, value in config.items():
         fields = apply_value(fields, key, value)
@@ -85,15 +78,15 @@ def spec_of(config: dict[str, Any], ctx: SweepContext) -> TrialSpec:
 
 
 def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
-    """The Tune trainable: one training, its records reported (the driver writes them).
+    """The Tune trainable of a search: one training, its records reported (the driver
+    writes them); grids run packs (``grid.train_pack``).
 
     A ConfigError is reported as an error record instead of raised: Tune would retry it,
     and a bad spec fails the same way every time.
     """
     spec = spec_of(config, ctx)
-    cell = config.get("cell", {})
-    attacks = [tuple(a) for a in json.loads(cell["attacks"])] if cell else list(ctx.attacks)
-    trial_id = cell.get("trial_id", spec.config_hash)
+    attacks = list(ctx.attacks)
+    trial_id = spec.config_hash
     try:
         records = run_trial(
             spec,
@@ -148,21 +141,46 @@ class Progress(tune.Callback):
         self.labels = labels or {}
         self.written: set[str] = set()
         self.failed: dict[str, str] = {}
+        self.repeats = 0  # trainings a retried pack reported again (written once)
         self.start = time.perf_counter()
+
+    @property
+    def seen(self) -> set[str]:
+        """Trainings this run has written (finished or with their error record)."""
+        return self.written | set(self.failed)
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **_: Any
     ) -> None:
-        if "records_json" not in result:
+        if "pack_json" in result:  # a pack: several trainings at once
+            items = [
+                (trial_id, [Record.from_json(r) for r in rows])
+                for trial_id, rows in json.loads(result["pack_json"])
+            ]
+            self.finished(items, [self.labels.get(t, t[:8]) for t, _ in items])
+        elif "records_json" in result:  # a search trial: one training
+            records = [Record.from_json(r) for r in json.loads(result["records_json"])]
+            self.finished([(result["config_hash"], records)], [self.describe(trial.config)])
+
+    def finished(self, items: list[tuple[str, list[Record]]], names: list[str]) -> None:
+        """Write trainings' records in one batch and print a line for each; once only: a
+        retried pack may report a training again. Compacts when single files pile up."""
+        pairs = zip(items, names, strict=True)
+        fresh = [(item, name) for item, name in pairs if item[0] not in self.seen]
+        self.repeats += len(items) - len(fresh)
+        if not fresh:
             return
-        records = [Record.from_json(r) for r in json.loads(result["records_json"])]
-        trial_id = result["config_hash"]
-        self.sink.write(trial_id, records)
-        name = self.describe(trial.config)
-        if records[0].status != "ok":  # a ConfigError: recorded at once, not retried
-            self.failed[trial_id] = records[0].error or ""
+        self.sink.write_many([item for item, _ in fresh])
+        for (trial_id, records), name in fresh:
+            self.line(trial_id, records, name)
+        self.sink.maybe_compact(COMPACT_AT)
+
+    def line(self, trial_id: str, records: list[Record], name: str) -> None:
+        clean = records[0]
+        if clean.status != "ok":  # a ConfigError: recorded at once, not retried
+            self.failed[trial_id] = clean.error or ""
             print(
-                f"[error] {self.label}{name} ({trial_id}): {records[0].error} "
+                f"[error] {self.label}{name} ({trial_id}): {clean.error} "
                 "(a bad spec fails the same way every time: recorded, not retried)",
                 flush=True,
             )
@@ -172,16 +190,18 @@ class Progress(tune.Callback):
         words = [
             f"[{done}/{self.total}]",
             f"{self.label}{name}".strip(),
-            f"mp={result['mp']:.4f}",
+            "mp=nan" if clean.mp is None else f"mp={clean.mp:.4f}",
             progress.ap_text(records),
-            f"{result['train_seconds']:.1f}s",
+            f"{clean.train_seconds:.1f}s",
             f"({time.perf_counter() - self.start:.0f}s elapsed; id {trial_id[:8]})",
         ]
         print(" ".join(w for w in words if w), flush=True)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
         """A failed attempt that Tune retries (``run.max_failures``): say so, record nothing."""
-        print(f"[retry] {self.label}{self.describe(trial.config)} failed; retrying", flush=True)
+        done = (trial.last_result or {}).get("n_reported")
+        where = "" if done is None else f" after {done} training(s); retrying from the next"
+        print(f"[retry] {self.label}{self.describe(trial.config)} failed{where or '; retrying'}")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
         print(f"[error] {self.label}{self.describe(trial.config)} failed after retries", flush=True)
@@ -191,6 +211,8 @@ class Progress(tune.Callback):
         cell = config.get("cell")
         if cell is None:
             return progress.params_text(config)
+        if "pack_id" in cell:
+            return f"pack {cell['pack_id']}"
         return self.labels.get(cell["trial_id"], "") or cell["trial_id"][:8]
 
 
@@ -213,6 +235,10 @@ def start_ray(address: str | None, num_cpus: int | None) -> None:
         # running on this machine (and then refuse num_cpus).
         address = "local"
         kwargs["num_cpus"] = num_cpus
+        # No idle workers prestarted at init (one per CPU): Tune gives trainables, and so
+        # their party actors, a runtime_env of their own, so a sweep never uses them; each
+        # costs ~0.5 CPU-s while the first trials start, and 80 MB for the whole run.
+        kwargs["_system_config"] = {"prestart_worker_first_driver": False}
     ray.init(address=address, **kwargs)
 
 
@@ -244,16 +270,10 @@ def context(
     )
 
 
-def trainable(plan: Plan, ctx: SweepContext, n_parties: int | None = None) -> Any:
-    def bundles(config: dict[str, Any]) -> tune.PlacementGroupFactory:
-        k = (
-            n_parties
-            if n_parties is not None
-            else actor_count(TrialSpec.model_validate_json(config["cell"]["spec"]))
-        )
-        return tune.PlacementGroupFactory(plan.bundles(k))
-
-    return tune.with_resources(tune.with_parameters(train_one, ctx=ctx), bundles)
+def trainable(plan: Plan, ctx: SweepContext, n_parties: int) -> Any:
+    """A search's trainable: one training per Tune trial of ``n_parties`` party bundles."""
+    factory = tune.PlacementGroupFactory(plan.bundles(n_parties))
+    return tune.with_resources(tune.with_parameters(train_one, ctx=ctx), factory)
 
 
 def run_config(plan: Plan, sweep_dir: Path, callback: Progress, tag: str) -> tune.RunConfig:
@@ -295,36 +315,6 @@ def record_failures(
         sink.write(trial_id, [error_record(spec, trial_id, sweep, error)])
         count += 1
     return count
-
-
-def run_grid(
-    plan: Plan, sweep_dir: Path, todo: list[Training], data_dir: str | None
-) -> tuple[int, int]:
-    """Run the grid trainings in ``todo``; returns (written, failed: error records)."""
-    sink = RecordSink(sweep_dir)
-    callback = Progress(sink, len(todo), labels=progress.cell_labels(plan, extra=todo))
-    tuner = tune.Tuner(
-        trainable(plan, context(plan, data_dir)),
-        param_space={"cell": tune.grid_search([_grid_config(t) for t in todo])},
-        tune_config=tune.TuneConfig(
-            max_concurrent_trials=plan.space.run.max_concurrent_trials,
-            reuse_actors=plan.space.run.reuse_actors,
-            trial_dirname_creator=trial_dirname,
-        ),
-        run_config=run_config(plan, sweep_dir, callback, "grid"),
-    )
-    results = tuner.fit()
-    failures = [
-        (
-            r.config["cell"]["trial_id"],
-            spec_of(r.config, context(plan, data_dir)),
-            error_text(r.error),
-        )
-        for r in results
-        if r.error is not None
-    ]
-    failed = len(callback.failed) + record_failures(sink, failures, plan.space.name)
-    return len(callback.written), failed
 
 
 def error_text(error: BaseException | None) -> str:

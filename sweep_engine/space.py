@@ -53,6 +53,18 @@ class RunSettings(_Strict):
     max_failures: Int = Field(1, ge=0)
     transport: Literal["ray", "local"] = "ray"
     reuse_actors: Bool = True
+    # trainings per Tune trial (``sweep_engine/packs.py``): an int, or auto (about
+    # pack_seconds each by the cost model); searches keep one training per trial
+    pack: Any = "auto"
+    pack_seconds: Float = Field(5.0, gt=0)
+
+    @field_validator("pack", mode="before")
+    @classmethod
+    def _pack(cls, value: Any) -> int | str:
+        if value == "auto" or (type(value) is int and value >= 1):
+            return value
+        raise ValueError("allowed: a whole number >= 1, or auto")
+
     # grid cells a space may expand into; a bigger grid is refused before it is expanded
     max_cells: Int = Field(MAX_CELLS, ge=1)
 

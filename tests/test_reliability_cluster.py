@@ -51,7 +51,7 @@ def test_worker_node_removed_mid_sweep_every_training_recorded_once(tmp_path: Pa
         space = tmp_path / "nodeloss.yaml"
         space.write_text(
             "name: nodeloss\nbase: {dataset: digits, epochs: 40}\ngrid: {seed: [0, 1, 2, 3]}\n"
-            "resources: {cpu_per_party: 1, cpu_per_trial: 0}\nrun: {max_failures: 2}\n"
+            "resources: {cpu_per_party: 1, cpu_per_trial: 0}\nrun: {max_failures: 2, pack: 1}\n"
         )
         results = tmp_path / "results"
         records = results / "nodeloss" / "records"

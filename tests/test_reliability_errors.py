@@ -20,7 +20,7 @@ pytestmark = pytest.mark.ray
 def test_a_config_error_in_the_trainable_is_recorded_once_without_retries(
     tmp_path: Path, ray_session: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sweep_engine import runner
+    from sweep_engine.grid import run_grid
 
     space = tmp_path / "badspec.yaml"
     space.write_text(
@@ -44,7 +44,7 @@ def test_a_config_error_in_the_trainable_is_recorded_once_without_retries(
     idle = Training(idle_spec, {"defense": "iso"})
 
     sweep_dir = tmp_path / "results" / "badspec"
-    written, failed = runner.run_grid(plan, sweep_dir, [good, bad, idle], None)
+    written, failed = run_grid(plan, sweep_dir, [good, bad, idle], None)
 
     out = capsys.readouterr().out
     assert (written, failed) == (1, 2)

@@ -1,0 +1,169 @@
+"""``python -m benchmarks.sweep_scale``: the sweep engine against a plain for-loop.
+
+Workloads (issue 17), each timed as a user waits for it, medians over ``--repeats``:
+- ``tiny``: ``--tiny`` breast_cancer trainings of 2 epochs (default 500).
+- ``vflair``: 100 breast_cancer trainings at VFLAIR's settings (50 epochs).
+- ``startup``: seconds from the command to the first record of the smoke sweep.
+- ``heavy`` (``--heavy``): the compute-bound workload of ``benchmarks.sweep_throughput``.
+- ``cluster`` (``--cluster N``): N tiny trainings on a 4-node ``ray.cluster_utils.Cluster``;
+  every record exactly once, and the driver's peak RSS against the trainings done.
+
+For each: ``sweep.py`` as a process (Ray start included, ``--no-mlflow``) with the
+default ``ray`` transport (every party its own actor) and with ``transport: local``
+(parties in the trial's process), against the plain loop ``for spec in specs:
+run_trial(spec)`` on one core, both as a process (imports included: what a user waits
+for) and in-process (the issue's definition of the loop). ``sweep_over_loop`` divides by
+the in-process loop, ``sweep_over_loop_process`` by the loop's process.
+``overhead_per_training_s``: (sweep wall - its time to the first record) x slots / n,
+minus the loop's seconds per training: what the engine adds to each training in a slot.
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.sweep_throughput import HEAVY
+from trainables.spec import TrialSpec
+from trainables.trial import run_trial
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY: dict[str, Any] = {"dataset": "breast_cancer", "epochs": 2}
+VFLAIR: dict[str, Any] = {"dataset": "breast_cancer", "epochs": 50}
+LOOP = (
+    "import sys, json\n"
+    "from trainables.spec import TrialSpec\n"
+    "from trainables.trial import run_trial\n"
+    "base, n = json.loads(sys.argv[1]), int(sys.argv[2])\n"
+    "for seed in range(n):\n"
+    "    run_trial(TrialSpec.build(**base, seed=seed))\n"
+)
+
+
+def loop_in_process(base: dict[str, Any], n: int) -> float:
+    start = time.perf_counter()
+    for seed in range(n):
+        run_trial(TrialSpec.build(**base, seed=seed))
+    return time.perf_counter() - start
+
+
+def loop_process(base: dict[str, Any], n: int) -> float:
+    start = time.perf_counter()
+    cmd = [sys.executable, "-c", LOOP, json.dumps(base), str(n)]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    return time.perf_counter() - start
+
+
+def space_file(folder: Path, name: str, base: dict[str, Any], n: int, transport: str) -> Path:
+    path = folder / f"{name}.yaml"
+    space = {
+        "name": name,
+        "base": base,
+        "grid": {"seed": list(range(n))},
+        "resources": {"cpu_per_party": 0.5, "cpu_per_trial": 0},
+        "run": {"transport": transport},
+    }
+    path.write_text(yaml.safe_dump(space))
+    return path
+
+
+def sweep_process(space: Path, results: Path, cpus: int) -> dict[str, float]:
+    """Wall seconds of ``sweep.py`` and seconds to its first record line."""
+    cmd = [sys.executable, "sweep.py", "--space", str(space), "--results", str(results)]
+    cmd += ["--no-mlflow", "--num-cpus", str(cpus)]
+    start = time.perf_counter()
+    first = None
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    with subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if first is None and line.startswith("[1/"):
+                first = time.perf_counter() - start
+        code = proc.wait()
+    wall = time.perf_counter() - start
+    if code != 0:
+        raise RuntimeError(f"sweep.py exited {code} on {space}")
+    return {"wall": wall, "first_record": first if first is not None else wall}
+
+
+def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) -> dict[str, Any]:
+    """Sweep (ray and local transports) against both loops, medians over ``repeats``."""
+    runs: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            for transport in ("ray", "local"):
+                space = space_file(folder, f"{name}_{transport}", base, n, transport)
+                out = sweep_process(space, folder / "results", cpus)
+                runs.setdefault(f"sweep_{transport}_s", []).append(out["wall"])
+                runs.setdefault(f"first_record_{transport}_s", []).append(out["first_record"])
+        runs.setdefault("loop_s", []).append(loop_in_process(base, n))
+        runs.setdefault("loop_process_s", []).append(loop_process(base, n))
+    med = {key: statistics.median(values) for key, values in runs.items()}
+    out: dict[str, Any] = {"n": n, "base": base, **{k: round(v, 2) for k, v in med.items()}}
+    per_loop = med["loop_s"] / n
+    for transport in ("ray", "local"):
+        wall, first = med[f"sweep_{transport}_s"], med[f"first_record_{transport}_s"]
+        out[f"sweep_over_loop_{transport}"] = round(wall / med["loop_s"], 3)
+        out[f"sweep_over_loop_process_{transport}"] = round(wall / med["loop_process_s"], 3)
+        overhead = (wall - first) * cpus / n - per_loop
+        out[f"overhead_per_training_{transport}_s"] = round(overhead, 4)
+    out["runs"] = {k: [round(x, 2) for x in v] for k, v in runs.items()}
+    return out
+
+
+def startup(cpus: int, repeats: int) -> dict[str, Any]:
+    firsts, walls = [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = sweep_process(ROOT / "search_spaces" / "smoke.yaml", Path(tmp), cpus)
+            firsts.append(out["first_record"])
+            walls.append(out["wall"])
+    return {
+        "first_record_s": round(statistics.median(firsts), 2),
+        "wall_s": round(statistics.median(walls), 2),
+        "runs": [round(x, 2) for x in firsts],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tiny", type=int, default=500, help="tiny trainings (0: skip)")
+    parser.add_argument("--vflair", type=int, default=100, help="50-epoch trainings (0: skip)")
+    parser.add_argument("--heavy", type=int, default=0, help="heavy trainings (0: skip)")
+    parser.add_argument("--cluster", type=int, default=0, help="tiny trainings on 4 nodes")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    run_trial(TrialSpec.build(**{**TINY, "epochs": 1}))  # warm this process (imports, torch)
+    out: dict[str, Any] = {"cpus": args.cpus, "repeats": args.repeats}
+    out["startup"] = startup(args.cpus, args.repeats)
+    if args.tiny:
+        out["tiny"] = compare("tiny", TINY, args.tiny, args.cpus, args.repeats)
+    if args.vflair:
+        out["vflair"] = compare("vflair", VFLAIR, args.vflair, args.cpus, args.repeats)
+    if args.heavy:
+        out["heavy"] = compare("heavy", HEAVY, args.heavy, args.cpus, args.repeats)
+    if args.cluster:
+        from benchmarks.sweep_cluster import cluster_run
+
+        out["cluster"] = cluster_run(args.cluster)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""Run a grid plan on Ray Tune in packs: one Tune trial per pack (``sweep_engine/packs.py``).
+
+Why packs: a Tune trial costs about 0.4 s here (a placement group, a trainable start,
+a report round trip); a tiny training costs 0.01-0.1 s. The trainable runs its pack's
+trainings one after another on the same warm party actors (``run_pack``, which may
+advance several at once) and reports the finished trainings' records about every
+``REPORT_EVERY_S``, so the driver writes each training's records as before.
+
+Failures stay per training:
+- a ConfigError or DefenseNeverApplied (deterministic) becomes that training's error
+  record at once, never retried;
+- a fault (an actor or node lost) fails the Tune trial, which Tune retries up to
+  ``run.max_failures``; every report carries a checkpoint listing the trainings already
+  reported, so the retried trial starts at the training that failed, not at the pack's
+  start. The driver also ignores a training it has already written in this run.
+- a pack that keeps failing: the training it failed on gets the error record, and the
+  pack's trainings that never ran get one saying so (a re-run runs both again).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+
+from sweep_engine import progress
+from sweep_engine.packs import Pack, make_packs
+from sweep_engine.plan import Plan, Training
+from sweep_engine.runner import (
+    Progress,
+    SweepContext,
+    context,
+    error_record,
+    error_text,
+    record_failures,
+    run_config,
+    trial_dirname,
+)
+from sweep_engine.sink import FAULT_ENV, RecordSink
+from sweep_engine.sink import _fault_at as fault_at
+from trainables.errors import MissingDataError
+from trainables.kinds.base import Job
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.trial import run_pack
+
+REPORT_EVERY_S = 0.5  # a pack reports its finished trainings at most this often
+CHECKPOINT_EVERY_S = 10.0  # and checkpoints the ids reported at most this often
+DONE_FILE = "done.json"  # in a pack's checkpoint: the trial ids already reported
+
+
+def pack_config(pack: Pack) -> dict[str, str]:
+    items = [[t.trial_id, t.spec.model_dump_json(), list(t.attacks)] for t in pack.trainings]
+    return {"pack": json.dumps(items), "pack_id": pack.pack_id}
+
+
+def _jobs(config: dict[str, Any]) -> tuple[list[str], list[Job]]:
+    items = json.loads(config["cell"]["pack"])
+    ids = [item[0] for item in items]
+    jobs = [
+        Job(TrialSpec.model_validate_json(spec), tuple((a[0], a[1]) for a in attacks))
+        for _, spec, attacks in items
+    ]
+    return ids, jobs
+
+
+class InjectedFault(RuntimeError):
+    """Raised by ``VFLSWEEP_FAULT=fail_training:N`` (tests only): a fault, so retried."""
+
+
+def _fault_at() -> int | None:
+    """With ``VFLSWEEP_FAULT=fail_training:N``, a pack's first attempt fails as its N-th
+    training starts (tests: the retry must start at that training, not at the pack's)."""
+    return fault_at("fail_training")
+
+
+def _inject(fault: int | None, finished: int) -> None:
+    if fault is not None and finished == fault - 1:
+        raise InjectedFault(f"{FAULT_ENV}=fail_training:{fault}")
+
+
+def _reported_before() -> set[str]:
+    """Trial ids a previous attempt of this pack reported (from Tune's checkpoint)."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return set()
+    with checkpoint.as_directory() as folder:
+        return set(json.loads((Path(folder) / DONE_FILE).read_text()))
+
+
+def _report(outbox: list[tuple[str, list[Record]]], reported: set[str], checkpoint: bool) -> None:
+    """Send finished trainings to the driver; with ``checkpoint``, also a checkpoint naming
+    every training reported so far (a retried pack skips them). Not on every report: each
+    checkpoint costs Tune a snapshot; a retry re-runs at most ``CHECKPOINT_EVERY_S`` of
+    work, whose second report the driver ignores."""
+    reported.update(tid for tid, _ in outbox)
+    metrics = {
+        "pack_json": json.dumps([[t, [r.to_json() for r in recs]] for t, recs in outbox]),
+        "n_reported": len(reported),
+    }
+    if not checkpoint:
+        tune.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / DONE_FILE).write_text(json.dumps(sorted(reported)))
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def train_pack(config: dict[str, Any], ctx: SweepContext) -> None:
+    """The Tune trainable of a grid: the pack's trainings in order, records reported."""
+    ids, jobs = _jobs(config)
+    reported = _reported_before()
+    fault = None if reported else _fault_at()
+    todo = [i for i, tid in enumerate(ids) if tid not in reported]
+    outbox: list[tuple[str, list[Record]]] = []
+    last = last_checkpoint = time.perf_counter()
+    outcomes = run_pack(
+        [jobs[i] for i in todo],
+        [ids[i] for i in todo],
+        ctx.placement,
+        data_dir=ctx.data_dir,
+        sweep=ctx.sweep,
+    )
+    failing = False
+    try:
+        _inject(fault, 0)
+        for j, outcome in outcomes:
+            i = todo[j]
+            if isinstance(outcome, Exception):  # deterministic: recorded, never retried
+                outcome = [error_record(jobs[i].spec, ids[i], ctx.sweep, error_text(outcome))]
+            outbox.append((ids[i], outcome))
+            _inject(fault, j + 1)
+            now = time.perf_counter()
+            if now - last >= REPORT_EVERY_S:
+                checkpoint = now - last_checkpoint >= CHECKPOINT_EVERY_S
+                _report(outbox, reported, checkpoint)
+                outbox, last = [], now
+                last_checkpoint = now if checkpoint else last_checkpoint
+    except MissingDataError:
+        raise  # this node lacks a data file: a fault of the node (maybe elsewhere next time)
+    except BaseException:
+        failing = True  # a fault: checkpoint what finished, so the retry starts here
+        raise
+    finally:
+        if outbox or failing:
+            _final_report(outbox, reported, failing)
+
+
+def _final_report(
+    outbox: list[tuple[str, list[Record]]], reported: set[str], failing: bool
+) -> None:
+    """The last report: what finished, and with a fault a checkpoint. Best effort while
+    failing: a trial Tune is stopping may refuse it, and the fault is what must surface."""
+    if not failing:
+        _report(outbox, reported, checkpoint=False)
+        return
+    try:
+        _report(outbox, reported, checkpoint=True)
+    except Exception:  # the original fault propagates; a retry re-runs these trainings
+        pass
+
+
+def slots(plan: Plan, n_parties: int) -> int:
+    """Trials of ``n_parties`` that fit this Ray at once (capped by max_concurrent_trials)."""
+    res, run = plan.space.resources, plan.space.run
+    available = ray.cluster_resources()
+    per_trial = res.cpu_per_trial + n_parties * res.cpu_per_party
+    fit = math.floor(available.get("CPU", 1.0) / per_trial + 1e-9) if per_trial > 0 else 1
+    if res.gpu_per_party > 0:
+        gpus = available.get("GPU", 0.0) / (n_parties * res.gpu_per_party)
+        fit = min(fit, math.floor(gpus + 1e-9))
+    if run.max_concurrent_trials is not None:
+        fit = min(fit, run.max_concurrent_trials)
+    return max(1, fit)
+
+
+def plan_packs(plan: Plan, todo: list[Training]) -> list[Pack]:
+    run = plan.space.run
+    n = max((t.spec.n_parties for t in todo), default=2)
+    return make_packs(todo, run.pack, slots(plan, n), run.pack_seconds, run.transport == "ray")
+
+
+def _trainable(plan: Plan, ctx: SweepContext) -> Any:
+    def bundles(config: dict[str, Any]) -> tune.PlacementGroupFactory:
+        return tune.PlacementGroupFactory(plan.bundles(int(config["cell"]["n_parties"])))
+
+    return tune.with_resources(tune.with_parameters(train_pack, ctx=ctx), bundles)
+
+
+def run_grid(
+    plan: Plan, sweep_dir: Path, todo: list[Training], data_dir: str | None
+) -> tuple[int, int]:
+    """Run the grid trainings in ``todo`` in packs; returns (written, failed)."""
+    sink = RecordSink(sweep_dir)
+    packs = plan_packs(plan, todo)
+    if len(packs) < len(todo):
+        print(f"{len(todo)} trainings in {len(packs)} packs (run.pack={plan.space.run.pack})")
+    callback = Progress(sink, len(todo), labels=progress.cell_labels(plan, extra=todo))
+    configs = [{**pack_config(p), "n_parties": str(p.n_parties)} for p in packs]
+    ctx = context(plan, data_dir)
+    tuner = tune.Tuner(
+        _trainable(plan, ctx),
+        param_space={"cell": tune.grid_search(configs)},
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=plan.space.run.max_concurrent_trials,
+            reuse_actors=plan.space.run.reuse_actors,
+            trial_dirname_creator=trial_dirname,
+        ),
+        run_config=run_config(plan, sweep_dir, callback, "grid"),
+    )
+    results = tuner.fit()
+    failures = []
+    for r in results:
+        if r.error is None:
+            continue
+        ids, jobs = _jobs(r.config)
+        left = [(tid, job) for tid, job in zip(ids, jobs, strict=True) if tid not in callback.seen]
+        for k, (tid, job) in enumerate(left):
+            text = error_text(r.error)
+            if k > 0:
+                text = f"not run: its pack failed on training {left[0][0]} ({text})"
+            failures.append((tid, job.spec, text))
+    failed = len(callback.failed) + record_failures(sink, failures, plan.space.name)
+    if callback.repeats:
+        print(f"{callback.repeats} training(s) ran twice (a retried pack); each written once")
+    return len(callback.written), failed

@@ -1,0 +1,152 @@
+"""Packs: trainings of one shape that one Tune trial runs on one warm set of party actors.
+
+Why: a Tune trial costs a placement group, a trainable start and a report round trip —
+about 0.4 s here, ten times a tiny training. A pack pays that once for several trainings
+and still reports each training's records as it finishes, so the sink, resume, retries
+and progress stay per training.
+
+A pack holds trainings of one *shape*: the same trial kind, dataset (and its parameters)
+and party count, so they share the dataset in memory and the placement group's bundles.
+``run.pack`` fixes the size; ``auto`` (the default) sizes packs from ``cost``
+to last about ``run.pack_seconds`` each (``cost``): one pack if the whole group fits
+that, else never so few packs that a slot stays idle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trainables.data import load_dataset
+from trainables.errors import ConfigError, MissingDataError
+from trainables.kinds import kind_of
+from trainables.trial import actor_count
+
+if TYPE_CHECKING:
+    from sweep_engine.plan import Training
+    from trainables.spec import TrialSpec
+
+# Cost model constants, from benchmarks.sweep_scale / benchmarks.attack_speed on the 2-core
+# dev machine (one torch thread per party): only the pack size and the dry run's estimate
+# read them; ``sweep.py --dry-run --estimate`` measures instead of trusting them.
+ROUND_S = 1.5e-3  # one round of actor calls (ray transport), on top of the arithmetic
+LOCAL_ROUND_S = 1.5e-3  # one round in-process (with its share of evaluation)
+ROW_S = 6e-10  # one row x one input feature x one hidden unit, forward + backward
+TRAINING_S = 0.03  # fixed cost of one training on warm actors (load, evaluate, record)
+DIGITS_ROWS = 1437  # the attack table's rows: digits' training split
+ATTACK_S = {  # median seconds of one evaluation on digits (issue 17's profile)
+    "bli": 13.7, "grn": 9.9, "amc": 9.5, "pmc": 8.3, "mc": 8.2, "tbm": 3.5,
+}  # fmt: skip
+OTHER_ATTACK_S = 1.0
+
+
+@dataclass(frozen=True)
+class Pack:
+    """Trainings of one shape, run in order by one Tune trial."""
+
+    trainings: tuple[Training, ...]
+
+    @property
+    def n_parties(self) -> int:
+        """Party bundles the pack's placement group needs (``TrialKind.actors``)."""
+        return actor_count(self.trainings[0].spec)
+
+    @property
+    def pack_id(self) -> str:
+        first = self.trainings[0].trial_id
+        return first if len(self.trainings) == 1 else f"{first}+{len(self.trainings) - 1}"
+
+
+def shape_key(spec: TrialSpec) -> str:
+    """What trainings of one pack share: kind, dataset and its parameters, party bundles."""
+    kind = kind_of(spec).name
+    params = json.dumps(dict(spec.dataset_params), sort_keys=True, default=str)
+    return f"{kind}|{spec.dataset}|{params}|{actor_count(spec)}"
+
+
+def _rows_and_features(spec: TrialSpec) -> tuple[int, int]:
+    try:
+        ds = load_dataset(spec.dataset, None, **spec.dataset_params)
+    except (MissingDataError, ConfigError):
+        return 10_000, 100  # a dry run without the file: a middling guess
+    return len(ds.y_train), int(ds.X_train.shape[1])
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A training's estimated seconds by part: ``local`` is what one in-process run of its
+    epochs costs (what ``estimate.calibrate`` measures instead), ``transport`` the actor
+    round trips on top, ``attacks`` its evaluations, ``fixed`` the per-training rest."""
+
+    local: float
+    transport: float
+    attacks: float
+    fixed: float = TRAINING_S
+
+    @property
+    def total(self) -> float:
+        return self.local + self.transport + self.attacks + self.fixed
+
+
+def cost(training: Training, remote: bool = True) -> Cost:
+    """Rough cost of one training with its attack evaluations on one slot.
+
+    Rounds x (round trip + per-round overhead) plus rows x features x width x epochs for
+    NN kinds; a per-attack cost from the digits profile scaled by rows. Kinds without
+    epochs (trees) get the fixed cost. Good to a factor of a few: enough to size packs.
+    """
+    spec = training.spec
+    rows, features = _rows_and_features(spec)
+    if spec.n_labeled:
+        rows = min(rows, int(spec.n_labeled))
+    elif spec.aligned_ratio < 1:
+        rows = int(rows * spec.aligned_ratio)
+    local = transport = 0.0
+    if spec.epochs and spec.batch_size:
+        rounds = int(spec.epochs) * math.ceil(rows / int(spec.batch_size))
+        width = max(spec.hidden or (64,))
+        local = rounds * LOCAL_ROUND_S + int(spec.epochs) * rows * features * width * ROW_S
+        transport = rounds * ROUND_S if remote else 0.0
+    names = [name for name, _ in training.attacks]
+    if spec.train_attack != "none":
+        names.append(spec.train_attack)
+    scale = rows / DIGITS_ROWS
+    attacks = sum(ATTACK_S.get(name, OTHER_ATTACK_S) * scale for name in names)
+    return Cost(local, transport, attacks)
+
+
+def make_packs(
+    trainings: Sequence[Training],
+    size: int | str,
+    slots: int,
+    target_s: float,
+    remote: bool = True,
+) -> list[Pack]:
+    """Group ``trainings`` by shape and cut each group into packs (plan order kept inside).
+
+    ``size``: an int, or ``auto``: as many trainings as fit ``target_s`` by the cost model,
+    but no more than the group spread evenly over ``slots`` concurrent trials.
+    """
+    groups: dict[str, list[Training]] = {}
+    for training in trainings:
+        groups.setdefault(shape_key(training.spec), []).append(training)
+    packs: list[Pack] = []
+    for group in groups.values():
+        n = int(size) if size != "auto" else _auto_size(group, slots, target_s, remote)
+        packs += [Pack(tuple(group[i : i + n])) for i in range(0, len(group), n)]
+    return packs
+
+
+def _auto_size(group: list[Training], slots: int, target_s: float, remote: bool) -> int:
+    """One pack for a group that fits ``target_s`` (a second slot would cost more to start,
+    ~4 CPU-s per process, than it saves); else packs of ``target_s``, spread over slots."""
+    total = sum(cost(t, remote).total for t in group)
+    if total <= target_s:
+        return len(group)
+    per = max(1e-3, total / len(group))
+    by_time = max(1, int(target_s / per))
+    spread = max(1, math.ceil(len(group) / max(1, slots)))
+    return min(by_time, spread)

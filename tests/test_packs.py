@@ -1,0 +1,120 @@
+"""Packed trials: one Tune trial runs several trainings of one shape on warm actors, and
+records, progress, errors and retries stay per training (``sweep_engine/grid.py``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pytest
+
+from sweep_engine.packs import cost, make_packs, shape_key
+from sweep_engine.plan import expand
+from sweep_engine.sink import FAULT_ENV
+from sweep_engine.space import load_space
+from trainables.trial import run_trial
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _space(tmp_path: Path, name: str, pack: object, seeds: int, extra: str = "") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\nbase: {{dataset: breast_cancer, epochs: 3}}\n"
+        f"grid: {{seed: {list(range(seeds))}, partition: [agg, split]}}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+        f"run: {{pack: {pack}, max_failures: 1{extra}}}\n"
+    )
+    return path
+
+
+def _rows(results: Path, name: str) -> list[dict]:
+    return pads.dataset(results / name / "records", format="parquet").to_table().to_pylist()
+
+
+def test_packs_hold_one_shape_and_auto_spreads_them_over_the_slots(tmp_path: Path) -> None:
+    space = tmp_path / "mixed.yaml"
+    space.write_text(
+        "name: mixed\nbase: {epochs: 2}\n"
+        "grid: {dataset: [breast_cancer, digits], seed: [0, 1, 2, 3, 4, 5, 6]}\n"
+    )
+    plan = expand(load_space(str(space)))
+    fixed = make_packs(plan.trainings, 3, slots=2, target_s=5.0)
+    assert [len(p.trainings) for p in fixed] == [3, 3, 1, 3, 3, 1]
+    for pack in fixed:
+        assert len({shape_key(t.spec) for t in pack.trainings}) == 1
+    one = make_packs(plan.trainings, "auto", slots=2, target_s=1e6)
+    assert [len(p.trainings) for p in one] == [7, 7]  # a shape that fits: one pack, one start
+    tiny = make_packs(plan.trainings, "auto", slots=1, target_s=1e-6)
+    assert all(len(p.trainings) == 1 for p in tiny)  # a pack never outgrows its target
+    digits = [t for t in plan.trainings if t.spec.dataset == "digits"]
+    per = cost(digits[0]).total
+    spread = make_packs(digits, "auto", slots=2, target_s=per * 6.5)  # 6 fit, 7 do not
+    assert [len(p.trainings) for p in spread] == [4, 3]  # both slots busy, not 6 + 1
+
+
+def _sweep(space: Path, results: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "sweep.py", "--space", str(space), "--results", str(results)]
+    cmd += ["--no-mlflow", "--num-cpus", "2"]
+    full = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env}
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=full, timeout=300)
+
+
+def test_a_packed_sweep_records_every_training_once_as_run_alone(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    out = _sweep(_space(tmp_path, "packed", 3, seeds=3), results, {})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "6 trainings in 2 packs (run.pack=3)" in out.stdout
+    assert sum(line.startswith("[") and "mp=" in line for line in out.stdout.splitlines()) == 6
+    rows = _rows(results, "packed")
+    assert sorted(r["trial_id"] for r in rows) == sorted({r["trial_id"] for r in rows})
+    plan = expand(load_space(str(tmp_path / "packed.yaml")))
+    assert {r["trial_id"] for r in rows} == {t.trial_id for t in plan.trainings}
+    for training in plan.trainings[:2]:  # on actors, in a pack = alone, in this process
+        (alone,) = run_trial(training.spec)
+        (row,) = [r for r in rows if r["trial_id"] == training.trial_id]
+        assert (row["mp"], row["rounds"], row["comm_bytes"]) == (
+            alone.mp, alone.rounds, alone.comm_bytes,
+        )  # fmt: skip
+
+
+def test_a_fault_in_a_pack_retries_from_the_training_that_failed(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    space = _space(tmp_path, "faulty", 4, seeds=2, extra=", max_concurrent_trials: 1")
+    out = _sweep(space, results, {FAULT_ENV: "fail_training:3"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("[retry]") == 1, out.stdout[-3000:]
+    assert "after 2 training(s); retrying from the next" in out.stdout, out.stdout[-3000:]
+    assert "ran twice" not in out.stdout  # the two finished before the fault did not re-run
+    rows = _rows(results, "faulty")
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+
+
+def test_a_pack_out_of_retries_blames_one_training_and_names_the_rest(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    space = tmp_path / "broken.yaml"
+    space.write_text(
+        "name: broken\nbase: {dataset: breast_cancer, epochs: 2}\n"
+        "grid: {seed: [0, 1, 2, 3]}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+        "run: {pack: 4, max_failures: 0}\n"
+    )
+    out = _sweep(space, results, {FAULT_ENV: "fail_training:2"})
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = _rows(results, "broken")
+    assert len(rows) == 4 and [r["status"] for r in rows].count("ok") == 1
+    errors = [r["error"] or "" for r in rows if r["status"] == "error"]
+    blamed = [e for e in errors if not e.startswith("not run: its pack failed on training")]
+    assert len(blamed) == 1 and "InjectedFault" in blamed[0], errors
+    assert all("fail_training:2" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "true"])
+def test_a_bad_pack_size_is_refused_naming_the_key(
+    tmp_path: Path, refused_sweep: object, bad: str
+) -> None:
+    space = _space(tmp_path, "badpack", bad, seeds=1)
+    refused_sweep(space, ["run.pack", "allowed: a whole number >= 1, or auto"])  # type: ignore[operator]
