@@ -56,7 +56,8 @@ def test_driver_killed_at_three_points_then_rerun_completes_exactly_once(
     space.write_text(
         "name: killed3\nbase: {dataset: digits, epochs: 15}\n"
         f"grid: {{seed: {list(range(N))}}}\n"
-        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 2, pack: 1}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+        "run: {max_concurrent_trials: 2, pack: 1}\n"
     )
     results = tmp_path / "results"
     records = results / "killed3" / "records"
@@ -120,7 +121,8 @@ def test_ctrl_c_stops_with_130_and_one_line_then_a_rerun_resumes(
     space.write_text(
         "name: ctrlc\nbase: {dataset: breast_cancer, epochs: 10}\n"
         f"grid: {{seed: {list(range(n))}}}\n"
-        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 1, pack: 1}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+        "run: {max_concurrent_trials: 1, pack: 1}\n"
     )
     results = tmp_path / "results"
     records = results / "ctrlc" / "records"

@@ -72,7 +72,8 @@ def test_killed_driver_then_rerun_records_every_training_once(
         "killed",
         "base: {dataset: digits, epochs: 15}\n"
         "grid: {seed: [0, 1, 2, 3, 4, 5], partition: [agg, split]}\n"
-        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 2, pack: 1}\n",
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+        "run: {max_concurrent_trials: 2, pack: 1}\n",
     )
     results = tmp_path / "results"
     records = results / "killed" / "records"
