@@ -54,11 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace | None = None) -> None:
+def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace) -> None:
     from sweep_engine.estimate import estimate
 
     summary = plan.summary()
-    guess = estimate(plan, getattr(args, "num_cpus", None), bool(getattr(args, "estimate", 0)))
+    guess = estimate(plan, args.num_cpus, args.estimate, args.data_dir)
     summary["estimate_s"] = round(guess.seconds, 1)
     summary["estimate"] = guess.text()
     for message in plan.missing_data:

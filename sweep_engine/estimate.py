@@ -12,13 +12,12 @@ arithmetic is measured on this machine. Attack evaluations use the per-attack ta
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sweep_engine.packs import cost
+from sweep_engine.packs import cost, slots
 from trainables.errors import ConfigError
 from trainables.trial import actor_count, run_trial
 
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from sweep_engine.plan import Plan, Training
     from trainables.spec import TrialSpec
 
-STARTUP_S = 10.0  # Ray start, Tune set-up, cold actors (benchmarks.sweep_scale)
+STARTUP_S = 15.0  # Ray start, Tune set-up, cold actors (benchmarks.sweep_scale: 14 s)
 CALIBRATION_BUDGET_S = 30.0  # shapes beyond this keep the cost model
 
 
@@ -54,16 +53,6 @@ def _human(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def local_slots(plan: Plan, cpus: int | None) -> int:
-    """Trials that run at once on a local Ray of ``cpus`` CPUs (default: this machine's)."""
-    res, run = plan.space.resources, plan.space.run
-    total = cpus or os.cpu_count() or 1
-    n = max(actor_count(t.spec) for t in plan.trainings)
-    per_trial = res.cpu_per_trial + n * res.cpu_per_party
-    fit = max(1, math.floor(total / per_trial + 1e-9)) if per_trial > 0 else total
-    return min(fit, run.max_concurrent_trials or fit)
-
-
 def shape_of(spec: TrialSpec) -> str:
     """What one epoch's cost depends on (seeds and defense strengths do not change it)."""
     fields = ("dataset", "dataset_params", "model", "hidden", "n_parties", "partition")
@@ -72,14 +61,16 @@ def shape_of(spec: TrialSpec) -> str:
     return json.dumps({k: dumped.get(k) for k in fields + more}, sort_keys=True)
 
 
-def _timed(spec: TrialSpec, epochs: int) -> float:
+def _timed(spec: TrialSpec, epochs: int, data_dir: str | None) -> float:
     one = spec.model_copy(update={"epochs": epochs, "defense": "none", "train_attack": "none"})
     start = time.perf_counter()
-    run_trial(one)
+    run_trial(one, data_dir=data_dir)
     return time.perf_counter() - start
 
 
-def calibrate(trainings: list[Training], budget_s: float) -> dict[str, tuple[float, float]]:
+def calibrate(
+    trainings: list[Training], budget_s: float, data_dir: str | None = None
+) -> dict[str, tuple[float, float]]:
     """(fixed seconds, seconds per epoch) of each shape, from one- and two-epoch runs in
     this process (local transport), until ``budget_s`` is spent."""
     measured: dict[str, tuple[float, float]] = {}
@@ -90,31 +81,40 @@ def calibrate(trainings: list[Training], budget_s: float) -> dict[str, tuple[flo
         if key in measured or not spec.epochs or time.perf_counter() - start > budget_s:
             continue
         try:
-            _timed(spec, 1)  # warm: imports, the dataset's cache, torch's first calls
-            one, two = _timed(spec, 1), _timed(spec, 2)
+            _timed(spec, 1, data_dir)  # warm: imports, the dataset's cache, torch's first calls
+            one, two = _timed(spec, 1, data_dir), _timed(spec, 2, data_dir)
         except (ConfigError, RuntimeError):
-            continue  # a shape that cannot run without its defense: keep the cost model
+            continue  # no data file here, or a shape that needs its defense: the cost model
         per_epoch = max(0.0, two - one)
         measured[key] = (max(0.0, one - per_epoch), per_epoch)
     return measured
 
 
-def estimate(plan: Plan, cpus: int | None = None, measure: bool = False) -> Estimate:
-    """Wall seconds of ``plan`` on a local Ray of ``cpus``; ``measure``: calibrate first."""
+def estimate(
+    plan: Plan, cpus: int | None = None, measure: bool = False, data_dir: str | None = None
+) -> Estimate:
+    """Wall seconds of ``plan`` on a local Ray of ``cpus`` (default: this machine's);
+    ``measure``: calibrate first."""
     trainings = list(plan.trainings)
     remote = plan.space.run.transport == "ray"
-    measured = calibrate(trainings, CALIBRATION_BUDGET_S) if measure else {}
-    total = sum(_seconds(t, measured, remote) for t in trainings)
+    measured = calibrate(trainings, CALIBRATION_BUDGET_S, data_dir) if measure else {}
+    total = sum(_seconds(t, measured, remote, data_dir) for t in trainings)
     if plan.space.search is not None:
         total *= plan.space.search.n_trials
-    slots = local_slots(plan, cpus)
+    n = max(actor_count(t.spec) for t in trainings)
+    fit = slots(plan, n, cpus or os.cpu_count() or 1)
     shapes = len({shape_of(t.spec) for t in trainings})
-    return Estimate(STARTUP_S + total / slots, slots, len(measured), shapes)
+    return Estimate(STARTUP_S + total / fit, fit, len(measured), shapes)
 
 
-def _seconds(training: Training, measured: dict[str, tuple[float, float]], remote: bool) -> float:
+def _seconds(
+    training: Training,
+    measured: dict[str, tuple[float, float]],
+    remote: bool,
+    data_dir: str | None,
+) -> float:
     """One training: the cost model, its in-process part measured where calibrated."""
-    model = cost(training, remote)
+    model = cost(training, remote, data_dir)
     shape = measured.get(shape_of(training.spec))
     if shape is None or not training.spec.epochs:
         return model.total

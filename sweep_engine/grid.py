@@ -20,7 +20,6 @@ Failures stay per training:
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import ray
 from ray import tune
 
 from sweep_engine import progress
-from sweep_engine.packs import Pack, make_packs
+from sweep_engine.packs import Pack, make_packs, slots
 from sweep_engine.plan import Plan, Training
 from sweep_engine.runner import (
     Progress,
@@ -42,13 +41,12 @@ from sweep_engine.runner import (
     run_config,
     trial_dirname,
 )
-from sweep_engine.sink import FAULT_ENV, RecordSink
-from sweep_engine.sink import _fault_at as fault_at
+from sweep_engine.sink import FAULT_ENV, RecordSink, fault_at
 from trainables.errors import MissingDataError
 from trainables.kinds.base import Job
 from trainables.records import Record
 from trainables.spec import TrialSpec
-from trainables.trial import run_pack
+from trainables.trial import actor_count, run_pack
 
 REPORT_EVERY_S = 0.5  # a pack reports its finished trainings at most this often
 CHECKPOINT_EVERY_S = 10.0  # and checkpoints the ids reported at most this often
@@ -166,24 +164,13 @@ def _final_report(
         pass
 
 
-def slots(plan: Plan, n_parties: int) -> int:
-    """Trials of ``n_parties`` that fit this Ray at once (capped by max_concurrent_trials)."""
-    res, run = plan.space.resources, plan.space.run
-    available = ray.cluster_resources()
-    per_trial = res.cpu_per_trial + n_parties * res.cpu_per_party
-    fit = math.floor(available.get("CPU", 1.0) / per_trial + 1e-9) if per_trial > 0 else 1
-    if res.gpu_per_party > 0:
-        gpus = available.get("GPU", 0.0) / (n_parties * res.gpu_per_party)
-        fit = min(fit, math.floor(gpus + 1e-9))
-    if run.max_concurrent_trials is not None:
-        fit = min(fit, run.max_concurrent_trials)
-    return max(1, fit)
-
-
-def plan_packs(plan: Plan, todo: list[Training]) -> list[Pack]:
-    run = plan.space.run
-    n = max((t.spec.n_parties for t in todo), default=2)
-    return make_packs(todo, run.pack, slots(plan, n), run.pack_seconds, run.transport == "ray")
+def plan_packs(plan: Plan, todo: list[Training], data_dir: str | None) -> list[Pack]:
+    """``todo`` in packs, sized for the slots of this Ray (``packs.slots``)."""
+    run, available = plan.space.run, ray.cluster_resources()
+    n = max((actor_count(t.spec) for t in todo), default=2)
+    fit = slots(plan, n, available.get("CPU", 1.0), available.get("GPU", 0.0))
+    remote = run.transport == "ray"
+    return make_packs(todo, run.pack, fit, run.pack_seconds, remote, data_dir)
 
 
 def _trainable(plan: Plan, ctx: SweepContext) -> Any:
@@ -198,7 +185,7 @@ def run_grid(
 ) -> tuple[int, int]:
     """Run the grid trainings in ``todo`` in packs; returns (written, failed)."""
     sink = RecordSink(sweep_dir)
-    packs = plan_packs(plan, todo)
+    packs = plan_packs(plan, todo, data_dir)
     if len(packs) < len(todo):
         print(f"{len(todo)} trainings in {len(packs)} packs (run.pack={plan.space.run.pack})")
     callback = Progress(sink, len(todo), labels=progress.cell_labels(plan, extra=todo))

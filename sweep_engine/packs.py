@@ -26,7 +26,7 @@ from trainables.kinds import kind_of
 from trainables.trial import actor_count
 
 if TYPE_CHECKING:
-    from sweep_engine.plan import Training
+    from sweep_engine.plan import Plan, Training
     from trainables.spec import TrialSpec
 
 # Cost model constants, from benchmarks.sweep_scale / benchmarks.attack_speed on the 2-core
@@ -67,9 +67,9 @@ def shape_key(spec: TrialSpec) -> str:
     return f"{kind}|{spec.dataset}|{params}|{actor_count(spec)}"
 
 
-def _rows_and_features(spec: TrialSpec) -> tuple[int, int]:
+def _rows_and_features(spec: TrialSpec, data_dir: str | None) -> tuple[int, int]:
     try:
-        ds = load_dataset(spec.dataset, None, **spec.dataset_params)
+        ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
     except (MissingDataError, ConfigError):
         return 10_000, 100  # a dry run without the file: a middling guess
     return len(ds.y_train), int(ds.X_train.shape[1])
@@ -91,7 +91,7 @@ class Cost:
         return self.local + self.transport + self.attacks + self.fixed
 
 
-def cost(training: Training, remote: bool = True) -> Cost:
+def cost(training: Training, remote: bool = True, data_dir: str | None = None) -> Cost:
     """Rough cost of one training with its attack evaluations on one slot.
 
     Rounds x (round trip + per-round overhead) plus rows x features x width x epochs for
@@ -99,7 +99,7 @@ def cost(training: Training, remote: bool = True) -> Cost:
     epochs (trees) get the fixed cost. Good to a factor of a few: enough to size packs.
     """
     spec = training.spec
-    rows, features = _rows_and_features(spec)
+    rows, features = _rows_and_features(spec, data_dir)
     if spec.n_labeled:
         rows = min(rows, int(spec.n_labeled))
     elif spec.aligned_ratio < 1:
@@ -118,12 +118,26 @@ def cost(training: Training, remote: bool = True) -> Cost:
     return Cost(local, transport, attacks)
 
 
+def slots(plan: Plan, n_parties: int, cpus: float, gpus: float | None = None) -> int:
+    """Trials of ``n_parties`` party bundles that fit ``cpus`` (and ``gpus``; None: do not
+    count them) at once, capped by ``run.max_concurrent_trials``; at least one."""
+    res, run = plan.space.resources, plan.space.run
+    per_trial = res.cpu_per_trial + n_parties * res.cpu_per_party
+    fit = math.floor(cpus / per_trial + 1e-9) if per_trial > 0 else max(1, int(cpus))
+    if gpus is not None and res.gpu_per_party > 0:
+        fit = min(fit, math.floor(gpus / (n_parties * res.gpu_per_party) + 1e-9))
+    if run.max_concurrent_trials is not None:
+        fit = min(fit, run.max_concurrent_trials)
+    return max(1, fit)
+
+
 def make_packs(
     trainings: Sequence[Training],
     size: int | str,
     slots: int,
     target_s: float,
     remote: bool = True,
+    data_dir: str | None = None,
 ) -> list[Pack]:
     """Group ``trainings`` by shape and cut each group into packs (plan order kept inside).
 
@@ -135,15 +149,17 @@ def make_packs(
         groups.setdefault(shape_key(training.spec), []).append(training)
     packs: list[Pack] = []
     for group in groups.values():
-        n = int(size) if size != "auto" else _auto_size(group, slots, target_s, remote)
+        n = int(size) if size != "auto" else _auto_size(group, slots, target_s, remote, data_dir)
         packs += [Pack(tuple(group[i : i + n])) for i in range(0, len(group), n)]
     return packs
 
 
-def _auto_size(group: list[Training], slots: int, target_s: float, remote: bool) -> int:
+def _auto_size(
+    group: list[Training], slots: int, target_s: float, remote: bool, data_dir: str | None
+) -> int:
     """One pack for a group that fits ``target_s`` (a second slot would cost more to start,
     ~4 CPU-s per process, than it saves); else packs of ``target_s``, spread over slots."""
-    total = sum(cost(t, remote).total for t in group)
+    total = sum(cost(t, remote, data_dir).total for t in group)
     if total <= target_s:
         return len(group)
     per = max(1e-3, total / len(group))

@@ -201,7 +201,8 @@ class Progress(tune.Callback):
         """A failed attempt that Tune retries (``run.max_failures``): say so, record nothing."""
         done = (trial.last_result or {}).get("n_reported")
         where = "" if done is None else f" after {done} training(s); retrying from the next"
-        print(f"[retry] {self.label}{self.describe(trial.config)} failed{where or '; retrying'}")
+        text = f"[retry] {self.label}{self.describe(trial.config)} failed"
+        print(text + (where or "; retrying"), flush=True)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
         print(f"[error] {self.label}{self.describe(trial.config)} failed after retries", flush=True)
@@ -211,9 +212,7 @@ class Progress(tune.Callback):
         cell = config.get("cell")
         if cell is None:
             return progress.params_text(config)
-        if "pack_id" in cell:
-            return f"pack {cell['pack_id']}"
-        return self.labels.get(cell["trial_id"], "") or cell["trial_id"][:8]
+        return f"pack {cell['pack_id']}"  # a grid trial
 
 
 def trial_dirname(trial: Any) -> str:

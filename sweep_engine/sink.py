@@ -80,7 +80,7 @@ def _fault() -> tuple[str, int] | None:
     return name, int(count)
 
 
-def _fault_at(name: str) -> int | None:
+def fault_at(name: str) -> int | None:
     """N when ``VFLSWEEP_FAULT`` is ``name:N``, else None."""
     fault = _fault()
     return fault[1] if fault is not None and fault[0] == name else None
@@ -89,7 +89,7 @@ def _fault_at(name: str) -> int | None:
 def _fault_now(name: str) -> bool:
     """Count one more ``name`` event; True when the fault says to die at this one."""
     _counts[name] += 1
-    return _counts[name] == _fault_at(name)
+    return _counts[name] == fault_at(name)
 
 
 def digest(table: pa.Table) -> str:
