@@ -203,11 +203,12 @@ def run_grid(
     )
     results = tuner.fit()
     failures = []
+    seen = callback.seen
     for r in results:
         if r.error is None:
             continue
         ids, jobs = _jobs(r.config)
-        left = [(tid, job) for tid, job in zip(ids, jobs, strict=True) if tid not in callback.seen]
+        left = [(tid, job) for tid, job in zip(ids, jobs, strict=True) if tid not in seen]
         for k, (tid, job) in enumerate(left):
             text = error_text(r.error)
             if k > 0:

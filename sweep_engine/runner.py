@@ -166,7 +166,8 @@ class Progress(tune.Callback):
         """Write trainings' records in one batch and print a line for each; once only: a
         retried pack may report a training again. Compacts when single files pile up."""
         pairs = zip(items, names, strict=True)
-        fresh = [(item, name) for item, name in pairs if item[0] not in self.seen]
+        seen = self.seen  # one set per batch: the property builds a new one each call
+        fresh = [(item, name) for item, name in pairs if item[0] not in seen]
         self.repeats += len(items) - len(fresh)
         if not fresh:
             return
