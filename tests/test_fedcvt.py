@@ -22,7 +22,13 @@ from trainables.messages import Message
 from trainables.spec import TrialSpec
 from trainables.ssl.cvt_party import CvtParty, CvtPartyInit
 from trainables.ssl.cvt_protocol import CvtProtocol
-from trainables.ssl.fedcvt import attention_estimate, pseudo_labels
+from trainables.ssl.fedcvt import (
+    attention_estimate,
+    balanced_pseudo_labels,
+    label_prior,
+    match_moments,
+    pseudo_labels,
+)
 from trainables.ssl.runner import cvt_options, party_inits
 from trainables.transport.group import open_parties
 from trainables.transport.placement import LOCAL, Placement
@@ -50,6 +56,86 @@ def test_pseudo_labels_need_agreement_and_every_threshold() -> None:
     keep, label = pseudo_labels(p_fed, p_act, p_pas, (0.8, 0.7, 0.7))
     assert keep.tolist() == [True, False, False, False, True]
     assert label[keep].tolist() == [1, 2]
+
+
+def _imbalanced_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """20 rows, binary: 16 confident class-0 rows (the paper's rule takes all), 4 class-1
+    rows of which only 1 clears every threshold and 2 more agree below them, 1 disagrees."""
+    conf0 = torch.linspace(0.99, 0.84, 16)  # (16,) distinct: a strict confidence order
+    p0 = torch.stack([conf0, 1 - conf0], dim=1)  # (16, 2)
+    p1_fed = torch.tensor([[0.1, 0.9], [0.3, 0.7], [0.4, 0.6], [0.3, 0.7]])
+    p1_pas = torch.tensor([[0.2, 0.8], [0.4, 0.6], [0.45, 0.55], [0.6, 0.4]])
+    p_fed = torch.cat([p0, p1_fed])  # (20, 2)
+    return p_fed, p_fed.clone(), torch.cat([p0, p1_pas])
+
+
+def test_balanced_pseudo_labels_follow_the_prior() -> None:
+    p_fed, p_act, p_pas = _imbalanced_batch()
+    t = (0.8, 0.7, 0.7)
+    prior = label_prior(torch.tensor([0] * 15 + [1] * 5), 2)  # B's labels: 25 % class 1
+    assert prior.tolist() == [0.75, 0.25]
+    keep, label = pseudo_labels(p_fed, p_act, p_pas, t)  # the paper's rule: 17 rows, 1/17
+    assert int(keep.sum()) == 17 and label[keep].tolist().count(1) == 1
+    # quota: the paper's 17 rows, class 0 cut to 3 (1 / 0.25 * 0.75), its most confident
+    q_keep, q_label = balanced_pseudo_labels(p_fed, p_act, p_pas, t, prior, "quota")
+    assert torch.equal(q_label, label) and q_keep.nonzero().flatten().tolist() == [0, 1, 2, 16]
+    assert bool((q_keep <= keep).all())  # never a row the paper's rule refused
+    # threshold: the paper's count 17, shares round(0.75 * 17) = 13 / round(0.25 * 17) = 4;
+    # class 1 has only 3 agreeing rows (row 19 disagrees), its thresholds fall below 0.7
+    t_keep, _ = balanced_pseudo_labels(p_fed, p_act, p_pas, t, prior, "threshold")
+    assert t_keep.nonzero().flatten().tolist() == [*range(13), 16, 17, 18]
+    share = [float(label[k].float().mean()) for k in (keep, q_keep, t_keep)]
+    assert share[0] < share[2] < share[1] == 0.25  # both move toward the prior (0.25)
+
+
+def test_balance_option_moves_a_trial_s_pseudo_labels_toward_b_s_prior() -> None:
+    lab = _inits(_spec())[1].labels
+    assert lab is not None
+    b_prior = float(np.concatenate([lab.y_ol[lab.labeled_ol], lab.y_nl]).mean())  # class 1
+    gaps = {}
+    for mode in ("none", "quota", "threshold"):
+        params = {**TINY["model_params"], "pseudo_balance": mode}  # type: ignore[dict-item]
+        extra = json.loads(run_trial(_spec(epochs=4, model_params=params))[0].extra)
+        assert extra["pseudo_balance"] == mode and extra["pseudo_last_epoch"] > 0
+        gaps[mode] = abs(extra["pseudo_class_share"][1] - b_prior)
+    assert gaps["quota"] < gaps["none"] / 2 and gaps["threshold"] < gaps["none"] / 2, gaps
+    assert "pseudo_balance" not in json.loads(run_trial(_spec(ssl_variant="fedsplitnn"))[0].extra)
+
+
+def test_match_moments_and_the_rescaled_trial() -> None:
+    est = torch.tensor([[0.0, 5.0], [2.0, 5.0]], requires_grad=True)  # (2, 2); dim 1 constant
+    ref = torch.tensor([[10.0, 1.0], [12.0, 1.0], [14.0, 4.0]])  # mean (12, 2), std (2, sqrt3)
+    out = match_moments(est, ref)
+    r2 = math.sqrt(2)  # est's dim-0 std: 12 + (est - 1) * 2 / sqrt2
+    assert out[:, 0].tolist() == pytest.approx([12 - r2, 12 + r2])
+    assert out[:, 1].tolist() == pytest.approx([2.0, 2.0])  # a constant dim: the mean only
+    (out[:, 0] * torch.tensor([1.0, 3.0])).sum().backward()
+    assert est.grad is not None and float(est.grad.abs().sum()) > 0  # trains the encoders
+    plain = run_trial(_spec())[0]
+    params = {**TINY["model_params"], "est_rescale": "moments"}  # type: ignore[dict-item]
+    moments = run_trial(_spec(model_params=params))[0]
+    extra, base = json.loads(moments.extra), json.loads(plain.extra)
+    assert extra["est_rescale"] == "moments" and base["est_rescale"] == "none"
+    assert 0 < base["est_a_std_ratio"] and extra["auc"] != base["auc"]  # trained otherwise
+    assert moments.comm_bytes == plain.comm_bytes  # the same messages, other values
+
+
+def test_bad_balance_value_exits_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sweep_engine.cli import main
+
+    with pytest.raises(ConfigError, match=r"pseudo_balance='quotas'.*allowed: none, quota, thr"):
+        check_names(_spec(model_params={"pseudo_balance": "quotas"}))
+    with pytest.raises(ConfigError, match=r"est_rescale='std'.*allowed: none, moments"):
+        check_names(_spec(model_params={"est_rescale": "std"}))
+    space = tmp_path / "bad.yaml"
+    space.write_text(
+        "name: bad\nbase: {dataset: breast_cancer, ssl_variant: fedcvt, n_aligned: 60,"
+        " model_params: {pseudo_balance: classwise}}\n"
+    )
+    assert main(["--space", str(space), "--dry-run"]) == 2
+    assert "pseudo_balance='classwise'" in capsys.readouterr().err
 
 
 def test_attention_estimate_matches_hand_computation() -> None:

@@ -134,4 +134,6 @@ class FedCVTKind(TrialKind):
             trained = Trained(result, parties, group.call_all("defense_applied"))
         rows = runner.choose_rows(spec, ds, opts.n_local)
         extra = runner.measurements(measured, result.rounds, ds, rows, inits[0].steps, semi(spec))
+        if semi(spec):  # which pseudo-label rule and estimate scaling ran (``CvtOptions``)
+            extra.update(pseudo_balance=opts.pseudo_balance, est_rescale=opts.est_rescale)
         return records_of(spec, trained, int(rows.labeled.sum()), evaluated, extra)

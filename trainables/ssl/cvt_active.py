@@ -21,9 +21,13 @@ from trainables.ssl.fedcvt import (
     GRADIENT,
     VALUES,
     attention_estimate,
+    balanced_pseudo_labels,
     bundle,
+    label_prior,
     masked_ce,
+    match_moments,
     pseudo_labels,
+    std_ratio,
     unbundle,
 )
 
@@ -41,7 +45,10 @@ class CvtActive(CvtParty):
         self.y_nl = _tensor(lab.y_nl, self.device)
         self.y_test = _tensor(lab.y_test, self.device)
         self.peer_nl = init.peer_nl
+        own = torch.cat([self.y_ol[self.labeled_ol.bool()], self.y_nl])  # B's labeled rows
+        self.prior = label_prior(own, init.config.n_classes)  # (C,) for ``pseudo_balance``
         self.pseudo: list[tuple[int, np.ndarray, np.ndarray]] = []  # (step, A rows, labels)
+        self.est_ratio: list[tuple[int, float]] = []  # (step, std ratio of r~_A to r_A)
         self._r_all: torch.Tensor | None = None  # r_B of the overlap, set by values()
         self._orth_ol = torch.zeros(())
         self.last_loss = float("nan")
@@ -113,6 +120,10 @@ class CvtActive(CvtParty):
         nl = self.nl_rows(step, ACTIVE + 1, len(self.X_nl))
         b_nl, orth_nl = self.encode(self.X_nl[nl])  # (b, 2d)
         est_a_nl = attention_estimate(b_nl, b_all, v_a, o.temperature)  # (b, 2d) r~_A
+        if log:
+            self.est_ratio.append((step, std_ratio(est_a_nl, v_a)))
+        if o.est_rescale == "moments":
+            est_a_nl = match_moments(est_a_nl, v_a)  # (b, 2d)
         est_a_ol = attention_estimate(b_ol, b_all, v_a, o.temperature, torch.as_tensor(ol))
         lab = self.labeled_ol[ol]
         ce = self._three_ce(a_ol, b_ol, self.y_ol[ol], lab)  # overlap, real labels
@@ -141,13 +152,20 @@ class CvtActive(CvtParty):
     def _select(
         self, step: int, a_nl: torch.Tensor, est_b_nl: torch.Tensor, log: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pseudo-labels for A's non-overlapping batch; logged (once per round) for
-        measurement only."""
+        """Pseudo-labels for A's non-overlapping batch (b rows), by the paper's rule or, with
+        ``pseudo_balance``, class-balanced toward B's own label prior; logged (once per
+        round) for measurement only."""
         o = self.opts
         p_fed = torch.softmax(self.f_ab(torch.cat([a_nl, est_b_nl], dim=1)), dim=1)
         p_act = torch.softmax(self.f_b(est_b_nl), dim=1)
         p_pas = torch.softmax(self.f_a(a_nl), dim=1)
-        keep, label = pseudo_labels(p_fed, p_act, p_pas, (o.t_fed, o.t_active, o.t_passive))
+        thresholds = (o.t_fed, o.t_active, o.t_passive)
+        if o.pseudo_balance == "none":
+            keep, label = pseudo_labels(p_fed, p_act, p_pas, thresholds)
+        else:
+            keep, label = balanced_pseudo_labels(
+                p_fed, p_act, p_pas, thresholds, self.prior, o.pseudo_balance
+            )
         if log:
             rows = self.nl_rows(step, PASSIVE + 1, self.peer_nl)  # A's batch positions
             k = keep.cpu().numpy()
@@ -176,4 +194,4 @@ class CvtActive(CvtParty):
     def measurements(self) -> dict[str, Any]:
         """The last evaluation and the pseudo-label log (step, A's batch positions, labels):
         read back by the trial after training, for the experimenter's measurements."""
-        return {**self.metrics, "pseudo": list(self.pseudo)}
+        return {**self.metrics, "pseudo": list(self.pseudo), "est_ratio": list(self.est_ratio)}

@@ -35,6 +35,7 @@ from trainables.ssl.fedcvt import (
     CvtOptions,
     attention_estimate,
     bundle,
+    match_moments,
     orthogonality,
     unbundle,
 )
@@ -219,6 +220,8 @@ class CvtParty:
         r_nl, orth_nl = self.encode(self.X_nl[nl])  # (b, 2d)
         T = self.opts.temperature
         est_nl = attention_estimate(r_nl, r_all, v, T)  # (b, 2d) r~_B
+        if self.opts.est_rescale == "moments":
+            est_nl = match_moments(est_nl, v)  # (b, 2d), to r_B's overlap moments
         est_ol = attention_estimate(r_all[ol], r_all, v, T, torch.as_tensor(ol))  # (b_ol, 2d)
         self._local_loss = self.opts.w_orth * (orth_ol + orth_nl)
         return [r_all, r_nl, est_nl, est_ol]

@@ -86,7 +86,9 @@ def unbundle(msg: Message) -> list[Message]:
 
 @dataclass(frozen=True)
 class CvtOptions:
-    """FedCVT's knobs (ALGORITHMS.md): temperature, thresholds, loss weights, sizes."""
+    """FedCVT's knobs (ALGORITHMS.md): temperature, thresholds, loss weights, sizes, and
+    ``pseudo_balance`` and ``est_rescale`` (not in the paper; ``balanced_pseudo_labels``,
+    ``match_moments``; defaults: the paper's)."""
 
     rep_dim: int = 32  # d: width of each of u_p and c_p; r_p is 2d wide
     temperature: float = 0.5  # sharpening T of the attention (0.5-0.7 in the paper)
@@ -97,6 +99,8 @@ class CvtOptions:
     w_orth: float = 0.01
     w_est: float = 0.5
     n_local: int = 4000  # non-overlapping rows per party (capped by the data)
+    pseudo_balance: str = "none"  # none (the paper's rule) | quota | threshold (BALANCES)
+    est_rescale: str = "none"  # none (the paper) | moments (RESCALES, ``match_moments``)
     semi: bool = True  # False: FedSplitNN on the labeled overlap with the same models
 
 
@@ -125,24 +129,133 @@ def attention_estimate(
     return torch.softmax(scores, dim=1) @ values  # (b, v)
 
 
+def _votes(
+    p_fed: torch.Tensor,
+    p_active: torch.Tensor,
+    p_passive: torch.Tensor,
+    thresholds: tuple[float, float, float],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(agree (b,) bool, label (b,) int64, above (b,) bool, margin (b,) float) of a batch.
+
+    agree: the three argmaxes are equal; label: f_AB's argmax; above: each top probability
+    is at least its threshold; margin: min over the three of (top probability - threshold),
+    how far the weakest classifier clears its threshold (the balanced rules rank by it)."""
+    conf = [p.max(dim=1) for p in (p_fed, p_active, p_passive)]
+    label = conf[0].indices
+    agree = torch.ones_like(label, dtype=torch.bool)
+    above = torch.ones_like(label, dtype=torch.bool)
+    for (value, index), threshold in zip(conf, thresholds, strict=True):
+        agree &= index == label
+        above &= value >= threshold
+    margin = torch.stack([v - t for (v, _), t in zip(conf, thresholds, strict=True)]).amin(0)
+    return agree, label, above, margin
+
+
 def pseudo_labels(
     p_fed: torch.Tensor,
     p_active: torch.Tensor,
     p_passive: torch.Tensor,
     thresholds: tuple[float, float, float],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which unlabeled rows get a pseudo-label, and which label.
+    """Which unlabeled rows get a pseudo-label, and which label (the paper's rule).
 
     p_*: (b, C) class probabilities of f_AB, f_B (active-only) and f_A (passive-only).
     A row is kept when all three argmaxes agree and each classifier's top probability is at
     least its threshold (t_fed, t_active, t_passive). Returns (mask (b,) bool, label (b,)).
     """
-    conf = [p.max(dim=1) for p in (p_fed, p_active, p_passive)]
-    label = conf[0].indices
-    keep = torch.ones_like(label, dtype=torch.bool)
-    for (value, index), threshold in zip(conf, thresholds, strict=True):
-        keep &= (index == label) & (value >= threshold)
-    return keep, label
+    agree, label, above, _ = _votes(p_fed, p_active, p_passive, thresholds)
+    return agree & above, label
+
+
+BALANCES = ("none", "quota", "threshold")  # ``pseudo_balance`` values; none: the paper
+
+
+def label_prior(y: torch.Tensor, n_classes: int) -> torch.Tensor:
+    """(C,) class shares of the active party's own labeled rows ``y`` (n,): the prior the
+    balanced rules follow. Only B's labels enter; A's rows have none."""
+    counts = torch.bincount(y.long(), minlength=n_classes).double()  # (C,)
+    return counts / counts.sum().clamp(min=1.0)
+
+
+def _top_per_class(
+    pool: torch.Tensor, label: torch.Tensor, margin: torch.Tensor, quota: list[int]
+) -> torch.Tensor:
+    """(b,) bool: for each class c, the ``quota[c]`` rows of ``pool`` (b,) labeled c with the
+    largest ``margin`` (b,) (ties: the earlier row)."""
+    keep = torch.zeros_like(pool)
+    for c, q in enumerate(quota):
+        rows = torch.nonzero(pool & (label == c)).flatten()  # (n_c,)
+        if q > 0 and len(rows):
+            order = torch.argsort(margin[rows], descending=True, stable=True)
+            keep[rows[order[:q]]] = True
+    return keep
+
+
+def balanced_pseudo_labels(
+    p_fed: torch.Tensor,
+    p_active: torch.Tensor,
+    p_passive: torch.Tensor,
+    thresholds: tuple[float, float, float],
+    prior: torch.Tensor,
+    mode: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's rule with class shares that follow ``prior`` (C,); (mask (b,), label (b,)).
+
+    Why: on imbalanced binary data (adult, credit) the fixed thresholds are cleared mostly by
+    the majority class, so the pseudo-labels are 8-10 % positive where the data is 24 %
+    (README), which pulls f_AB toward the majority class. Two ways to follow the prior:
+
+    - ``quota``: never loosens a threshold. Of the rows the paper's rule accepts (count
+      n_c per class), each class keeps at most q_c = floor(prior_c * m) with
+      m = min over classes with prior_c > 0 of n_c / prior_c, its most confident rows
+      (largest margin over the thresholds). The scarcest class (relative to its prior) keeps
+      all its rows, the others are cut to match: fewer pseudo-labels, none in a batch
+      where some class has no accepted row.
+    - ``threshold``: per-class thresholds. All three classifiers must still agree; the
+      thresholds of class c are (t_fed, t_active, t_passive) + delta_c, with delta_c set so
+      that class c accepts q_c = round(prior_c * K) rows, K the paper's accepted count in
+      this batch (its most confident agreeing rows, by margin). The total stays the paper's;
+      the majority class's thresholds rise, the minority's fall (to at least agreement).
+    """
+    assert mode in BALANCES[1:], mode
+    agree, label, above, margin = _votes(p_fed, p_active, p_passive, thresholds)
+    accepted = agree & above  # (b,) the paper's rule
+    counts = torch.bincount(label[accepted], minlength=len(prior)).double()  # (C,)
+    if mode == "quota":
+        present = prior > 0
+        m = float((counts[present] / prior[present]).min()) if bool(present.any()) else 0.0
+        quota = [math.floor(float(p) * m + 1e-9) for p in prior]
+        return _top_per_class(accepted, label, margin, quota), label
+    k = int(accepted.sum())
+    quota = [math.floor(float(p) * k + 0.5) for p in prior]
+    return _top_per_class(agree, label, margin, quota), label
+
+
+RESCALES = ("none", "moments")  # ``est_rescale`` values; none: the paper
+
+
+def match_moments(est: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """``est`` (b, k) shifted and scaled per dimension to the mean and std of ``ref``
+    (n_ol, k), the real representations of the overlap (the attention values).
+
+    Why (``est_rescale: moments``, not in the paper): an attention output is a convex mix of
+    the overlap's values, so with 250-500 overlap rows and T=0.5 it is pulled toward their
+    mean (``est_a_std_ratio`` in the records measures by how much). f_AB then trains on
+    estimates narrower than the real r_A it sees at test time. Matching the first two
+    moments per batch tests that suspect; gradients still flow through ``est``."""
+    if len(est) < 2:
+        return est
+    ref = ref.detach()
+    scale = ref.std(dim=0, keepdim=True) / est.std(dim=0, keepdim=True).clamp(min=1e-6)  # (1, k)
+    return ref.mean(dim=0, keepdim=True) + (est - est.mean(dim=0, keepdim=True)) * scale
+
+
+def std_ratio(est: torch.Tensor, ref: torch.Tensor) -> float:
+    """sqrt(sum_k var(est_k) / sum_k var(ref_k)) for est (b, k), ref (n, k): the pooled std
+    ratio, 1 = no shrinkage toward the mean (a measurement, no gradient). Pooled, not a
+    mean of per-dimension ratios: a dead (constant) dimension would make those explode."""
+    with torch.no_grad():
+        return float((est.var(dim=0).sum() / ref.var(dim=0).sum().clamp(min=1e-12)).sqrt())
 
 
 def orthogonality(unique: torch.Tensor, shared: torch.Tensor) -> torch.Tensor:

@@ -25,9 +25,10 @@ from trainables.party import PartyConfig
 from trainables.protocols.base import HookEntry
 from trainables.spec import TrialSpec
 from trainables.ssl.cvt_party import CvtLabels, CvtPartyInit, steps_per_epoch
-from trainables.ssl.fedcvt import CvtOptions
+from trainables.ssl.fedcvt import BALANCES, RESCALES, CvtOptions
 
 OPTION_KEYS = tuple(f.name for f in fields(CvtOptions) if f.name != "semi")
+CHOICES = {"pseudo_balance": BALANCES, "est_rescale": RESCALES}  # the string options
 
 
 def cvt_options(spec: TrialSpec, semi: bool) -> CvtOptions:
@@ -41,6 +42,12 @@ def cvt_options(spec: TrialSpec, semi: bool) -> CvtOptions:
         kwargs = {k: type(getattr(CvtOptions, k))(v) for k, v in spec.model_params.items()}
     except (TypeError, ValueError) as err:
         raise ConfigError(f"model_params={spec.model_params}: {err}") from None
+    for key, allowed in CHOICES.items():
+        if kwargs.get(key, getattr(CvtOptions, key)) not in allowed:
+            raise ConfigError(
+                f"model_params {key}={spec.model_params[key]!r} is not a FedCVT {key} value; "
+                f"allowed: {', '.join(allowed)}"
+            )
     return CvtOptions(**kwargs, semi=semi)  # type: ignore[arg-type]
 
 
@@ -145,6 +152,9 @@ def measurements(
         from sklearn.metrics import roc_auc_score  # lazy: worker start-up
 
         out["auc"] = float(roc_auc_score(ds.y_test, proba[:, 1]))
+    ratios = [r for step, r in m.get("est_ratio", ()) if step >= rounds - steps]
+    if ratios:  # B's estimates of r_A vs the overlap's real r_A, last epoch (shrinkage)
+        out["est_a_std_ratio"] = round(float(np.mean(ratios)), 4)
     if pseudo:
         last = [p for p in pseudo if p[0] >= rounds - steps]  # last epoch
         picked = np.concatenate([np.asarray(p[1], dtype=np.int64) for p in last])
