@@ -8,6 +8,9 @@ Small data (breast_cancer: 455 train rows; digits 8x8 halves), tiny widths, few 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,22 +141,33 @@ def test_partial_model_aggregation_touches_only_top_and_predictor() -> None:
     )
 
 
-def _shared_floats(h: int, e: int, p: int, po: int, q: int, predictor: bool) -> int:
-    """Parameters of the local top + projector (+ predictor): what PMA moves per party."""
+def _shared_floats(h: int, e: int, p: int, po: int, q: int, predictor: bool, bn: bool) -> int:
+    """Parameters of the local top + projector (+ predictor): what PMA moves per party.
+    With BN heads the hidden Linears carry no bias and every BN adds a weight and a bias."""
     top = h * e + e
-    proj = (e * p + p) + (p * p + p) + (p * po + po)
-    pred = (po * q + q) + (q * po + po) if predictor else 0
-    return top + proj + pred
+    if bn:  # Linear-BN-ReLU, Linear-BN-ReLU, Linear(+bias)-BN; predictor Linear-BN-ReLU, Linear
+        proj = e * p + 2 * p + p * p + 2 * p + p * po + po + 2 * po
+        pred = po * q + 2 * q + q * po + po
+    else:
+        proj = (e * p + p) + (p * p + p) + (p * po + po)
+        pred = (po * q + q) + (q * po + po)
+    return top + proj + (pred if predictor else 0)
 
 
 @pytest.mark.parametrize(
-    ("variant", "k", "today"),
-    [("hssl_simsiam", 2, 93696), ("hssl_moco", 2, 51200), ("cssl_byol", 3, 116736)],
+    ("variant", "k", "bn", "pinned"),
+    [
+        ("hssl_simsiam", 2, 0, 93696),
+        ("hssl_moco", 2, 0, 51200),
+        ("cssl_byol", 3, 0, 116736),
+        ("hssl_simsiam", 2, 1, 96000),
+    ],
 )
-def test_pretrain_bytes_and_rounds_pinned(variant: str, k: int, today: int) -> None:
-    """Hand count from widths x batch x parties; ``today``: what the pre-engine code
-    recorded for the same spec (same seeds, same arithmetic)."""
-    spec = spec_for(variant, n_parties=k)
+def test_pretrain_bytes_and_rounds_pinned(variant: str, k: int, bn: int, pinned: int) -> None:
+    """Hand count from widths x batch x parties; ``pinned``: with plain heads (head_bn 0),
+    what the pre-engine code recorded for the same spec (same seeds, same arithmetic);
+    with BN heads (the default) the hand count as it stands."""
+    spec = spec_for(variant, n_parties=k, model_params={**TINY, "head_bn": bn})
     rec = run_trial(spec)[0]
     extra = json.loads(rec.extra)
     n_aligned = prepare(spec, load_dataset("breast_cancer")).n_aligned  # 228
@@ -161,9 +175,10 @@ def test_pretrain_bytes_and_rounds_pinned(variant: str, k: int, today: int) -> N
     cross = epochs * 2 * (k - 1) * n_aligned * po * 4  # z~ (B, P) float32, A->P and P->A
     pma = 0
     if variant.startswith("hssl"):
-        floats = _shared_floats(16, 8, 16, po, 8, predictor=not variant.endswith("moco"))
+        moco = variant.endswith("moco")
+        floats = _shared_floats(16, 8, 16, po, 8, predictor=not moco, bn=bool(bn))
         pma = epochs * 2 * k * floats * 4  # K shares up, K averages down
-    assert extra["pretrain_bytes"] == cross + pma == today
+    assert extra["pretrain_bytes"] == cross + pma == pinned
     n_batches = -(-n_aligned // 128)
     assert extra["pretrain_rounds"] == epochs * (n_batches + variant.startswith("hssl"))
     assert rec.rounds == extra["pretrain_rounds"] + extra["ft_rounds"]
@@ -340,3 +355,114 @@ def test_mc_preset_labels_both_stages() -> None:
         assert extra["mc_stage"] == stage
     assert records[0].ssl_variant == "local_byol" and records[0].n_labeled == 60
     assert records[1].ap != records[2].ap or records[1].mp != records[2].mp
+
+
+def _ft(variant: str, **ft: object) -> TrialSpec:
+    return spec_for(variant, model_params={**TINY, **ft})
+
+
+def test_fixed_ft_lr_is_used_and_recorded_without_a_selection() -> None:
+    spec = _ft("local_simsiam", ft_lr=0.02)
+    data = prepare(spec, load_dataset("breast_cancer"))
+    with open_parties(data.inits, LOCAL) as group:
+        ft = finetune(spec, data, group.call_all("pretrained_encoder"), group, LOCAL, ())
+    assert ft.lr == 0.02 and ft.val_mp == {} and ft.candidates == ()
+    for party in ft.final.parties:  # every party's optimizer ran at the fixed lr
+        assert {g["lr"] for g in party.optimizer.param_groups} == {0.02}
+    fixed, picked = run_trial(spec)[0], run_trial(spec_for("local_simsiam"))[0]
+    ef, ep = json.loads(fixed.extra), json.loads(picked.extra)
+    assert (ef["ft_lr"], ef["ft_lr_source"], ef["ft_mode"], ef["val_mp"]) == (
+        0.02, "fixed", "full", {}
+    )  # fmt: skip
+    assert ep["ft_lr_source"] == "picked" and ep["ft_lr"] in FT_LRS and len(ep["val_mp"]) == 3
+    assert ef["ft_rounds"] * 4 == ep["ft_rounds"]  # one training instead of 3 + 1
+    assert ef["pretrain_bytes"] == ep["pretrain_bytes"]
+
+
+@pytest.mark.parametrize("variant", ["hssl_simsiam", "splitnn"])
+def test_probe_trains_the_head_and_leaves_every_encoder_as_pretrained(variant: str) -> None:
+    spec = _ft(variant, ft_lr=0.03, ft_mode="probe")
+    data = prepare(spec, load_dataset("breast_cancer"))
+    with open_parties(data.inits, LOCAL) as group:
+        encoders = group.call_all("pretrained_encoder")
+        ft = finetune(spec, data, encoders, group, LOCAL, ())
+        full = finetune(_ft(variant, ft_lr=0.03), data, encoders, group, LOCAL, ())
+    for enc, party, moved in zip(encoders, ft.final.parties, full.final.parties, strict=True):
+        before, after = enc.state_dict(), party.bottom.encoder.state_dict()
+        assert before.keys() == after.keys() and len(before) > 0
+        for key in before:
+            torch.testing.assert_close(after[key], before[key], rtol=0, atol=0)
+        assert float(party.bottom.anchor.detach()) == 0.0
+        with torch.no_grad():  # standardised on the party's own fine-tuning rows
+            h = party.bottom(party.X_train)  # (n_labeled, emb * towers)
+        torch.testing.assert_close(h.mean(dim=0), torch.zeros(h.shape[1]), atol=1e-4, rtol=0)
+        assert any(not torch.equal(moved.bottom.state_dict()[k], before[k]) for k in before)
+    active = ft.final.parties[-1]  # the head did train
+    assert ft.final.result.rounds > 0 and ft.final.result.mp != full.final.result.mp
+    fresh = prepared_for(spec, data, encoders, 0.03, data.labeled, None, ()).inits[-1].build()
+    assert any(not torch.equal(a, b) for a, b in
+               zip(active.top.parameters(), fresh.top.parameters(), strict=True))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("params", "fragments"),
+    [
+        ({"ft_lr": -0.01}, ["ft_lr=-0.01", "positive"]),
+        ({"ft_lr": "fast"}, ["ft_lr='fast'"]),
+        ({"ft_lr": True}, ["ft_lr=True"]),
+        ({"ft_lr": float("inf")}, ["ft_lr=inf"]),
+        ({"ft_mode": "linear"}, ["ft_mode='linear'", "known: full, probe"]),
+        ({"head_bn": 2}, ["head_bn=2.0", "1 (BN) or 0"]),
+        ({"image_aug": "heavy"}, ["image_aug='heavy'", "known: light, strong"]),
+    ],
+)
+def test_bad_fine_tuning_options_are_refused_naming_the_key(
+    params: dict[str, object], fragments: list[str]
+) -> None:
+    for fragment in fragments:
+        with pytest.raises(ConfigError, match=re.escape(fragment)):
+            check_names(_ft("hssl_simsiam", **params))
+
+
+def test_a_space_with_a_bad_ft_mode_exits_2_naming_the_key(
+    tmp_path: Path, refused_sweep: Callable[..., str]
+) -> None:
+    space = tmp_path / "bad.yaml"
+    space.write_text(
+        "name: bad\nbase: {dataset: breast_cancer, ssl_variant: hssl_simsiam, epochs: 1,\n"
+        "       aligned_ratio: 0.5, n_labeled: 60,\n"
+        "       model_params: {pretrain_epochs: 1, ft_mode: frozen}}\ngrid: {seed: [0]}\n"
+    )
+    refused_sweep(space, ["ft_mode='frozen'", "known: full, probe"])
+
+
+def test_benchmark_pretrains_once_and_its_paper_row_is_the_trial_record() -> None:
+    from benchmarks.hssl import markdown, one, paired, spec_of, table
+
+    s = {"n_labeled": 60, "ft_epochs": 3, "ft_batch": 32, "model_params": TINY,
+         "ft": ["pick:full", "0.01:full", "0.1:probe"]}  # fmt: skip
+    rows = one("breast_cancer", 2, 0.5, "hssl_simsiam", 0, s)
+    assert [r["ft"] for r in rows] == s["ft"] and len({r["pretrain_seconds"] for r in rows}) == 1
+    rec = run_trial(spec_of("breast_cancer", 2, 0.5, "hssl_simsiam", 0, s, "pick:full"))[0]
+    assert rows[0]["mp"] == rec.mp and rows[0]["ft_lr"] == json.loads(rec.extra)["ft_lr"]
+    assert [r["ft_lr"] for r in rows[1:]] == [0.01, 0.1] and rows[1]["mp"] != rows[2]["mp"]
+    text = markdown(table(rows))  # one variant table per protocol, one column per setting
+    assert text.count("| breast_cancer, ft ") == 3 and "k=2, 50 % aligned" in text
+    assert f"| hssl_simsiam | {rows[2]['mp']:.3f} ± 0.000 (n=1) |" in text
+    d = paired({0: 0.8, 1: 0.7, 2: 0.9}, {0: 0.7, 1: 0.65, 2: 0.7})  # diffs .1, .05, .2
+    assert d is not None and d["n"] == 3 and d["mean"] == pytest.approx(0.1167, abs=1e-4)
+    assert d["p"] == pytest.approx(0.1181, abs=1e-3)  # scipy.stats.ttest_rel, 2 dof
+
+
+def test_image_aug_reaches_the_image_views_and_is_refused_on_tabular_data() -> None:
+    reason = incompatibility(_ft("hssl_simsiam", image_aug="strong")) or ""
+    assert "image_aug='strong'" in reason and "tabular" in reason
+    digits = {"dataset": "digits", "aligned_ratio": 0.3, "n_labeled": 100}
+    weights = {}
+    for aug in ("light", "strong"):
+        spec = spec_for("local_simsiam", **digits, model_params={**TINY, "image_aug": aug})
+        assert incompatibility(spec) is None
+        assert {i.layout.aug for i in prepare(spec, load_dataset("digits")).inits} == {aug}
+        weights[aug] = pretrained_weights(spec)[0]
+    light, strong = weights["light"], weights["strong"]
+    assert any(not np.array_equal(light[k], strong[k]) for k in light)

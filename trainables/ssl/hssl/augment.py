@@ -6,12 +6,15 @@ own training rows; a categorical field (a one-hot group of the dataset's
 ``feature_groups``) is replaced by an extra "masked" token instead — here one extra
 indicator column per group, 0 on clean inputs, 1 with the group's one-hot zeroed when
 masked. Image halves get a random affine shift/scale plus pixel noise, built from torch
-ops (torchvision cannot be imported beside this machine's torch build).
+ops (torchvision cannot be imported beside this machine's torch build); ``ImageLayout``'s
+``aug="strong"`` (an option, not the default) adds rotation, anisotropic scale, a larger
+shift, contrast jitter, cutout and more noise.
 Every draw comes from the party's own ``torch.Generator``: same seed, same views.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,9 +44,13 @@ class TabularLayout:
         return len(self.categorical)
 
 
+IMAGE_AUGS = ("light", "strong")
+
+
 @dataclass(frozen=True)
 class ImageLayout:
     shape: tuple[int, int]  # (h, w) of the party's image part
+    aug: str = "light"  # IMAGE_AUGS: "light" (default) or "strong" (``augment_image_strong``)
 
 
 def party_fields(
@@ -108,10 +115,44 @@ def augment_image(x: torch.Tensor, layout: ImageLayout, gen: torch.Generator) ->
     return noisy.reshape(b, h * w)
 
 
+def augment_image_strong(
+    x: torch.Tensor, layout: ImageLayout, gen: torch.Generator
+) -> torch.Tensor:
+    """(B, h*w) pixels -> (B, h*w): rotation ±15°, scale 0.8–1.2 per axis, shift ±15%
+    (in grid units), contrast x0.6–1.4, a cutout rectangle (up to h/2 x w/2) on half the
+    rows, noise 0.1."""
+    h, w = layout.shape
+    b = x.shape[0]
+    angle = (2 * torch.rand(b, generator=gen) - 1) * math.radians(15)
+    sx = 0.8 + 0.4 * torch.rand(b, generator=gen)
+    sy = 0.8 + 0.4 * torch.rand(b, generator=gen)
+    shift = 0.3 * torch.rand((b, 2), generator=gen) - 0.15
+    theta = torch.zeros(b, 2, 3, dtype=x.dtype)  # (B, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 1] = sx * torch.cos(angle), -sx * torch.sin(angle)
+    theta[:, 1, 0], theta[:, 1, 1] = sy * torch.sin(angle), sy * torch.cos(angle)
+    theta[:, :, 2] = shift
+    grid = F.affine_grid(theta, [b, 1, h, w], align_corners=False)
+    img = F.grid_sample(x.view(b, 1, h, w), grid, padding_mode="zeros", align_corners=False)
+    img = img * (0.6 + 0.8 * torch.rand((b, 1, 1, 1), generator=gen))  # (B, 1, h, w)
+    size = torch.rand((b, 2), generator=gen) * torch.tensor([h / 2, w / 2])
+    corner = torch.rand((b, 2), generator=gen) * torch.tensor([h, w])
+    on = torch.rand(b, generator=gen) < 0.5
+    rows = torch.arange(h).view(1, h, 1)
+    cols = torch.arange(w).view(1, 1, w)
+    y0, x0 = corner[:, 0].view(b, 1, 1), corner[:, 1].view(b, 1, 1)
+    cut = (rows >= y0) & (rows < y0 + size[:, 0].view(b, 1, 1).floor())
+    cut = cut & (cols >= x0) & (cols < x0 + size[:, 1].view(b, 1, 1).floor())
+    img = img * ~(cut & on.view(b, 1, 1)).unsqueeze(1)
+    noisy = img + 0.1 * torch.randn(img.shape, generator=gen)
+    return noisy.reshape(b, h * w)
+
+
 def make_view(
     x: torch.Tensor, layout: TabularLayout | ImageLayout, gen: torch.Generator
 ) -> torch.Tensor:
     """One augmented view of the clean rows ``x`` (B, d), in the encoder's input width."""
     if isinstance(layout, ImageLayout):
+        if layout.aug == "strong":
+            return augment_image_strong(x, layout, gen)
         return augment_image(x, layout, gen)
     return corrupt_tabular(x, layout, gen)

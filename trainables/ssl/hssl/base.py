@@ -25,13 +25,21 @@ SSL_METHODS: Registry = Registry("ssl method")
 @dataclass(frozen=True)
 class Widths:
     """Encoder and head widths. Paper: projector [512, 512, 512] (MoCo [512, 512, 128]),
-    predictor [128, 512]; the encoder widths are ours (MLP bottom + 1-layer top)."""
+    predictor [128, 512]; the encoder widths are ours (MLP bottom + 1-layer top).
+
+    ``head_bn``: batch normalisation in the projector and predictor as in the authors'
+    reference code (FedHSSL ``models/ssl_utils.py``, after SimSiam/lightly): projector
+    Linear-BN-ReLU, Linear-BN-ReLU, Linear-BN; predictor Linear-BN-ReLU, Linear. Without
+    it SimSiam and BYOL collapse within a few epochs (``benchmarks.ssl_central``:
+    per-dimension std of the normalised projections -> 0); False keeps the plain heads.
+    """
 
     hidden: int = 128  # bottom output width
     emb: int = 64  # top output: the representation fine-tuning uses
     proj: int = 512  # projector hidden widths
     proj_out: int = 512  # projector output (MoCo: 128)
     pred: int = 128  # predictor hidden width
+    head_bn: bool = True  # BN in projector/predictor (reference code); False: plain MLPs
 
 
 class SSLMethod:
@@ -58,6 +66,25 @@ def mlp_layers(widths: list[int], last_relu: bool) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def head_layers(widths: list[int], out_bn: bool) -> nn.Sequential:
+    """An SSL head with BN after every hidden Linear (those carry no bias: BN's shift
+    replaces it) and, if ``out_bn``, after the last one; ReLU between layers only.
+
+    The BN layers always normalise with the batch's own statistics (no running buffers):
+    the heads only ever run in pretraining, in training mode, where that is what BN does
+    anyway; without buffers partial model aggregation averages learnable weights only."""
+    layers: list[nn.Module] = []
+    n = len(widths) - 1
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        last = i == n - 1
+        layers.append(nn.Linear(a, b, bias=last))
+        if not last or out_bn:
+            layers.append(nn.BatchNorm1d(b, track_running_stats=False))
+        if not last:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
 class Tower(nn.Module):
     """bottom (N, d) -> (N, hidden); top -> (N, emb); projector -> (N, P); predictor -> (N, P).
 
@@ -69,12 +96,17 @@ class Tower(nn.Module):
         self.method = method
         self.bottom = mlp_layers([in_dim, w.hidden], last_relu=True)
         self.top = mlp_layers([w.hidden, w.emb], last_relu=True)
-        self.projector = mlp_layers([w.emb, w.proj, w.proj, w.proj_out], last_relu=False)
-        self.predictor: nn.Module = (
-            mlp_layers([w.proj_out, w.pred, w.proj_out], last_relu=False)
-            if method.has_predictor
-            else nn.Identity()
+        proj_widths, pred_widths = (
+            [w.emb, w.proj, w.proj, w.proj_out],
+            [w.proj_out, w.pred, w.proj_out],
         )
+        if w.head_bn:
+            self.projector = head_layers(proj_widths, out_bn=True)
+            predictor = head_layers(pred_widths, out_bn=False)
+        else:
+            self.projector = mlp_layers(proj_widths, last_relu=False)
+            predictor = mlp_layers(pred_widths, last_relu=False)
+        self.predictor: nn.Module = predictor if method.has_predictor else nn.Identity()
         self.target: nn.Module | None = None
         if method.momentum is not None:
             self.target = copy.deepcopy(nn.Sequential(self.bottom, self.top, self.projector))

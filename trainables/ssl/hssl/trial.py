@@ -26,7 +26,15 @@ from trainables.spec import TrialSpec
 from trainables.ssl.hssl.finetune import FineTuned, finetune
 from trainables.ssl.hssl.parties import ServerInit
 from trainables.ssl.hssl.pretrain import PretrainResult, pretrain
-from trainables.ssl.hssl.variants import HSSLData, Plan, iso_target, options, parse_variant, prepare
+from trainables.ssl.hssl.variants import (
+    HSSLData,
+    Plan,
+    image_aug,
+    iso_target,
+    options,
+    parse_variant,
+    prepare,
+)
 from trainables.transport.group import PartyGroup, open_parties
 from trainables.transport.placement import Placement
 
@@ -97,6 +105,7 @@ def measured(spec: TrialSpec, data: HSSLData, pre: PretrainResult, ft: FineTuned
     trainings = [*ft.candidates, ft.final]
     return {
         "ft_lr": ft.lr, "val_mp": {str(k): v for k, v in ft.val_mp.items()},
+        "ft_lr_source": ft.options.lr_source, "ft_mode": ft.options.mode,
         "pretrain_seconds": round(pre.seconds, 3), "pretrain_rounds": pre.rounds,
         "pretrain_bytes": pre.comm_bytes,
         "ft_rounds": sum(t.result.rounds for t in trainings),
@@ -105,6 +114,7 @@ def measured(spec: TrialSpec, data: HSSLData, pre: PretrainResult, ft: FineTuned
         "cross_loss": [round(v, 4) for v in pre.cross_loss],
         "local_loss": [round(v, 4) for v in pre.local_loss],
         "metric": "auc" if data.n_classes == 2 else "accuracy", "options": options(spec),
+        "image_aug": image_aug(spec) if data.image else None,
         "iso_target": iso_target(spec),
     }  # fmt: skip
 

@@ -10,14 +10,17 @@ Rows: ``split_samples`` picks the aligned rows (``aligned_ratio`` / ``n_aligned`
 the labeled ones among them; the unaligned training rows are dealt out disjointly to the
 parties (different parties' non-aligned rows are different samples, Fig. 3 of the
 paper). Each party scales with statistics of its own rows.
-Options (``model_params``): see ``OPTIONS``. ``spec.epochs`` / ``batch_size`` are the
-fine-tuning epochs / batch. Defenses: the spec's stack hooks the fine-tuning parties as in
-any NN trial, and the pretraining parties where a defense acts on what they send there
-(``representation``: ISO ``target: representation`` or ``both`` at the active party).
+Options (``model_params``): see ``OPTIONS``, and ``FTOptions`` for how fine-tuning picks
+its lr and what it trains (``ft_lr``, ``ft_mode``; the paper's protocol by default).
+``spec.epochs`` / ``batch_size`` are the fine-tuning epochs / batch. Defenses: the spec's
+stack hooks the fine-tuning parties as in any NN trial, and the pretraining parties where a
+defense acts on what they send there (``representation``: ISO ``target: representation``
+or ``both`` at the active party).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from trainables.data import Dataset, Scaler, default_scaler_kind, split_samples,
 from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
-from trainables.ssl.hssl.augment import ImageLayout, TabularLayout, party_fields
+from trainables.ssl.hssl.augment import IMAGE_AUGS, ImageLayout, TabularLayout, party_fields
 from trainables.ssl.hssl.base import Widths
 from trainables.ssl.hssl.parties import HSSLConfig, SSLPartyInit
 from trainables.ssl.hssl.pretrain import Stages
@@ -53,8 +56,29 @@ OPTIONS: dict[str, float | int] = {
     "moco_dim": 128,
     "queue": 4096,
     "tau": 0.5,
+    "head_bn": 1,  # 1: BN in projector / predictor (reference code, Widths.head_bn); 0: plain
 }
+# fine-tuning protocol (model_params, not numeric options): ``ft_lr`` absent = the paper's
+# pick from {0.005, 0.01, 0.03} on a validation split; a number = that lr for every variant
+# (no selection). ``ft_mode``: ``full`` (paper: the whole encoder is fine-tuned) or ``probe``
+# (the pretrained encoder frozen, only the linear head over concat(H_k) trains).
+FT_MODES = ("full", "probe")
+FT_KEYS = ("ft_lr", "ft_mode")
+# ``image_aug``: the image views' augmentation (``augment.IMAGE_AUGS``; image datasets only)
+TEXT_KEYS = (*FT_KEYS, "image_aug")
 PRETRAIN_KIND = "representation"  # what cross-party SSL sends (Eq. 5)
+
+
+@dataclass(frozen=True)
+class FTOptions:
+    """How fine-tuning picks its lr and what it trains (``model_params`` ft_lr / ft_mode)."""
+
+    lr: float | None = None  # None: pick from FT_LRS on the validation split (paper)
+    mode: str = "full"
+
+    @property
+    def lr_source(self) -> str:
+        return "picked" if self.lr is None else "fixed"
 
 
 @dataclass(frozen=True)
@@ -91,6 +115,10 @@ class HSSLData:
     def n_aligned(self) -> int:
         return self.inits[0].n_aligned
 
+    @property
+    def image(self) -> bool:
+        return isinstance(self.inits[0].layout, ImageLayout)
+
 
 def parse_variant(name: str) -> Plan:
     if name == "splitnn":
@@ -103,16 +131,49 @@ def parse_variant(name: str) -> Plan:
 
 
 def options(spec: TrialSpec) -> dict[str, float]:
-    bad = sorted(set(spec.model_params) - set(OPTIONS))
+    """The numeric pretraining / model options (``OPTIONS``); ft_* keys: ``ft_options``."""
+    bad = sorted(set(spec.model_params) - set(OPTIONS) - set(TEXT_KEYS))
     if bad:
         raise ConfigError(
             f"model_params key(s) {bad} are not options of ssl_variant={spec.ssl_variant!r}; "
-            f"allowed: {', '.join(OPTIONS)}"
+            f"allowed: {', '.join((*OPTIONS, *TEXT_KEYS))}"
         )
     try:
-        return {k: float(spec.model_params.get(k, v)) for k, v in OPTIONS.items()}
+        out = {k: float(spec.model_params.get(k, v)) for k, v in OPTIONS.items()}
     except (TypeError, ValueError) as err:
         raise ConfigError(f"model_params={spec.model_params}: {err}") from None
+    if out["head_bn"] not in (0.0, 1.0):
+        raise ConfigError(f"model_params.head_bn={out['head_bn']!r} must be 1 (BN) or 0 (plain)")
+    return out
+
+
+def image_aug(spec: TrialSpec) -> str:
+    """``model_params.image_aug`` checked (``light`` by default)."""
+    aug = spec.model_params.get("image_aug", "light")
+    if aug not in IMAGE_AUGS:
+        raise ConfigError(f"model_params.image_aug={aug!r} unknown; known: {', '.join(IMAGE_AUGS)}")
+    return str(aug)
+
+
+def ft_options(spec: TrialSpec) -> FTOptions:
+    """``model_params`` ft_lr / ft_mode checked: ConfigError naming the key otherwise."""
+    lr = spec.model_params.get("ft_lr")
+    if lr is not None:
+        ok = isinstance(lr, int | float) and not isinstance(lr, bool)
+        if not ok or not math.isfinite(float(lr)) or float(lr) <= 0:
+            raise ConfigError(
+                f"model_params.ft_lr={lr!r} must be a positive finite number (a fixed "
+                f"fine-tuning lr for every variant), or absent to pick it from "
+                f"{{0.005, 0.01, 0.03}} on the validation split"
+            )
+        lr = float(lr)
+    mode = spec.model_params.get("ft_mode", "full")
+    if mode not in FT_MODES:
+        raise ConfigError(
+            f"model_params.ft_mode={mode!r} unknown; known: {', '.join(FT_MODES)} (full: "
+            "fine-tune the encoder, probe: frozen encoder, linear head only)"
+        )
+    return FTOptions(lr, str(mode))
 
 
 def check_hssl(spec: TrialSpec) -> None:
@@ -121,6 +182,8 @@ def check_hssl(spec: TrialSpec) -> None:
 
     parse_variant(spec.ssl_variant)
     options(spec)
+    ft_options(spec)
+    image_aug(spec)
     PROTOCOLS.create(spec.protocol, **spec.protocol_params)
     defense_stack.build(spec)
 
@@ -152,7 +215,14 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
                 "no representations are exchanged; use a cssl_*/gssl_*/hssl_* variant)"
             )
         return reason
-    return rows_incompatibility(spec, load_dataset(spec.dataset, data_dir, **spec.dataset_params))
+    ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
+    if "image_aug" in spec.model_params and ds.image_shape is None:
+        return (
+            f"model_params.image_aug={spec.model_params['image_aug']!r} sets the image views' "
+            f"augmentation, but dataset {spec.dataset!r} is tabular (its views are corrupted "
+            "rows); leave image_aug out"
+        )
+    return rows_incompatibility(spec, ds)
 
 
 def pretrain_hooks(spec: TrialSpec) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
@@ -181,7 +251,7 @@ def hssl_config(spec: TrialSpec, plan: Plan, opt: dict[str, float]) -> HSSLConfi
     return HSSLConfig(
         method=plan.method, towers=plan.towers, n_parties=spec.n_parties, seed=spec.seed,
         widths=Widths(int(opt["hidden"]), int(opt["emb"]), int(opt["proj"]), proj_out,
-                      int(opt["pred"])),
+                      int(opt["pred"]), head_bn=bool(opt["head_bn"])),
         pretrain_batch=int(opt["pretrain_batch"]), queue=int(opt["queue"]), tau=opt["tau"],
     )  # fmt: skip
 
@@ -208,7 +278,7 @@ def prepare(spec: TrialSpec, ds: Dataset, record: bool = False) -> HSSLData:
         inits.append(
             SSLPartyInit(
                 party_id=k, config=cfg, X_local=X, n_aligned=len(s.aligned),
-                layout=_layout(ds, cols, X, scaler), record=record,
+                layout=_layout(ds, cols, X, scaler, image_aug(spec)), record=record,
                 hooks=tuple(hooks.get(k, ())),
             )
         )  # fmt: skip
@@ -219,10 +289,10 @@ def prepare(spec: TrialSpec, ds: Dataset, record: bool = False) -> HSSLData:
     )  # fmt: skip
 
 
-def _layout(ds: Dataset, cols: np.ndarray, X: np.ndarray, scaler: Scaler) -> Any:
+def _layout(ds: Dataset, cols: np.ndarray, X: np.ndarray, scaler: Scaler, aug: str) -> Any:
     if ds.image_shape is not None:
         h = ds.image_shape[0]
-        return ImageLayout((h, len(cols) // h))
+        return ImageLayout((h, len(cols) // h), aug)
     off = scaler.transform(np.zeros((1, len(cols))))[0]
     fields = party_fields(ds.feature_groups, cols)
     return TabularLayout(fields, X.min(axis=0), X.max(axis=0), off)
