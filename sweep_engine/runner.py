@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Records go to the sink; Tune's default JSON / CSV / TensorBoard loggers would write every
+# reported batch of records again into each trial folder, in the driver.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 import ray
 from ray import tune
