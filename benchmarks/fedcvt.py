@@ -35,6 +35,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -127,16 +128,30 @@ def summarize_ablation(runs: list[dict]) -> dict:
     return out
 
 
-def ablation(args: argparse.Namespace) -> dict:
+def trained(ds: str, n: int, seed: int, arm: str, params: dict, epochs: int) -> dict:
+    """One arm's training: FedSplitNN for the ``fedsplitnn`` arm, else FedCVT with ``params``."""
+    variant = "fedsplitnn" if arm == "fedsplitnn" else "fedcvt"
+    return one_run(ds, n, variant, seed, epochs, params)
+
+
+def run_arms(
+    args: argparse.Namespace, arms: Sequence[tuple[str, dict]], run: Callable[..., dict]
+) -> list[dict]:
+    """``run(ds, n, seed, arm, params, epochs)`` for every dataset, overlap, seed and arm, in
+    that order (every arm of a seed on the same rows), each logged to ``--runs`` as it ends."""
     runs = []
     for ds in args.datasets:
         for n in args.overlaps:
             for seed in range(args.seeds):
-                for arm, params in ABLATION:
-                    variant = "fedsplitnn" if arm == "fedsplitnn" else "fedcvt"
-                    run = {"arm": arm, **one_run(ds, n, variant, seed, args.epochs, params)}
-                    runs.append(run)
-                    _log(run, args.runs)
+                for arm, params in arms:
+                    row = {"arm": arm, **run(ds, n, seed, arm, params, args.epochs)}
+                    runs.append(row)
+                    _log(row, args.runs)
+    return runs
+
+
+def ablation(args: argparse.Namespace) -> dict:
+    runs = run_arms(args, ABLATION, trained)
     return {"ablation": True, "epochs": args.epochs, "batch_size": 256, "n_local": 4000,
             "pseudo_off": PSEUDO_OFF, "seeds": args.seeds,
             "cells": summarize_ablation(runs)}  # fmt: skip
@@ -229,15 +244,7 @@ def balance_table(cells: dict) -> list[str]:
 
 def balance(args: argparse.Namespace) -> dict:
     arms = balance_arms(args.balance, args.rescale)
-    runs = []
-    for ds in args.datasets:
-        for n in args.overlaps:
-            for seed in range(args.seeds):
-                for arm, params in arms:
-                    variant = "fedsplitnn" if arm == "fedsplitnn" else "fedcvt"
-                    run = {"arm": arm, **one_run(ds, n, variant, seed, args.epochs, params)}
-                    runs.append(run)
-                    _log(run, args.runs)
+    runs = run_arms(args, arms, trained)
     cells = summarize_balance(runs, arms)
     print("\n".join(balance_table(cells)))
     return {"balance": args.balance, "rescale": args.rescale, "epochs": args.epochs,
@@ -307,14 +314,8 @@ def estimate_quality(
 def estimates(args: argparse.Namespace) -> dict:
     """``estimate_quality`` per FedCVT arm, overlap and seed; mean +- std per cell."""
     arms = [arm for arm in balance_arms(args.balance or [], args.rescale) if arm[0] != "fedsplitnn"]
-    runs = []
-    for ds in args.datasets:
-        for n in args.overlaps:
-            for seed in range(args.seeds):
-                for arm, params in arms:
-                    run = {"arm": arm, **estimate_quality(ds, n, seed, args.epochs, params)}
-                    runs.append(run)
-                    _log(run, args.runs)
+    runs = run_arms(args, arms, lambda ds, n, seed, arm, params, epochs: estimate_quality(
+        ds, n, seed, epochs, params))  # fmt: skip
     keys = ("est_r2", "est_corr", "est_std_ratio", "acc", "acc_est_a", "acc_active_only")
     cells = {
         f"{ds}/{n}/{arm}": {

@@ -128,6 +128,20 @@ class Tower(nn.Module):
             return self.projector(self.represent(x))
         return self.target(x)
 
+    def two_view_loss(
+        self, v1: torch.Tensor, v2: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """Two views (B, d') -> (loss, (p1, p2), (t1, t2)): local SSL's symmetric
+        ½[L(p1, t̃2) + L(p2, t̃1)]. SimSiam's target is the online z itself (the same values
+        ``target_z`` would recompute, without a second pass)."""
+        (z1, p1), (z2, p2) = self(v1), self(v2)
+        if self.target is None:
+            t1, t2 = z1.detach(), z2.detach()
+        else:
+            t1, t2 = self.target_z(v1), self.target_z(v2)
+        loss = 0.5 * (self.method.loss(p1, t2) + self.method.loss(p2, t1))
+        return loss, (p1, p2), (t1, t2)
+
     @torch.no_grad()
     def update_target(self) -> None:
         if self.target is None or self.method.momentum is None:

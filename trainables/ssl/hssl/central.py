@@ -143,19 +143,16 @@ def ssl_epoch(
     view_fn: ViewFn,
 ) -> float:
     """One epoch of plain local SSL: the step of ``SSLParty.local_epoch`` with gamma 0."""
-    method = tower.method
     losses = []
     for ref in sched.refs(epoch):
         x = X[torch.as_tensor(sched.rows(ref))]  # (B, d)
         v1, v2 = view_fn(x, layout, gen), view_fn(x, layout, gen)  # (B, d') each
-        (_, p1), (_, p2) = tower(v1), tower(v2)
-        t1, t2 = tower.target_z(v1), tower.target_z(v2)
-        loss = 0.5 * (method.loss(p1, t2) + method.loss(p2, t1))
+        loss, _, (t1, t2) = tower.two_view_loss(v1, v2)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         tower.update_target()
-        method.observe(torch.cat([t1, t2]))
+        tower.method.observe(torch.cat([t1, t2]))
         losses.append(float(loss.detach()))
     return float(np.mean(losses))
 

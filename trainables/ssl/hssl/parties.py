@@ -186,12 +186,7 @@ class SSLParty:
         for ref in sched.refs(epoch):
             x = self.X_local[torch.as_tensor(sched.rows(ref))]
             v1, v2 = make_view(x, self.layout, self.gen), make_view(x, self.layout, self.gen)
-            (z1, p1), (z2, p2) = self.local(v1), self.local(v2)
-            if self.local.target is None:  # SimSiam: the target is the online z (same values)
-                t1, t2 = z1.detach(), z2.detach()
-            else:
-                t1, t2 = self.local.target_z(v1), self.local.target_z(v2)
-            loss = 0.5 * (method.loss(p1, t2) + method.loss(p2, t1))
+            loss, (p1, p2), (t1, t2) = self.local.two_view_loss(v1, v2)
             if gamma > 0:
                 with torch.no_grad():
                     c1 = self.cross.projector(self.cross.represent(v1))
