@@ -10,7 +10,9 @@ timed ``--repeats`` times on the same trained parties (median seconds; the AP mu
 ``--compare 'pmc:stop_patience=2'``: per attack, AP mean ± std over the seeds with the
 defaults and with those parameters (a convergence option against the paper's setting).
 ``--baseline DIR``: the same measurement, in the same run, in a copy of an older tree
-(``git archive <rev> | tar -x -C DIR``), interleaved per seed: seconds and AP before/after.
+(``git archive <rev> | tar -x -C DIR``), interleaved per seed: seconds and AP before/after,
+and per attack (``versus_before``) the CPU speed-up and whether the AP mean moved by at most
+one std.
 ``--profile``: the top functions by own time, per attack (cProfile), on stderr. Rows
 give wall seconds (what a record's ``attack_seconds`` says) and the evaluating thread's
 CPU seconds, which a busy shared machine disturbs far less.
@@ -160,6 +162,26 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def versus_before(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """Per attack run in both trees: CPU seconds before/after, the speed-up, AP mean ± std
+    before/after, and whether the means differ by at most the std before (issue 17's rule:
+    "same AP within one std over the seeds")."""
+    out = {}
+    for label in sorted(set(now) & set(before)):
+        a, b = before[label], now[label]
+        cpu = [a["cpu_seconds_median"], b["cpu_seconds_median"]]
+        out[label] = {
+            "cpu_seconds": cpu,
+            "speedup": round(cpu[0] / cpu[1], 2) if cpu[1] else None,
+            "ap": [
+                f"{a['ap_mean']:.4f} ± {a['ap_std']:.4f}",
+                f"{b['ap_mean']:.4f} ± {b['ap_std']:.4f}",
+            ],
+            "ap_within_one_std": abs(b["ap_mean"] - a["ap_mean"]) <= a["ap_std"] + 1e-12,
+        }
+    return out
+
+
 def baseline_rows(tree: str, argv: list[str]) -> dict[str, list[dict[str, Any]]]:
     """The raw rows of this benchmark, run in ``tree`` (an older copy of the repository)."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -209,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         result["compare"] = compared(result["attacks"], args.compare)
     if before:
         result["before"] = {label: summary(r) for label, r in before.items()}
+        result["versus_before"] = versus_before(result["attacks"], result["before"])
     print(json.dumps(result))
 
 

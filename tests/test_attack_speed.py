@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from benchmarks.attack_speed import compared, main, parse_setting
+from benchmarks.attack_speed import compared, main, parse_setting, versus_before
 from trainables.attacks.completion import (
     COMPLETION_DEFAULTS,
     CompletionModel,
@@ -105,6 +105,19 @@ def test_compared_flags_an_ap_drop_beyond_one_std() -> None:
     assert got["pmc:stop_patience=2"]["ap_within_one_std"] is True
     assert got["pmc:stop_patience=9"]["ap_within_one_std"] is False
     assert got["pmc:stop_patience=2"]["seconds"] == [10.0, 3.0]
+
+
+def test_versus_before_gives_the_speedup_and_flags_an_ap_move_beyond_one_std() -> None:
+    def row(cpu: float, mean: float, std: float) -> dict[str, float]:
+        return {"cpu_seconds_median": cpu, "ap_mean": mean, "ap_std": std}
+
+    before = {"pmc": row(21.0, 0.72, 0.03), "mc": row(20.0, 0.75, 0.01), "bli": row(4.0, 0.2, 0)}
+    now = {"pmc": row(2.0, 0.70, 0.02), "mc": row(2.5, 0.73, 0.01)}
+    got = versus_before(now, before)
+    assert set(got) == {"pmc", "mc"}  # only what both trees ran
+    assert got["pmc"]["speedup"] == 10.5 and got["pmc"]["cpu_seconds"] == [21.0, 2.0]
+    assert got["pmc"]["ap_within_one_std"] is True  # moved 0.02 <= 0.03
+    assert got["mc"]["ap_within_one_std"] is False  # moved 0.02 > 0.01
 
 
 def test_benchmark_prints_seconds_and_a_repeatable_ap(capsys: pytest.CaptureFixture[str]) -> None:

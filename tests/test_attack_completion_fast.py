@@ -1,0 +1,152 @@
+"""The model completion's fast path (``completion_fast.py``) computes what the generic
+autograd loop computes: same draws, same head gradient, same Adam and EMA, to float
+rounding; it runs at the defaults and nowhere else."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from trainables.attacks import completion_fast as cf
+from trainables.attacks.completion import (
+    COMPLETION_DEFAULTS,
+    CompletionModel,
+    _soft_ce,
+    _train_autograd,
+    complete_model,
+)
+
+B, W, C = 4, 5, 3  # batch, bottom width, classes
+
+
+def _draw(seed: int) -> cf.Block:
+    gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
+    return cf.draw_block(gen, rng, 3, B, 7, 11, (W,), 0.05, 0.75)
+
+
+def test_draw_block_draws_the_generic_loops_numbers() -> None:
+    got = _draw(3)
+    gen, rng = torch.Generator().manual_seed(3), np.random.default_rng(3)
+    for s in range(3):  # the generic loop's calls, in its order
+        assert torch.equal(got.il[s], torch.randint(7, (B,), generator=gen))
+        assert torch.equal(got.eps_l[s], torch.randn((B, W), generator=gen))
+        assert torch.equal(got.iu[s], torch.randint(11, (B,), generator=gen))
+        assert torch.equal(got.eps_u[s], torch.randn((B, W), generator=gen))
+        lam = float(rng.beta(0.75, 0.75))
+        assert got.lam[s] == max(lam, 1.0 - lam)
+        assert torch.equal(got.perm[s], torch.randperm(2 * B, generator=gen))
+
+
+def _generic_loss(
+    head: nn.Linear, f_u: torch.Tensor, f_all: torch.Tensor, t_l: torch.Tensor, lam: float,
+    perm: torch.Tensor, wu: float, inv_t: float,
+) -> torch.Tensor:  # fmt: skip
+    """The generic loop's MixMatch loss of one step on bottom outputs (identity bottom)."""
+    with torch.no_grad():
+        sharp = torch.softmax(head(f_u), dim=1) ** inv_t
+        t_u = sharp / sharp.sum(dim=1, keepdim=True)
+    t_all = torch.cat([t_l, t_u])
+    out = head(lam * f_all + (1 - lam) * f_all[perm])
+    t_mix = lam * t_all + (1 - lam) * t_all[perm]
+    l_u = ((torch.softmax(out[B:], dim=1) - t_mix[B:]) ** 2).mean()
+    return _soft_ce(out[:B], t_mix[:B]) + wu * l_u
+
+
+def test_head_gradient_equals_autograd_of_the_generic_loss() -> None:
+    torch.manual_seed(0)
+    xl, xu = torch.randn(7, W), torch.randn(11, W)
+    yl = F.one_hot(torch.arange(7) % C, C).float()
+    block = _draw(5)
+    inp = cf.block_inputs(nn.Identity(), xl, yl, xu, block, 0.05)
+    head = nn.Linear(W, C)
+    theta = torch.cat([head.weight, head.bias.unsqueeze(1)], 1).detach().numpy()
+    for s, wu in ((0, 0.0), (1, 12.5), (2, 50.0)):
+        x_l = xl[block.il[s]] + 0.05 * block.eps_l[s]
+        x_u = xu[block.iu[s]] + 0.05 * block.eps_u[s]
+        lam = float(block.lam[s])
+        head.zero_grad()
+        loss = _generic_loss(
+            head, x_u, torch.cat([x_l, x_u]), yl[block.il[s]], lam, block.perm[s], wu, 1 / 0.8
+        )
+        loss.backward()
+        want = torch.cat([head.weight.grad, head.bias.grad.unsqueeze(1)], 1).numpy()
+        got = cf.head_grad(theta, inp.feats[s], inp.t0[s], inp.mix_u[s], wu, 1 / 0.8)
+        assert np.abs(want).max() > 1e-3  # a gradient that could disagree
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_adam_and_ema_equal_torch_adam_and_the_ema_updater() -> None:
+    rng = np.random.default_rng(0)
+    theta = rng.normal(size=(C, W + 1)).astype(np.float32)
+    param = nn.Parameter(torch.tensor(theta))
+    opt = torch.optim.Adam([param], lr=2e-3, foreach=True)
+    ema = param.detach().clone()
+    mine = cf.AdamEma(theta.copy(), 2e-3, 0.99)
+    for _ in range(5):
+        grad = rng.normal(size=theta.shape).astype(np.float32)
+        param.grad = torch.tensor(grad)
+        opt.step()
+        ema.mul_(0.99).add_(param.detach(), alpha=0.01)
+        mine.step(grad)
+        np.testing.assert_allclose(mine.theta, param.detach().numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(mine.ema, ema.numpy(), rtol=0, atol=1e-6)
+    assert np.abs(mine.theta - theta).max() > 5e-3  # five steps of ~lr moved it
+
+
+def _data() -> tuple[nn.Module, np.ndarray, np.ndarray]:
+    torch.manual_seed(0)
+    bottom = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))  # (N, 6) -> (N, 3)
+    rng = np.random.default_rng(0)
+    y = np.arange(60) % 3
+    return bottom, (rng.normal(size=(60, 6)) + y[:, None]).astype(np.float32), y
+
+
+def _complete(**params: Any) -> dict[str, torch.Tensor]:
+    bottom, X, y = _data()
+    p = {"epochs": 3, "steps_per_epoch": 40, **params}
+    return complete_model(bottom, X[:12], y[:12], X, 3, p, seed=0).state_dict()
+
+
+def _generic(steps: bool = False, **params: Any) -> Any:
+    """The generic loop on what ``complete_model`` would train, forced: its weights, or
+    its number of steps."""
+    bottom, X, y = _data()
+    p: dict[str, Any] = {**COMPLETION_DEFAULTS, "epochs": 3, "steps_per_epoch": 40, **params}
+    data = (torch.tensor(X[:12]), F.one_hot(torch.tensor(y[:12]), 3).float(), torch.tensor(X))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = CompletionModel(copy.deepcopy(bottom).eval(), 3, 3, str(p["head"]))
+        gen, rng = torch.Generator().manual_seed(0), np.random.default_rng(0)
+        ema = _train_autograd(model, data, p, gen, rng)
+    return ema.steps if steps else ema.state_dict()
+
+
+def test_fast_path_runs_at_the_defaults_and_agrees_with_the_generic_loop() -> None:
+    assert cf.applies(COMPLETION_DEFAULTS, 100)
+    fast, generic = _complete(), _generic()
+    assert not all(torch.equal(fast[k], generic[k]) for k in fast)  # another computation
+    for k in fast:  # 120 steps later: the same weights to float rounding
+        torch.testing.assert_close(fast[k], generic[k], rtol=0, atol=1e-5)
+
+
+def test_generic_loop_runs_for_other_heads_a_trained_bottom_or_supervised() -> None:
+    for change in ({"head": "bn_relu"}, {"bottom_lr_scale": 0.1}, {"method": "supervised"}):
+        assert not cf.applies({**COMPLETION_DEFAULTS, **change}, 100)
+        got, want = _complete(**change), _generic(**change)
+        assert all(torch.equal(got[k], want[k]) for k in want), change  # the same bits
+    assert not cf.applies(COMPLETION_DEFAULTS, 0)  # no unlabeled rows to guess
+
+
+def test_converge_stops_early_on_the_fast_path_where_the_generic_loop_stops() -> None:
+    quiet = {"epochs": 6, "steps_per_epoch": 40, "stop_patience": 1, "stop_tol": 1.0}
+    assert cf.applies({**COMPLETION_DEFAULTS, **quiet}, 60)
+    bottom, X, y = _data()
+    assert complete_model(bottom, X[:12], y[:12], X, 3, quiet, seed=0).steps == 40
+    p = {"epochs": 10, "steps_per_epoch": 40, "stop_patience": 2, "stop_tol": 0.2}
+    fast = complete_model(bottom, X[:12], y[:12], X, 3, p, seed=0)
+    assert fast.steps == _generic(**p, steps=True) < 400  # same checks, same verdicts

@@ -1,0 +1,237 @@
+"""The model completion at its defaults, without autograd: a linear head on a frozen bottom,
+trained with MixMatch, Adam and an EMA copy (``completion.py`` holds the algorithm).
+
+Why: the generic loop (``completion._train``) is dispatch-bound: ~70 small torch ops,
+autograd and Adam per step of 16 rows, ~0.8 ms a step, 25 x 1024 steps, and PMC, MC and
+AMC were 94% of the defense benchmark's compute (issue 17). At the defaults
+(``head="linear"``, ``bottom_lr_scale=0``, ``method="mixmatch"``) the same steps need far
+less work:
+- the bottom is frozen, so its outputs on the jittered and the mixed rows depend only on
+  the random draws: one ``no_grad`` forward per block of steps computes them all;
+- what remains per step is a (3B, w+1) @ (w+1, C) product, softmax, and the head's
+  gradient in closed form (soft CE on the mixed labeled rows, lambda_u * ramp * MSE of
+  the softmax on the mixed unlabeled rows, through the softmax's Jacobian by hand), with
+  Adam (torch's defaults and formulas) and the EMA on one array theta = [W | b] (C, w+1),
+  in numpy float32: ~35 ops of ~1 us instead of ~70 torch ops, autograd and optimizer.
+Random numbers: the same generators draw the same numbers in the same order as the
+generic loop (``draw_block``); a block's draws are made before its steps run, which is
+allowed because no draw depends on the head. The float operations differ (order of
+sums, numpy's exp), so the weights agree with the generic path's to float rounding,
+not bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+if TYPE_CHECKING:  # completion.py imports this module
+    from trainables.attacks.completion import Convergence
+
+BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as the generic path uses
+BLOCK_STEPS = 256  # steps whose bottom outputs are computed in one forward
+BLOCK_ELEMENTS = 1 << 22  # at most ~16 MB of float32 inputs per block (images: fewer steps)
+
+
+def applies(p: dict[str, Any], n_unlabeled: int) -> bool:
+    """Whether ``train_fast`` computes what the generic loop would for params ``p``: a
+    linear head, a frozen bottom, MixMatch with unlabeled rows to guess."""
+    return (
+        p["head"] == "linear"
+        and float(p["bottom_lr_scale"]) == 0.0
+        and p["method"] == "mixmatch"
+        and n_unlabeled > 0
+    )
+
+
+@dataclass
+class Block:
+    """The draws of ``S`` consecutive steps, in the generic loop's order (B: batch size)."""
+
+    il: torch.Tensor  # (S, B) labeled rows
+    eps_l: torch.Tensor  # (S, B, *feat) their jitter (zeros without noise)
+    iu: torch.Tensor  # (S, B) unlabeled rows
+    eps_u: torch.Tensor  # (S, B, *feat)
+    lam: np.ndarray  # (S,) float64, max(lam, 1 - lam)
+    perm: torch.Tensor  # (S, 2B) the MixUp partner of each of the 2B rows
+
+
+def draw_block(
+    gen: torch.Generator,
+    rng: np.random.Generator,
+    steps: int,
+    bs: int,
+    n_l: int,
+    n_u: int,
+    feat: tuple[int, ...],
+    noise: float,
+    alpha: float,
+) -> Block:
+    """The draws of ``steps`` steps, each made as the generic loop makes it (same
+    generator, same call, same order), so they are the same numbers."""
+    il = torch.empty(steps, bs, dtype=torch.int64)
+    iu = torch.empty(steps, bs, dtype=torch.int64)
+    eps_l, eps_u = torch.zeros(steps, bs, *feat), torch.zeros(steps, bs, *feat)
+    perm = torch.empty(steps, 2 * bs, dtype=torch.int64)
+    for s in range(steps):
+        torch.randint(n_l, (bs,), generator=gen, out=il[s])
+        if noise > 0:
+            torch.randn((bs, *feat), generator=gen, out=eps_l[s])
+        torch.randint(n_u, (bs,), generator=gen, out=iu[s])
+        if noise > 0:
+            torch.randn((bs, *feat), generator=gen, out=eps_u[s])
+        torch.randperm(2 * bs, generator=gen, out=perm[s])
+    lam = rng.beta(alpha, alpha, size=steps)  # the same numbers as `steps` scalar draws
+    return Block(il, eps_l, iu, eps_u, np.maximum(lam, 1.0 - lam), perm)
+
+
+@dataclass
+class Inputs:
+    """What the steps of a block read (w: bottom width, C: classes)."""
+
+    feats: np.ndarray  # (S, 3B, w+1): [guess rows; mixed labeled; mixed unlabeled], then 1
+    t0: np.ndarray  # (S, 2B, C): the mixed targets' part from the labeled rows' labels
+    mix_u: np.ndarray  # (S, 2B, B): weights of the guessed labels in the mixed targets
+
+
+@torch.no_grad()
+def block_inputs(
+    bottom: nn.Module,
+    xl: torch.Tensor,
+    yl: torch.Tensor,
+    xu: torch.Tensor,
+    b: Block,
+    noise: float,
+) -> Inputs:
+    """The bottom's outputs and the target mixing of a block, as the generic loop forms
+    its inputs (x + noise * eps, then lam * x + (1 - lam) * x[perm], in float32)."""
+    steps, bs = b.il.shape
+    x_l = xl[b.il] + noise * b.eps_l  # (S, B, *feat)
+    x_u = xu[b.iu] + noise * b.eps_u  # (S, B, *feat)
+    x_all = torch.cat([x_l, x_u], dim=1)  # (S, 2B, *feat)
+    shape = (steps, 1) + (1,) * (x_all.dim() - 2)
+    lam = torch.as_tensor(b.lam, dtype=torch.float32).view(shape)
+    rest = torch.as_tensor(1.0 - b.lam, dtype=torch.float32).view(shape)
+    rows = torch.arange(steps).unsqueeze(1)  # (S, 1)
+    mixed = lam * x_all + rest * x_all[rows, b.perm]  # (S, 2B, *feat)
+    x = torch.cat([x_u, mixed], dim=1).flatten(0, 1)  # (S * 3B, *feat)
+    out = bottom(x).reshape(steps, 3 * bs, -1)  # (S, 3B, w)
+    feats = torch.cat([out, torch.ones(steps, 3 * bs, 1)], dim=2)  # (S, 3B, w+1)
+    # t_mix = lam * t_all + (1 - lam) * t_all[perm] = M @ t_all, M (S, 2B, 2B)
+    eye = torch.eye(2 * bs).expand(steps, -1, -1)
+    partner = torch.nn.functional.one_hot(b.perm, 2 * bs).to(torch.float64)  # (S, 2B, 2B)
+    mix = torch.as_tensor(b.lam).view(steps, 1, 1) * eye
+    mix = mix + torch.as_tensor(1.0 - b.lam).view(steps, 1, 1) * partner
+    t0 = mix[:, :, :bs] @ yl[b.il].to(torch.float64)  # (S, 2B, C)
+    f32 = np.float32
+    return Inputs(feats.numpy(), t0.numpy().astype(f32), mix[:, :, bs:].numpy().astype(f32))
+
+
+def head_grad(
+    theta: np.ndarray, feats: np.ndarray, t0: np.ndarray, mix_u: np.ndarray, wu: float, t: float
+) -> np.ndarray:
+    """d loss / d theta (C, w+1) of one step; ``feats`` (3B, w+1), ``t0`` (2B, C),
+    ``mix_u`` (2B, B), ``wu`` = lambda_u * step / total, ``t`` = 1 / T.
+
+    loss = CE(softmax(o_l), t_l) + wu * mean((softmax(o_u) - t_u)^2) on the mixed rows o
+    (B each); the guessed labels are constants (computed under no_grad in the generic loop).
+    """
+    bs = mix_u.shape[1]
+    o = feats @ theta.T  # (3B, C) logits: guess rows, mixed labeled, mixed unlabeled
+    o -= o.max(axis=1, keepdims=True)
+    np.exp(o, out=o)
+    o /= o.sum(axis=1, keepdims=True)  # softmax (3B, C)
+    sharp = o[:bs] ** t
+    guess = sharp / sharp.sum(axis=1, keepdims=True)  # (B, C) sharpened guessed labels
+    d = o[bs:] - (t0 + mix_u @ guess)  # (2B, C) softmax - mixed targets
+    d[:bs] *= 1.0 / bs  # soft CE: d/do = (p - t) / B (targets sum to 1)
+    g = d[bs:]
+    g *= 2.0 * wu / g.size  # d MSE / d softmax
+    g -= (g * o[2 * bs :]).sum(axis=1, keepdims=True)
+    g *= o[2 * bs :]  # through the softmax: p * (g - <g, p>)
+    return d.T @ feats[bs:]  # (C, w+1)
+
+
+class AdamEma:
+    """torch.optim.Adam (defaults, foreach formulas: lerp, sqrt / sqrt(bc2) + eps,
+    addcdiv) and the EMA ema <- decay * ema + (1 - decay) * theta, on one array."""
+
+    def __init__(self, theta: np.ndarray, lr: float, decay: float) -> None:
+        self.theta, self.ema = theta, theta.copy()  # (C, w+1) float32
+        self.m, self.v = np.zeros_like(theta), np.zeros_like(theta)
+        self.buf = np.empty_like(theta)
+        self.lr, self.decay, self.t = lr, decay, 0
+
+    def step(self, grad: np.ndarray) -> None:
+        (b1, b2), buf = BETAS, self.buf
+        self.t += 1
+        np.subtract(grad, self.m, out=buf)
+        buf *= 1.0 - b1
+        self.m += buf  # lerp(m, g, 1 - b1)
+        self.v *= b2
+        np.multiply(grad, grad, out=buf)
+        buf *= 1.0 - b2
+        self.v += buf
+        np.sqrt(self.v, out=buf)
+        buf *= 1.0 / (1.0 - b2**self.t) ** 0.5
+        buf += EPS
+        np.divide(self.m, buf, out=buf)
+        buf *= self.lr / (1.0 - b1**self.t)
+        self.theta -= buf
+        self.ema *= self.decay
+        np.multiply(self.theta, 1.0 - self.decay, out=buf)
+        self.ema += buf
+
+
+def train_fast(
+    model: nn.Module,
+    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    p: dict[str, Any],
+    gen: torch.Generator,
+    rng: np.random.Generator,
+    stop: Convergence,
+) -> None:
+    """Trains ``model.head`` (a linear layer on the frozen ``model.bottom``) and writes
+    the EMA weights into ``stop.ema`` (a copy of ``model``), as the generic loop does;
+    ``data``: xl (n_l, *feat), yl (n_l, C) one-hot, xu (n_u, *feat); ``gen``, ``rng``:
+    the generic loop's generators, fresh; ``stop``: its ``Convergence`` on xu. Needs
+    ``applies(p, len(xu))``."""
+    xl, yl, xu = data
+    bottom, ema = model.bottom.eval(), stop.ema
+    linear = model.head[0]
+    theta = torch.cat([linear.weight, linear.bias.unsqueeze(1)], dim=1).detach().numpy()
+    opt = AdamEma(theta.copy(), float(p["lr"]), float(p["ema_decay"]))
+    bs, epoch = int(p["batch_size"]), int(p["steps_per_epoch"])
+    total = max(1, int(p["epochs"]) * epoch)
+    noise, lambda_u, inv_t = float(p["noise"]), float(p["lambda_u"]), 1.0 / float(p["T"])
+    feat = tuple(xl.shape[1:])
+    per_step = 3 * bs * max(1, int(np.prod(feat)))
+    done = 0
+    while done < total:
+        left_in_epoch = epoch - done % epoch if epoch > 0 else total - done
+        steps = min(BLOCK_STEPS, max(1, BLOCK_ELEMENTS // per_step), left_in_epoch, total - done)
+        b = draw_block(gen, rng, steps, bs, len(xl), len(xu), feat, noise, float(p["alpha"]))
+        inp = block_inputs(bottom, xl, yl, xu, b, noise)
+        for s in range(steps):
+            wu = lambda_u * ((done + s) / total)
+            opt.step(head_grad(opt.theta, inp.feats[s], inp.t0[s], inp.mix_u[s], wu, inv_t))
+        done += steps
+        if stop.patience and epoch > 0 and done % epoch == 0:
+            _load(ema, opt.ema)
+            if stop.converged():
+                break
+    _load(model, opt.theta)
+    _load(ema, opt.ema)
+    ema.steps = done  # type: ignore[assignment]  # updates run (fewer if it converged)
+
+
+def _load(model: nn.Module, theta: np.ndarray) -> None:
+    """Writes theta = [W | b] (C, w+1) into the model's linear head."""
+    linear = model.head[0]
+    with torch.no_grad():
+        linear.weight.copy_(torch.from_numpy(theta[:, :-1]))
+        linear.bias.copy_(torch.from_numpy(theta[:, -1]))
