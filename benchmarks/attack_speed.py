@@ -13,6 +13,8 @@ defaults and with those parameters (a convergence option against the paper's set
 (``git archive <rev> | tar -x -C DIR``), interleaved per seed: seconds and AP before/after,
 and per attack (``versus_before``) the CPU speed-up and whether the AP mean moved by at most
 one std.
+``--warmup N``: N untimed evaluations per seed first (one-time costs of a process, such as
+torch.func's first call, out of the timing; the baseline's processes get the same).
 ``--profile``: the top functions by own time, per attack (cProfile), on stderr. Rows
 give wall seconds (what a record's ``attack_seconds`` says) and the evaluating thread's
 CPU seconds, which a busy shared machine disturbs far less.
@@ -78,9 +80,17 @@ def trained_parties(
 
 
 def evaluate(
-    setting: Setting, parties: Sequence[Any], seed: int, repeats: int, profile: bool
+    setting: Setting,
+    parties: Sequence[Any],
+    seed: int,
+    repeats: int,
+    profile: bool,
+    warmup: int = 0,
 ) -> dict[str, Any]:
-    """Median seconds and the AP of ``repeats`` evaluations of one attack on ``parties``."""
+    """Median seconds and the AP of ``repeats`` evaluations of one attack on ``parties``
+    (after ``warmup`` untimed ones)."""
+    for _ in range(warmup):
+        run_attacks(parties, [setting], seed)
     seconds, cpu, aps = [], [], []
     prof = cProfile.Profile() if profile else None
     for _ in range(repeats):
@@ -110,6 +120,7 @@ def measure(
     strength: Any = None,
     epochs: int | None = None,
     profile: bool = False,
+    warmup: int = 0,
 ) -> dict[str, list[dict[str, Any]]]:
     """Per setting label: one {seed, seconds, ap} per seed; a training per (name, seed)."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -126,7 +137,10 @@ def measure(
                     clean = [s for s in same if not ATTACKS.get(s[0]).info.training_time]
                     shared[dataset] = trained_parties(clean, seed, defense, strength, epochs)
                 parties = shared[dataset]
-            row = {"seed": seed, **evaluate((name, params), parties, seed, repeats, profile)}
+            row = {
+                "seed": seed,
+                **evaluate((name, params), parties, seed, repeats, profile, warmup),
+            }
             print(json.dumps({"label": label, **row}), file=sys.stderr, flush=True)  # progress
             out.setdefault(label, []).append(row)
     return out
@@ -202,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--compare", action="append", default=[], help="name:key=value,...")
     parser.add_argument("--baseline", default=None, help="an older tree to measure alongside")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--warmup", type=int, default=0, help="untimed evaluations per seed")
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = [n for n in args.attacks.split(",") if n]
@@ -218,14 +233,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             pass_on += ["--repeats", str(args.repeats), "--defense", args.defense]
             pass_on += [] if args.strength is None else ["--strength", str(args.strength)]
             pass_on += [] if args.epochs is None else ["--epochs", str(args.epochs)]
+            pass_on += ["--warmup", str(args.warmup)] if args.warmup else []
             for label, got in baseline_rows(args.baseline, pass_on).items():
                 before.setdefault(label, []).extend(got)
-        for label, got in measure(settings, [seed], args.repeats, **common).items():
+        got_rows = measure(settings, [seed], args.repeats, warmup=args.warmup, **common)
+        for label, got in got_rows.items():
             rows.setdefault(label, []).extend(got)
     if args.raw:
         print(json.dumps(rows))
         return
     result: dict[str, Any] = {"benchmark": "attack_speed", "seeds": seeds, **common}
+    result["warmup"] = args.warmup
     result["attacks"] = {label: summary(r) for label, r in rows.items()}
     if args.compare:
         result["compare"] = compared(result["attacks"], args.compare)

@@ -1,0 +1,120 @@
+"""BLI's fast path (``bli_fast``) against the generic math it replaces: the closed-form
+gradient against autograd, the Gram-eigen basis against the SVD's, the labels of the whole
+inversion against the autograd loop, and the default path using them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trainables.attacks import bli
+from trainables.attacks.bli_fast import gradient, gram_basis
+from trainables.models import mlp
+
+PARAMS: dict[str, Any] = {**bli.BatchLabelInference.defaults, "steps": 400, "patience": 100}
+
+
+def _case(rows: int, classes: int, seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, Any]:
+    """A small MLP bottom, a batch and the gradient mean CE sends back for true labels."""
+    torch.manual_seed(seed)
+    model = mlp(6, (5,), classes).eval()
+    x = torch.randn(rows, 6)  # (B, d)
+    labels = torch.randint(0, classes, (rows,))
+    with torch.no_grad():
+        h = model(x) + torch.randn(rows, classes)  # (B, C) the top's logits
+    grad = (F.softmax(h, dim=1) - F.one_hot(labels, classes).float()) / rows  # (B, C)
+    return model, x, grad
+
+
+def _projection(basis: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Basis-free forms: the projector onto the span, and the projection of G (basis @ t)."""
+    b = basis.astype(np.float64)
+    return b @ b.T, b @ target.astype(np.float64)
+
+
+@pytest.mark.parametrize("rows", [40, 3])  # P = 65 <= B*C = 160; P > B*C = 12 (the J J^T side)
+def test_gram_basis_spans_the_svd_range_with_the_same_target(rows: int) -> None:
+    model, x, grad = _case(rows, 4)
+    jac = bli.jacobian(model, x)
+    assert jac is not None
+    observed = jac.T @ grad.reshape(-1).double()  # (P,)
+    fast = gram_basis(jac, observed)
+    assert fast is not None
+    slow = bli.svd_basis(jac, observed)
+    assert fast[0].shape == slow[0].shape  # the same rank
+    assert np.allclose(fast[0].T @ fast[0], np.eye(fast[0].shape[1]), atol=1e-5)  # orthonormal
+    for a, b in zip(_projection(*fast), _projection(*slow), strict=True):
+        assert np.allclose(a, b, atol=1e-5)
+    # and that projection is G's own: basis^T G from dL/dθ alone
+    assert np.allclose(fast[0] @ (fast[0].T @ grad.reshape(-1).numpy()), _projection(*slow)[1])
+
+
+def test_gram_basis_defers_to_the_svd_when_the_rank_is_not_clear_cut() -> None:
+    q, _ = torch.linalg.qr(torch.randn(30, 30, dtype=torch.float64))
+    s = torch.tensor([1.0, 0.5, 0.1, 1e-7] + [0.0] * 6, dtype=torch.float64)  # s_4 at the rule
+    jac = q[:, :10] * s  # (30, 10)
+    assert gram_basis(jac, torch.ones(10, dtype=torch.float64)) is None
+    s[3] = 1e-3  # a clear rank of 4
+    got = gram_basis(q[:, :10] * s, torch.ones(10, dtype=torch.float64))
+    assert got is not None and got[0].shape == (30, 4)
+
+
+def test_closed_form_gradient_equals_autograd() -> None:
+    rng = np.random.default_rng(1)
+    n, c, r = 7, 5, 12
+    basis = np.linalg.qr(rng.standard_normal((n * c, r)))[0].astype(np.float32)  # (BC, r)
+    target = rng.standard_normal(r).astype(np.float32)
+    h0 = rng.standard_normal((n, c)).astype(np.float32)
+    both = rng.standard_normal((2, n, c)).astype(np.float32)
+    scale = float((target**2).sum())
+    grad, res = gradient(np.stack([h0, 0 * h0]), both, basis, target, scale)
+    zv = torch.tensor(both, dtype=torch.float64, requires_grad=True)
+    dummy = (F.softmax(torch.tensor(h0).double() + zv[0], 1) - F.softmax(zv[1], 1)) / n
+    resid = dummy.reshape(-1) @ torch.tensor(basis).double() - torch.tensor(target).double()
+    loss = (resid**2).sum() / scale
+    (auto,) = torch.autograd.grad(loss, [zv])
+    assert np.allclose(res, resid.detach().numpy(), atol=1e-6)
+    assert np.allclose(grad, auto.numpy(), rtol=1e-4, atol=1e-7)
+    assert np.abs(auto.numpy()).max() > 1e-3  # not a trivially zero gradient
+
+
+@pytest.mark.parametrize("extra", [{}, {"init_scale": 0.1}, {"match_tol": 1e-6}])
+def test_fast_inversion_infers_the_labels_of_the_autograd_loop(extra: dict[str, Any]) -> None:
+    model, x, grad = _case(24, 4)
+    params = {**PARAMS, **extra}
+    slow = bli.invert_autograd(model, x, grad, params, 3, bli.matcher(model, x, grad))
+    fast = bli.invert(model, x, grad, params, 3)
+    assert fast.shape == (24,) and np.array_equal(fast, slow)
+
+
+def test_default_path_uses_the_fast_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real_basis, real_invert = bli.gram_basis, bli.invert_fast
+
+    def basis_spy(*args: Any) -> Any:
+        calls.append("gram_basis")
+        return real_basis(*args)
+
+    def invert_spy(*args: Any) -> Any:
+        calls.append("invert_fast")
+        return real_invert(*args)
+
+    monkeypatch.setattr(bli, "gram_basis", basis_spy)
+    monkeypatch.setattr(bli, "invert_fast", invert_spy)
+    model, x, grad = _case(24, 4)
+    bli.invert(model, x, grad, PARAMS, 0)
+    assert calls == ["gram_basis", "invert_fast"]
+
+
+def test_a_jacobian_too_large_takes_the_plain_autograd_match(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bli, "MAX_JACOBIAN", 10)
+    model, x, grad = _case(24, 4)
+    assert bli.jacobian(model, x) is None
+    labels = bli.invert(model, x, grad, {**PARAMS, "steps": 20}, 0)
+    assert labels.shape == (24,) and labels.min() >= 0 and labels.max() < 4

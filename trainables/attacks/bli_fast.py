@@ -1,0 +1,116 @@
+"""BLI's whitened inversion without autograd or an SVD (``bli.py`` holds the algorithm).
+
+Why: at the defaults BLI was the costliest attack per digits cell (issue 17): a double SVD
+of the (B*C, P) Jacobian J (~60% of its CPU time) and ~1k steps of autograd, softmax and
+torch.optim.Adam on two (B, C) arrays (~40%). The same computation needs less:
+- the whitening needs an orthonormal basis U of J's range and U^T G from dL/dθ = J^T G
+  only. The eigendecomposition of the smaller Gram matrix gives both: with J^T J = V L V^T
+  (P <= B*C), U = J V L^(-1/2) and U^T G = L^(-1/2) V^T dL/dθ; with J J^T = U L U^T,
+  U^T G = L^(-1) U^T J dL/dθ. Rank: the SVD keeps s > 1e-7 s_max, i.e. L > 1e-14 L_max;
+  the Gram's eigenvalues carry absolute rounding ~1e-16 L_max, so an eigenvalue within
+  [1e-15, 1e-13] L_max cannot be told apart: then ``gram_basis`` returns None and the SVD
+  decides. The basis spans the same range, so the whitened distance is the same function
+  (digits seeds 0-2: orthonormal to 4e-8, projector within 7e-9 of the SVD's).
+- the loss |U^T G' - t|^2 / |t|^2 of G' = (softmax(H + Z) - softmax(V)) / B has the
+  gradient 2 U (U^T G' - t) / |t|^2 w.r.t. G', and through each softmax p the map
+  D -> p * (D - sum(D * p)); Adam (torch's defaults and formulas) runs in numpy float32.
+Float operations differ from the autograd path (order of sums, another basis of the same
+range), so the dummies agree to float rounding, not bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as the generic path uses
+KEEP = 1e-14  # the SVD's rank rule s > 1e-7 s_max, squared
+AMBIGUOUS = (1e-15, 1e-13)  # Gram eigenvalues (relative) too close to KEEP to decide
+
+
+def gram_basis(jac: torch.Tensor, observed: torch.Tensor) -> tuple[np.ndarray, np.ndarray] | None:
+    """(basis (BC, r), target (r,)) float32 from the Gram matrix of ``jac`` (BC, P) float64
+    and ``observed`` = J^T G (P,); None when the rank is not clear-cut (use the SVD)."""
+    import scipy.linalg  # lazy: worker start-up imports every attack
+
+    j, obs = jac.numpy(), observed.numpy()
+    rows, cols = j.shape
+    wide = cols > rows  # decompose the smaller of J^T J (P, P) and J J^T (BC, BC)
+    gram = j @ j.T if wide else j.T @ j  # numpy: a symmetric product (syrk)
+    lam, vec = scipy.linalg.eigh(gram, driver="evd", overwrite_a=True, check_finite=False)
+    lam, vec = lam[::-1], vec[:, ::-1]  # descending, as the SVD's order
+    top = float(lam[0])
+    if top <= 0.0:
+        return None
+    rel = lam / top
+    if bool(((rel > AMBIGUOUS[0]) & (rel < AMBIGUOUS[1])).any()):
+        return None
+    keep = rel > KEEP
+    lam, vec = lam[keep], np.ascontiguousarray(vec[:, keep])  # (r,), (BC or P, r)
+    if wide:
+        basis = vec  # (BC, r)
+        target = (vec.T @ (j @ obs)) / lam  # (r,) = U^T G
+    else:
+        root = np.sqrt(lam)
+        basis = (j @ vec) / root  # (BC, r)
+        target = (vec.T @ obs) / root  # (r,)
+    return basis.astype(np.float32), target.astype(np.float32)
+
+
+SIGN = np.array([1.0, -1.0], dtype=np.float32).reshape(2, 1, 1)  # G' = (p - q) / B
+
+
+def gradient(
+    shift: np.ndarray, both: np.ndarray, basis: np.ndarray, target: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(d loss / d[Z, V] (2, B, C), residual U^T G' - t (r,)) of the whitened loss
+    |U^T G' - t|^2 / scale, G' = (softmax(h0 + Z) - softmax(V)) / B; both = [Z, V],
+    shift = [h0, 0] (2, B, C)."""
+    _, n, c = both.shape
+    a = both + shift  # (2, B, C) the two softmaxes' inputs
+    e = np.exp(a - a.max(axis=2, keepdims=True))
+    pq = e / e.sum(axis=2, keepdims=True)  # (2, B, C): softmax(h0 + Z), softmax(V)
+    res = ((pq[0] - pq[1]) / n).reshape(-1) @ basis - target  # (r,)
+    d = ((2.0 / scale) * (basis @ res)).reshape(n, c) / n  # (B, C) dloss/dG' / B
+    dd = SIGN * d  # (2, B, C) dloss/d(softmax): +d for p, -d for q
+    return pq * (dd - (dd * pq).sum(axis=2, keepdims=True)), res  # through each softmax
+
+
+def invert_fast(
+    h0: np.ndarray,
+    basis: np.ndarray,
+    target: np.ndarray,
+    params: dict[str, Any],
+    seed: int,
+) -> np.ndarray:
+    """(B,) labels: ``bli.invert``'s steps, draws and stops, with the whitened loss's
+    gradient in closed form (h0: (B, C) own logits; basis: (BC, r); target: (r,))."""
+    n, c = h0.shape
+    gen = torch.Generator().manual_seed(seed)
+    scale_init = float(params["init_scale"])
+    z = (scale_init * torch.randn(n, c, generator=gen)).numpy()  # dummy active logits
+    v = (scale_init * torch.randn(n, c, generator=gen)).numpy()  # dummy label logits
+    both = np.stack([z, v])  # (2, B, C): Adam's parameters
+    shift = np.stack([h0, np.zeros_like(h0)])  # (2, B, C)
+    m1, m2 = np.zeros_like(both), np.zeros_like(both)
+    lr, (b1, b2) = float(params["lr"]), BETAS
+    scale = float((target**2).sum()) or 1.0  # as the generic path: a float32 sum
+    match_tol, patience = float(params["match_tol"]), int(params["patience"])
+    labels, stable = both[1].argmax(axis=1), 0
+    for t in range(1, int(params["steps"]) + 1):
+        grad, res = gradient(shift, both, basis, target, scale)  # (2, B, C), (r,)
+        m1 += (1.0 - b1) * (grad - m1)
+        m2 *= b2
+        m2 += (1.0 - b2) * grad * grad
+        denom = np.sqrt(m2) / np.sqrt(1.0 - b2**t) + EPS
+        both -= (lr / (1.0 - b1**t)) * m1 / denom
+        now = both[1].argmax(axis=1)
+        stable = stable + 1 if np.array_equal(now, labels) else 0
+        labels = now
+        if stable >= patience:  # converged: no label moved for a while
+            break
+        if match_tol and float(res @ res) / scale <= match_tol:  # the gradients match
+            break
+    return labels.astype(np.int64)
