@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from sweep_engine.manifest import flat_spec
@@ -45,13 +46,26 @@ def _load(text: object) -> dict[str, Any]:
 
 def varying(table: pd.DataFrame, codes: pd.Series) -> list[str]:
     """Fields of ``table`` whose value differs between the specs the records use."""
-    used = table.iloc[sorted(set(codes[codes >= 0].tolist()))] if len(table) else table
-    out = []
-    for column in used.columns:
-        values = {json.dumps(v, sort_keys=True, default=str) for v in used[column]}
-        if len(values) > 1:
-            out.append(column)
-    return out
+    used = table.iloc[np.unique(codes[codes >= 0].to_numpy())] if len(table) else table
+    return [column for column in used.columns if _distinct_json(used[column]) > 1]
+
+
+def _distinct_json(values: pd.Series) -> int:
+    """How many distinct JSON texts the values have, each distinct value dumped once:
+    equal str/int/bool/None values of one type have the same text (floats, containers
+    and the rest are dumped one by one: 0.0 == -0.0 and 1 == 1.0 dump differently)."""
+    plain = (str, int, bool, type(None))
+    seen: set[tuple[type, object]] = set()
+    texts: set[str] = set()
+    for v in values.tolist():
+        kind = type(v)
+        if kind in plain:
+            if (kind, v) not in seen:
+                seen.add((kind, v))
+                texts.add(json.dumps(v, sort_keys=True, default=str))
+        else:
+            texts.add(json.dumps(v, sort_keys=True, default=str))
+    return len(texts)
 
 
 def typed(values: pd.Series) -> pd.Series:
@@ -86,7 +100,7 @@ def flatten(
     else:
         fields = varying(table, codes)
     fields = [f for f in fields if f not in NOT_AXES]
-    out = records.copy()
+    out = records.copy(deep=False)  # copy-on-write: new columns only, no row copied
     for field in fields:
         if field in out.columns or field not in table.columns:
             continue

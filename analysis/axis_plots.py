@@ -17,19 +17,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.by_axis import by_axis_table, direction
+from analysis.plot_jobs import axis_jobs
 
 DPI = 90
 MAX_LINES = 8  # levels of the line axis drawn; more are named in the title as omitted
-MAX_ATTACK_PANELS = 3  # ap:<attack> panels next to MP (every attack is in the CSV)
 LOG_SPAN = 100.0  # a log x axis when positive values span more than two decades
-
-
-def panel_metrics(long: pd.DataFrame) -> list[str]:
-    """MP, then AP of the first few attacks: one figure per axis stays readable."""
-    present = set(long["metric"].unique())
-    attacks = sorted(m for m in present if m.startswith("ap:"))[:MAX_ATTACK_PANELS]
-    first = ["mp"] if "mp" in present else sorted(present - set(attacks))[:1]
-    return first + attacks
 
 
 def numeric(values: pd.Series) -> bool:
@@ -38,17 +30,10 @@ def numeric(values: pd.Series) -> bool:
 
 def write_axis_plots(long: pd.DataFrame, cell_axes: list[str], folder: Path) -> list[Path]:
     """``axis_<axis>.png`` for every cell axis; returns the files written."""
-    written = []
-    metrics = panel_metrics(long) if len(long) else []
-    for i, axis in enumerate(cell_axes):
-        if not metrics:
-            break
-        others = [a for a in cell_axes if a != axis]
-        line_axis = cell_axes[(i + 1) % len(cell_axes)] if others else None
-        path = folder / f"axis_{axis.replace('/', '_')}.png"
-        plot_axis(long, axis, line_axis, others, metrics, path)
-        written.append(path)
-    return written
+    jobs = axis_jobs(long, cell_axes, folder)
+    for args in jobs:
+        plot_axis(*args)
+    return [args[-1] for args in jobs]
 
 
 def plot_axis(
@@ -83,7 +68,7 @@ def plot_axis(
         _x_axis(ax, table[axis], axis)
         better = "higher" if direction(metric) == "max" else "lower"
         ax.set_ylabel(f"{metric} (mean over seeds, 95% CI)")
-        ax.set_title(f"{metric} vs {axis} ({better} is better)")
+        ax.set_title(f"{metric} vs {axis} ({better} is better)", y=1.0)  # see plots.TITLE_Y
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, title=None if line_axis is None else line_axis)
     pooled = [a for a in others if a != line_axis]

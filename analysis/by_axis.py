@@ -50,8 +50,9 @@ def per_training(frame: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     Scalars come from the clean row (``attack='none'``); ``ap:<attack>`` from attack rows.
     Rows not ``ok`` are left out (``summary.json`` counts them).
     """
-    ok = frame[frame["status"] == "ok"]
-    keys = [a for a in axes if a in ok.columns]
+    keys = [a for a in axes if a in frame.columns]
+    used = [*keys, *(c for c in (*SCALARS, "attack", "ap") if c in frame and c not in keys)]
+    ok = frame.loc[frame["status"] == "ok", used]  # copy only the columns used
     clean = ok[ok["attack"] == "none"]
     parts = []
     scalars = [m for m in SCALARS if m in clean.columns and clean[m].notna().any()]

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from analysis.gaps import parse_compare
 from analysis.load import read_records
+from analysis.plot_jobs import PlotPool
 from analysis.ranking import parse_weights
-from analysis.report import build, write
+from analysis.report import make
 from sweep_engine.manifest import read_manifest
 from trainables.errors import ConfigError
 
@@ -54,13 +57,19 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     compares = [parse_compare(text) for text in args.compare]
     if len({c.axis for c in compares}) != len(compares):
         raise ConfigError(f"--compare {args.compare}: one comparison per axis")
-    clock = time.perf_counter()
-    records = read_records(sweep_dir)
-    read_s = time.perf_counter() - clock
-    report = build(records, args.beta, weights, compares, read_manifest(sweep_dir))
-    report.timings = {"read": round(read_s, 4), **report.timings}
+    started = time.perf_counter()
     out = Path(args.out) if args.out else sweep_dir / "report"
-    write(report, out, compares, plots=not args.no_plots)
+    # plot workers first: they import matplotlib while this process reads the records
+    with PlotPool() if not args.no_plots else nullcontext() as pool:
+        clock = time.perf_counter()
+        records = read_records(sweep_dir)
+        read_s = time.perf_counter() - clock
+        report = make(records, args.beta, weights, compares, out, read_manifest(sweep_dir), pool)
+    report.timings = {"read": round(read_s, 4), **report.timings}
+    report.timings["report"] = round(time.perf_counter() - started, 4)
+    report.timings["cpu_main"] = round(time.process_time(), 4)  # imports included
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the plot workers, reaped
+    report.timings["cpu_plot_workers"] = round(workers.ru_utime + workers.ru_stime, 4)
     summary = {**report.summary, "report": str(out), "timings": report.timings}
     if (sweep_dir / "search").is_dir():  # Optuna's own analysis of the searches, into the
         from analysis.optuna_report import write_studies  # report: MLflow gets it with it

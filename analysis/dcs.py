@@ -57,7 +57,7 @@ def add_dcs(df: pd.DataFrame, beta: float = 0.5) -> pd.DataFrame:
     DCS is defined on ``status == 'ok'`` attack rows with an AP and a paired MP*; every
     other row keeps NaN (``none`` rows, failed trainings, rows with no undefended twin).
     """
-    out = df.copy()
+    out = df.copy(deep=False)  # copy-on-write (pandas 3): adds columns only
     ok = (out["status"] == "ok").to_numpy()
     mp_dcs = clean_mp(out).where(ok)
     star = mp_star(out, mp_dcs).where(ok)

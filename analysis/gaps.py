@@ -74,18 +74,13 @@ def _rest_key(spec_json: pd.Series, axis: str) -> np.ndarray:
     return rest[codes]
 
 
-def as_str(column: pd.Series) -> np.ndarray:
-    """String form of a column, converting only the distinct values (categoricals, numbers)."""
-    codes, uniques = pd.factorize(column, use_na_sentinel=False)
-    return np.asarray([str(u) for u in uniques], dtype=object)[codes]
-
-
 def dcs_gaps(dcs: pd.DataFrame, compare: Compare) -> pd.DataFrame:
     """One row per pair: keys, dcs_a, dcs_b, gap = dcs_a − dcs_b."""
     wanted = {*PAIR_COLUMNS, *SCENARIO_COLUMNS, "spec_json", "dcs"}
     rows = dcs.loc[dcs["dcs"].notna(), [c for c in dcs.columns if c in wanted]]
-    side = as_str(rows[compare.axis])
-    seen = set(np.unique(side))
+    codes, uniques = pd.factorize(rows[compare.axis], use_na_sentinel=False)
+    names = np.asarray([str(u) for u in uniques], dtype=object)  # each distinct value once
+    seen = set(names[np.unique(codes)])
     for value in (compare.a, compare.b):
         if value not in seen:
             raise ConfigError(
@@ -107,9 +102,10 @@ def dcs_gaps(dcs: pd.DataFrame, compare: Compare) -> pd.DataFrame:
     else:
         group = frame
     pair_id = group.groupby(list(group.columns), observed=True, dropna=False).ngroup()
-    dcs_values = rows["dcs"].to_numpy()
-    a = pd.Series(dcs_values[side == compare.a]).groupby(pair_id[side == compare.a].to_numpy())
-    b = pd.Series(dcs_values[side == compare.b]).groupby(pair_id[side == compare.b].to_numpy())
+    dcs_values, pair_ids = rows["dcs"].to_numpy(), pair_id.to_numpy()
+    is_a, is_b = (np.isin(codes, np.flatnonzero(names == v)) for v in (compare.a, compare.b))
+    a = pd.Series(dcs_values[is_a]).groupby(pair_ids[is_a])
+    b = pd.Series(dcs_values[is_b]).groupby(pair_ids[is_b])
     pairs = pd.concat([a.mean().rename("dcs_a"), b.mean().rename("dcs_b")], axis=1, join="inner")
     first = frame[keys].assign(pair_id=pair_id.to_numpy()).drop_duplicates("pair_id")
     out = first.set_index("pair_id").loc[pairs.index, keys].reset_index(drop=True)

@@ -7,10 +7,6 @@ so plotting cost does not grow with the number of records.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +19,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.gaps import Compare
+from analysis.plot_jobs import WORKERS, Figures, PlotPool, ap_mp_points  # noqa: F401
 
 if TYPE_CHECKING:
     from analysis.report import Report
@@ -30,7 +27,11 @@ if TYPE_CHECKING:
 DPI = 90
 MAX_PANELS = 6  # scenarios per figure; more are listed in the figure title as omitted
 MAX_LEGEND = 20
-PLOT_WORKERS = min(4, os.cpu_count() or 1)
+PLOT_WORKERS = WORKERS
+# Titles at a fixed height: matplotlib otherwise lays out every y tick label again per
+# title to check that no top tick or offset text collides (none here: ticks are at the
+# bottom), about a sixth of a figure's cost; the images are the same.
+TITLE_Y = 1.0
 TOP_LINES = 12  # lines in the rank-vs-beta plot (every defense is in the CSV)
 
 
@@ -48,15 +49,6 @@ def pareto_mask(mp: np.ndarray, ap: np.ndarray) -> np.ndarray:
     return mask
 
 
-def ap_mp_points(dcs: pd.DataFrame) -> pd.DataFrame:
-    """Mean (MP, AP) over seeds per (attack, scenario, defense, strength)."""
-    keys = ["attack", "attack_type", "scenario", "defense", "defense_param"]
-    mask = (dcs["status"] == "ok") & (dcs["attack"] != "none") & dcs["ap"].notna()
-    rows = dcs.loc[mask, [*keys, "mp_dcs", "ap"]]
-    grouped = rows.groupby(keys, observed=True, dropna=False)
-    return grouped.agg(mp=("mp_dcs", "mean"), ap=("ap", "mean")).reset_index()
-
-
 def _sizes(strength: pd.Series) -> np.ndarray:
     """Marker area by strength rank within its defense (strengths span 1e-4…1e4)."""
     ranks = strength.rank(method="dense").fillna(1.0).to_numpy()
@@ -67,11 +59,11 @@ def _sizes(strength: pd.Series) -> np.ndarray:
 def _panels(n: int, width: float = 4.6) -> tuple[plt.Figure, list[plt.Axes]]:
     cols = min(n, 3)
     rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols + 2.2, 4.0 * rows), squeeze=False)
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
+    fig = plt.figure(figsize=(width * cols + 2.2, 4.0 * rows))
+    grid = fig.add_gridspec(rows, cols)
+    axes = [fig.add_subplot(grid[i // cols, i % cols]) for i in range(n)]  # only those shown
     fig.subplots_adjust(left=0.07, right=0.80, top=0.86, bottom=0.12, wspace=0.3, hspace=0.4)
-    return fig, list(axes.ravel()[:n])
+    return fig, axes
 
 
 def _colors(names: list[str]) -> dict[str, tuple[float, ...]]:
@@ -115,7 +107,7 @@ def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
             linewidths=1.2,
             zorder=5,
         )
-        ax.set_title(str(scenario), fontsize=8)
+        ax.set_title(str(scenario), fontsize=8, y=TITLE_Y)
         ax.set_xlabel("MP (main-task performance)")
         ax.set_ylabel("AP (attack performance)")
         ax.grid(alpha=0.3)
@@ -184,7 +176,9 @@ def plot_beta(table: pd.DataFrame, path: Path) -> None:
         ax.set_xlabel("β (weight on MP)")
         ax.set_ylabel("C-DCS rank (1 = best)")
         ax.set_title(
-            f"{scenario}: top {len(shown)} of {part['label'].nunique()} at β = 0.5", fontsize=8
+            f"{scenario}: top {len(shown)} of {part['label'].nunique()} at β = 0.5",
+            fontsize=8,
+            y=TITLE_Y,
         )
         taus = part.groupby("beta")["kendall_tau_vs_0.5"].first()
         tau_ax.plot(taus.index, taus.to_numpy(), marker="o", c="black", label="Kendall τ")
@@ -192,7 +186,7 @@ def plot_beta(table: pd.DataFrame, path: Path) -> None:
         tau_ax.axhline(0, c="grey", lw=0.8)
         tau_ax.set_xlabel("β")
         tau_ax.set_ylabel("Kendall τ vs β = 0.5 (all)")
-        tau_ax.set_title("ranking stability", fontsize=8)
+        tau_ax.set_title("ranking stability", fontsize=8, y=TITLE_Y)
         tau_ax.legend(fontsize=7)
     fig.suptitle(
         "C-DCS ranking sensitivity to β" + _omitted(ranked["scenario"].nunique(), "scenarios")
@@ -221,7 +215,7 @@ def plot_gaps(pairs: pd.DataFrame, compare: Compare, path: Path) -> None:
             lw=1,
             label=f"mean {np.mean(gap) if len(gap) else float('nan'):+.3f}",
         )
-        ax.set_title(f"{kind} attacks", fontsize=9)
+        ax.set_title(f"{kind} attacks", fontsize=9, y=TITLE_Y)
         ax.set_xlabel(f"DCS gap ({compare.label})")
         ax.set_ylabel("pairs")
         ax.legend(fontsize=7)
@@ -235,22 +229,13 @@ def _save(fig: plt.Figure, path: Path) -> None:
 
 
 def write_plots(report: Report, folder: Path, compares: list[Compare]) -> None:
-    """Every figure; drawn by a small pool of forked workers (text layout in matplotlib is
-    the cost, about 0.3-0.8 s a figure here, and the figures are independent)."""
-    jobs: list[tuple[Callable[..., None], tuple[object, ...]]] = []
-    points = ap_mp_points(report.dcs)
-    for attack, part in points.groupby("attack", observed=True):
-        jobs.append((plot_ap_mp, (part, str(attack), folder / f"ap_mp_{attack}.png")))
-    if len(report.beta.dropna(subset=["rank"])):
-        jobs.append((plot_beta, (report.beta, folder / "beta_sensitivity.png")))
-    for compare in compares:
-        path = folder / f"dcs_gap_{compare.axis}.png"
-        jobs.append((plot_gaps, (report.gaps[compare.axis], compare, path)))
-    workers = min(PLOT_WORKERS, len(jobs))
-    if workers <= 1 or "fork" not in mp.get_all_start_methods():
-        for fn, args in jobs:
-            fn(*args)
-        return
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-        for future in [pool.submit(fn, *args) for fn, args in jobs]:
-            future.result()
+    """Every DCS figure, drawn by ``PLOT_WORKERS`` forked workers (text layout in
+    matplotlib is the cost; the figures are independent). ``python -m analysis`` instead
+    draws them while it computes the tables (``analysis/plot_jobs.py``)."""
+    with PlotPool(PLOT_WORKERS) as pool:
+        figures = Figures(pool, folder, compares)
+        figures.ready("dcs", report.dcs)
+        figures.ready("beta", report.beta)
+        for compare in compares:
+            figures.ready("gaps", (compare.axis, report.gaps[compare.axis]))
+        pool.join()

@@ -12,6 +12,8 @@ import json
 import shutil
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from analysis.cap import cap_table
 from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
 from analysis.load import scenario_labels
+from analysis.plot_jobs import Figures, PlotPool
 
 
 @dataclass
@@ -51,7 +54,7 @@ class Report:
 
 def prepare(records: pd.DataFrame, beta: float) -> pd.DataFrame:
     """Records plus ``scenario`` and the DCS columns at ``beta``."""
-    frame = records.copy()
+    frame = records.copy(deep=False)  # copy-on-write (pandas 3): adds columns only
     frame["scenario"] = scenario_labels(frame)
     return add_dcs(frame, beta)
 
@@ -62,13 +65,18 @@ def build(
     weights: dict[str, float],
     compares: list[Compare],
     manifest: dict[str, object] | None = None,
+    ready: Callable[[str, object], None] | None = None,
 ) -> Report:
     """All tables (no I/O); ``timings`` says where the time went. ``manifest``: the
-    sweep's ``manifest.json`` (its varying fields); without it they are inferred."""
+    sweep's ``manifest.json`` (its varying fields); without it they are inferred.
+    ``ready(name, value)`` hears of each figure's input as soon as it exists ("dcs",
+    "per_training", "beta", "gaps"), so figures can be drawn meanwhile (plot_jobs.py);
+    the order of the tables puts the inputs of the most figures first."""
     from analysis.ranking import beta_sensitivity, ranking_table, seed_means
 
     timings: dict[str, float] = {}
     clock = time.perf_counter()
+    tell = ready or (lambda name, value: None)
 
     def lap(name: str) -> None:
         nonlocal clock
@@ -77,20 +85,27 @@ def build(
         clock = now
 
     dcs = prepare(records, beta)
+    tell("dcs", dcs)
     lap("dcs")
+    report = Report(dcs, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), timings=timings)
+    report.summary = summarize(dcs, beta, weights)
+    add_axes(report, records, manifest)
+    if report.per_training is not None:
+        tell("per_training", (report.per_training, report.axes))
+    lap("by_axis")
     levels = seed_means(dcs)
     lap("seed_means")
-    ranking = ranking_table(dcs, weights, levels)
-    lap("ranking")
-    sens = beta_sensitivity(dcs, weights, levels)
+    report.beta = beta_sensitivity(dcs, weights, levels)
+    tell("beta", report.beta)
     lap("beta_sensitivity")
-    cap = cap_table(dcs)
+    report.ranking = ranking_table(dcs, weights, levels)
+    lap("ranking")
+    report.cap = cap_table(dcs)
     lap("cap")
-    gaps = {c.axis: dcs_gaps(dcs, c) for c in compares}
+    for c in compares:
+        report.gaps[c.axis] = dcs_gaps(dcs, c)
+        tell("gaps", (c.axis, report.gaps[c.axis]))
     lap("gaps")
-    report = Report(dcs, ranking, sens, cap, gaps, summarize(dcs, beta, weights), timings)
-    add_axes(report, records, manifest)
-    lap("by_axis")
     return report
 
 
@@ -127,31 +142,74 @@ def summarize(dcs: pd.DataFrame, beta: float, weights: dict[str, float]) -> dict
     }
 
 
+def make(
+    records: pd.DataFrame,
+    beta: float,
+    weights: dict[str, float],
+    compares: list[Compare],
+    out: Path,
+    manifest: dict[str, object] | None = None,
+    pool: PlotPool | None = None,
+) -> Report:
+    """``build`` and ``write`` in one go, the figures drawn by ``pool``'s workers while the
+    tables are computed (``analysis/plot_jobs.py``); no figures without a pool."""
+    tmp = staging(out)
+    try:
+        figures = Figures(pool, tmp, compares) if pool is not None else None
+        ready = figures.ready if figures is not None else None
+        report = build(records, beta, weights, compares, manifest, ready)
+        write_files(report, tmp, pool)
+        swap_in(tmp, out)
+    except BaseException:
+        if pool is not None:  # no figure lands in ``tmp`` after it is removed
+            pool.close()
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report
+
+
 def write(report: Report, out: Path, compares: list[Compare], plots: bool = True) -> Path:
     """Write every table and plot into a temporary sibling of ``out``, then swap it in."""
-    tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
+    tmp = staging(out)
     try:
-        clock = time.perf_counter()
-        if report.has_attacks:
-            write_tables(report, tmp)
-        write_axis_tables(report, tmp)
-        report.timings["write_tables"] = round(time.perf_counter() - clock, 4)
-        if plots:
-            from analysis.axis_plots import write_axis_plots
-            from analysis.plots import write_plots
-
-            clock = time.perf_counter()
-            if report.has_attacks:
-                write_plots(report, tmp, compares)
-            if report.per_training is not None:
-                write_axis_plots(report.per_training, report.axes, tmp)
-            report.timings["plots"] = round(time.perf_counter() - clock, 4)
-        (tmp / "summary.json").write_text(json.dumps(report.summary, indent=2, default=str))
+        with PlotPool() if plots else nullcontext() as pool:
+            if pool is not None:
+                figures = Figures(pool, tmp, compares)
+                if report.has_attacks:
+                    figures.ready("dcs", report.dcs)
+                    figures.ready("beta", report.beta)
+                    for compare in compares:
+                        figures.ready("gaps", (compare.axis, report.gaps[compare.axis]))
+                if report.per_training is not None:
+                    figures.ready("per_training", (report.per_training, report.axes))
+            write_files(report, tmp, pool)
         swap_in(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def staging(out: Path) -> Path:
+    """A fresh temporary sibling of ``out`` (swapped in when complete)."""
+    tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def write_files(report: Report, tmp: Path, pool: PlotPool | None) -> None:
+    """Tables and ``summary.json`` into ``tmp``, then wait for the figures ``pool`` draws."""
+    clock = time.perf_counter()
+    if report.has_attacks:
+        write_tables(report, tmp)
+    write_axis_tables(report, tmp)
+    report.timings["write_tables"] = round(time.perf_counter() - clock, 4)
+    if pool is not None:
+        clock = time.perf_counter()
+        pool.join()  # a figure's exception stops the report here, before the swap
+        report.timings["plots_wait"] = round(time.perf_counter() - clock, 4)
+        report.timings["plots_busy"] = round(pool.busy, 4)  # drawing, all workers
+    (tmp / "summary.json").write_text(json.dumps(report.summary, indent=2, default=str))
 
 
 def write_tables(report: Report, folder: Path) -> None:

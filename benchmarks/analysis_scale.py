@@ -6,32 +6,41 @@ scenarios (agg/split x FedSGD/FedBCD), 20 defenses x 10 strengths + undefended, 
 (10 inference-time sharing a training, 2 training-time with their own), about 96 seeds:
 about 231k trainings. They are written through ``RecordSink.write_many`` in packs of
 ``--pack`` trainings, the driver calling ``maybe_compact(--threshold)`` after each pack and
-``compact()`` at the end, as a sweep does; the JSON gives those seconds. Timed (median over
-``--repeats``): reading the records, every table (DCS, ranking with bootstrap, β
-sensitivity, CAP, two DCS-gap comparisons) and every plot, as ``python -m analysis <dir>
---compare partition=split:agg --compare protocol=fedbcd:fedsgd --no-mlflow`` does.
-Separately, ``--small-files`` trainings are read as single files and again compacted: the
-cost per file that compaction removes. Prints one JSON object. Target: whole report
-<= 10 s on the 2-core dev machine. ``--records 20000`` for a quick check.
+``compact()`` at the end, as a sweep does; the JSON gives those seconds (``--keep DIR``
+writes them there once and reuses them after). Timed (median over ``--repeats``): the
+command a user runs, ``python -m analysis <dir> --compare partition=split:agg --compare
+protocol=fedbcd:fedsgd --no-mlflow``, in a fresh interpreter: every table (DCS, ranking
+with bootstrap, β sensitivity, CAP, two DCS-gap comparisons, by-axis) and every figure.
+Phases from the timings it prints: ``startup_imports_exit`` (interpreter, imports, exit),
+``read``, ``compute`` (tables), ``write_tables``, ``plots_not_overlapped`` (waiting for
+figures after the tables), ``total`` (wall), ``cpu_all_processes`` (CPU seconds of the
+command and its plot workers: what the 2 cores must share). ``--against DIR`` times
+another checkout's ``python -m analysis`` on the same records, interleaved, and checks
+that both write the same files, byte for byte (sha256 of every table and figure). Separately,
+``--small-files`` trainings are read as single files and again compacted: the cost per
+file that compaction removes. Prints one JSON object. Target: ``total`` <= 10 s on the
+2-core dev machine. ``--records 20000`` for a quick check.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from analysis.gaps import parse_compare
 from analysis.load import read_records
-from analysis.ranking import DEFAULT_WEIGHTS
-from analysis.report import build, write
 from analysis.synthetic import synthetic_table
 from sweep_engine.sink import RecordSink
 from trainables.records import Record
@@ -76,15 +85,81 @@ def write_through_sink(table: pa.Table, folder: Path, pack: int, threshold: int)
     }
 
 
-def one_report(folder: Path) -> dict[str, float]:
-    compares = [parse_compare("partition=split:agg"), parse_compare("protocol=fedbcd:fedsgd")]
+COMMAND = [
+    "-m",
+    "analysis",
+    "--compare",
+    "partition=split:agg",
+    "--compare",
+    "protocol=fedbcd:fedsgd",
+    "--no-mlflow",
+]
+BUILD_LAPS = ("dcs", "by_axis", "seed_means", "beta_sensitivity", "ranking", "cap", "gaps")
+
+
+def one_report(folder: Path, code: Path) -> dict[str, float]:
+    """``python -m analysis`` as a user runs it (a fresh interpreter, imports included),
+    with the code of ``code``; the phases from the timings it prints."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    records = read_records(folder)
-    read_s = time.perf_counter() - start
-    report = build(records, 0.5, DEFAULT_WEIGHTS, compares)
-    write(report, folder / "report", compares)
+    done = subprocess.run(
+        [sys.executable, *COMMAND[:2], str(folder), *COMMAND[2:]],
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     total = time.perf_counter() - start
-    return {"read": read_s, **report.timings, "total": total}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    timings = json.loads(done.stdout.strip().splitlines()[-1])["timings"]
+    compute = sum(timings.get(k, 0.0) for k in BUILD_LAPS)
+    plots = timings.get("plots_wait", timings.get("plots", 0.0))  # before: drawn after
+    inside = timings.get("report", timings["read"] + compute + timings["write_tables"] + plots)
+    return {
+        "startup_imports_exit": total - inside,  # interpreter, imports, MLflow-free exit
+        "read": timings["read"],
+        "compute": compute,
+        "write_tables": timings["write_tables"],
+        "plots_not_overlapped": plots,
+        "plots_busy": timings.get("plots_busy", timings.get("plots", 0.0)),
+        "total": total,
+        "cpu_all_processes": cpu_s,  # the CLI and its plot workers: load-independent-ish
+        **{k: timings[k] for k in ("cpu_main", "cpu_plot_workers") if k in timings},
+    }
+
+
+def report_files(folder: Path) -> dict[str, str]:
+    """sha256 of every file the report wrote (tables, JSON, Parquet and figures)."""
+    out = {}
+    for path in sorted((folder / "report").iterdir()):
+        out[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def reports(folder: Path, codes: dict[str, Path], repeats: int) -> dict[str, object]:
+    """Each code's report ``repeats`` times, interleaved (same load for both); medians,
+    and whether every code wrote the same tables."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in codes}
+    tables: dict[str, dict[str, str]] = {}
+    for _ in range(repeats):
+        for name, code in codes.items():
+            runs[name].append(one_report(folder, code))
+            tables[name] = report_files(folder)
+    out: dict[str, object] = {}
+    for name, rs in runs.items():
+        medians = {k: round(statistics.median(r[k] for r in rs), 3) for k in rs[0]}
+        out[name] = {
+            "median_seconds": medians,
+            "total_runs_seconds": [round(r["total"], 3) for r in rs],
+            "meets_target": medians["total"] <= TARGET_S,
+        }
+    first = next(iter(tables.values()))
+    out["same_files"] = all(t == first for t in tables.values())
+    out["files_compared"] = len(first)
+    return out
 
 
 def timed(function) -> float:
@@ -118,27 +193,35 @@ def main() -> None:
     p.add_argument("--pack", type=int, default=100, help="trainings per write_many")
     p.add_argument("--threshold", type=int, default=10_000, help="maybe_compact threshold")
     p.add_argument("--small-files", type=int, default=2000)
+    p.add_argument("--keep", type=Path, default=None, help="write the sweep here, or reuse it")
+    p.add_argument("--against", type=Path, default=None, help="another checkout to time too")
     args = p.parse_args()
     table = synthetic_table(args.records)
     load_before = os.getloadavg()[0]
+    codes = {"this": Path(__file__).resolve().parents[1]}
+    if args.against:
+        codes = {"against": args.against.resolve(), **codes}
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "syn"
-        written = write_through_sink(table, folder, args.pack, args.threshold)
-        runs = [one_report(folder) for _ in range(args.repeats)]
+        folder = args.keep or Path(tmp) / "syn"
+        if (folder / "records").is_dir():
+            written: dict[str, object] = {"reused": str(folder)}
+        else:
+            written = write_through_sink(table, folder, args.pack, args.threshold)
+        timed_reports = reports(folder, codes, args.repeats)
         small = small_files(table, Path(tmp) / "small", args.small_files)
-    medians = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+    trainings = pc.count_distinct(table.column("trial_id")).as_py()
     per_file_read = small["single_files_ms_per_training"]["read"]
     out = {
         "benchmark": "analysis_scale",
         "rows": table.num_rows,
         **written,
+        "command": "python " + " ".join([*COMMAND[:2], "<sweep dir>", *COMMAND[2:]]),
         "repeats": args.repeats,
-        "median_seconds": medians,
-        "total_runs_seconds": [round(r["total"], 3) for r in runs],
+        **timed_reports.pop("this"),  # median_seconds, total_runs_seconds, meets_target
         "target_seconds": TARGET_S,
-        "meets_target": medians["total"] <= TARGET_S,
+        **timed_reports,  # "against" (with --against), same_files, files_compared
         **small,
-        "uncompacted_read_seconds_estimate": round(per_file_read * written["trainings"] / 1000, 1),
+        "uncompacted_read_seconds_estimate": round(per_file_read * trainings / 1000, 1),
         "cpus": os.cpu_count(),
         "loadavg_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }

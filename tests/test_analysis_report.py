@@ -41,6 +41,41 @@ def tradeoff_rows() -> pd.DataFrame:
     return frame(rows)
 
 
+def test_kendall_tau_is_scipys_bit_for_bit() -> None:
+    """The numpy τ-b (no scipy import at run time) equals scipy's, ties and NaN included."""
+    from analysis.ranking import kendall_tau
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(2, 250))
+        x = rng.integers(0, int(rng.integers(1, 30)), n).astype(float)
+        y = rng.random(n) if trial % 3 else rng.integers(0, 5, n).astype(float)
+        got, want = kendall_tau(x, y), kendalltau(x, y).statistic
+        assert (math.isnan(got) and math.isnan(want)) or got == want, (n, got, want)
+    x = np.arange(5.0)
+    assert kendall_tau(x, -x) == kendalltau(x, -x).statistic == pytest.approx(-1.0)
+    assert math.isnan(kendall_tau(x, np.ones(5)))  # a constant ranking: τ undefined
+
+
+def test_bootstrap_blocks_draw_the_same_numbers() -> None:
+    """Drawing the bootstrap in cache-sized blocks gives exactly the one-array result."""
+    from analysis import ranking
+
+    rng = np.random.default_rng(1)
+    index = pd.MultiIndex.from_arrays(
+        [rng.integers(0, 40, 3000), np.arange(3000) % 50], names=["defense", "seed"]
+    )
+    per_seed = pd.Series(rng.random(3000), index=index)
+    per_seed = per_seed[~per_seed.index.duplicated()]
+    blocked = ranking.bootstrap_ci(per_seed)
+    whole_chunk = ranking.BOOT_CHUNK
+    ranking.BOOT_CHUNK = 1 << 40  # one block: the draw as a single (B, N) array
+    try:
+        pd.testing.assert_frame_equal(ranking.bootstrap_ci(per_seed), blocked, check_exact=True)
+    finally:
+        ranking.BOOT_CHUNK = whole_chunk
+
+
 def test_beta_sensitivity_ranks_and_kendall_tau() -> None:
     table = beta_sensitivity(prepare(tradeoff_rows(), 0.5), DEFAULT_WEIGHTS)
     assert sorted(table["beta"].unique()) == [round(0.1 * i, 1) for i in range(11)]
