@@ -4,8 +4,12 @@
 and three worker nodes on this machine, ``sweep.py --address`` joining them. While it
 runs, the driver's resident memory (``/proc/<pid>/status`` VmRSS) is sampled against the
 number of records written, so a leak shows as RSS growing with the trainings done.
-Prints one JSON object: wall, records (rows, distinct trial ids), RSS samples and the
-peak (VmHWM).
+Prints one JSON object: wall, records (rows, distinct trial ids), the RSS (and its
+anonymous part, the heap) at every tenth of the trainings, the peak (VmHWM), and the
+slope: KiB per training of a least-squares line through the samples after the first
+tenth (the first record compaction, at ``runner.COMPACT_AT`` files, and warm-up are a
+step, not a per-training cost). ``VFLSWEEP_TRACEMALLOC=<path>`` passes through to the
+driver (``sweep_engine/memtrace.py``) to see what grows.
 """
 
 from __future__ import annotations
@@ -78,10 +82,10 @@ def cluster_run(n: int, nodes: int = 4, cpus_per_node: int = 1) -> dict[str, Any
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env)
                 peak = 0
                 while proc.poll() is None:
-                    rss = _kib(proc.pid, "VmRSS")
+                    rss, anon = _kib(proc.pid, "VmRSS"), _kib(proc.pid, "RssAnon")
                     peak = max(peak, _kib(proc.pid, "VmHWM") or 0)
-                    if rss is not None:
-                        samples.append((_done(log), rss))
+                    if rss is not None and anon is not None:
+                        samples.append((_done(log), rss, anon))
                     time.sleep(1.0)
             wall = time.perf_counter() - start
             if proc.returncode != 0:
@@ -97,15 +101,40 @@ def cluster_run(n: int, nodes: int = 4, cpus_per_node: int = 1) -> dict[str, Any
         "distinct_trial_ids": len(set(ids)),
         "exactly_once": len(ids) == len(set(ids)) == n,
         "peak_rss_mib": round(peak / 1024, 1),
-        "rss_mib_by_done": _thin([(d, round(r / 1024, 1)) for d, r in samples], 12),
+        **memory_curve(samples, n),
     }
 
 
-def _thin(samples: list[tuple[int, float]], keep: int) -> list[tuple[int, float]]:
-    if len(samples) <= keep:
-        return samples
-    step = len(samples) / keep
-    return [samples[int(i * step)] for i in range(keep)] + [samples[-1]]
+def memory_curve(samples: list[tuple[int, int, int]], n: int) -> dict[str, Any]:
+    """RSS and RssAnon (MiB) at the first sample past each tenth of ``n`` trainings done,
+    and the slope (KiB per training) of both after the first tenth."""
+    marks = []
+    for k in range(1, 11):
+        hit = next((s for s in samples if s[0] >= k * n // 10), None)
+        if hit is not None:
+            marks.append({"done": hit[0], "rss_mib": _mib(hit[1]), "anon_mib": _mib(hit[2])})
+    late = [s for s in samples if n // 10 <= s[0] < n]
+    return {
+        "first_record_rss_mib": next((_mib(s[1]) for s in samples if s[0] > 0), None),
+        "rss_by_done": marks,
+        "slope_rss_kib_per_training": _slope([(s[0], s[1]) for s in late]),
+        "slope_anon_kib_per_training": _slope([(s[0], s[2]) for s in late]),
+    }
+
+
+def _mib(kib: int) -> float:
+    return round(kib / 1024, 1)
+
+
+def _slope(points: list[tuple[int, int]]) -> float | None:
+    """Least-squares slope of y (KiB) over x (trainings done); None with too few points."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    cov = sum((x - mx) * (y - my) for x, y in points)
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return round(cov / var, 2)
 
 
 def main() -> None:

@@ -54,12 +54,26 @@ DONE_FILE = "done.json"  # in a pack's checkpoint: the trial ids already reporte
 
 
 def pack_config(pack: Pack) -> dict[str, str]:
+    """A pack's Tune config: its id and bundle count only. Tune keeps every trial's config
+    (in the trial, its tag, its JSON state) and the trainable sends it back with every
+    report, so the pack's specs travel beside it in the object store (``pack_refs``)."""
+    return {"pack_id": pack.pack_id, "n_parties": str(pack.n_parties)}
+
+
+def pack_text(pack: Pack) -> str:
+    """What the trainable needs of a pack: each training's id, spec and attacks."""
     items = [[t.trial_id, t.spec.model_dump_json(), list(t.attacks)] for t in pack.trainings]
-    return {"pack": json.dumps(items), "pack_id": pack.pack_id}
+    return json.dumps(items)
 
 
-def _jobs(config: dict[str, Any]) -> tuple[list[str], list[Job]]:
-    items = json.loads(config["cell"]["pack"])
+def pack_refs(packs: list[Pack]) -> dict[str, ray.ObjectRef]:
+    """pack_id -> the pack's ``pack_text`` in the object store; the trainable fetches its
+    own pack only (a dict of all packs' specs would reach every trial whole)."""
+    return {p.pack_id: ray.put(pack_text(p)) for p in packs}
+
+
+def _jobs(text: str) -> tuple[list[str], list[Job]]:
+    items = json.loads(text)
     ids = [item[0] for item in items]
     jobs = [
         Job(TrialSpec.model_validate_json(spec), tuple((a[0], a[1]) for a in attacks))
@@ -110,9 +124,9 @@ def _report(outbox: list[tuple[str, list[Record]]], reported: set[str], checkpoi
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
 
-def train_pack(config: dict[str, Any], ctx: SweepContext) -> None:
+def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.ObjectRef]) -> None:
     """The Tune trainable of a grid: the pack's trainings in order, records reported."""
-    ids, jobs = _jobs(config)
+    ids, jobs = _jobs(ray.get(packs[config["cell"]["pack_id"]]))
     reported = _reported_before()
     fault = None if reported else _fault_at()
     todo = [i for i, tid in enumerate(ids) if tid not in reported]
@@ -173,11 +187,17 @@ def plan_packs(plan: Plan, todo: list[Training], data_dir: str | None) -> list[P
     return make_packs(todo, run.pack, fit, run.pack_seconds, remote, data_dir)
 
 
-def _trainable(plan: Plan, ctx: SweepContext) -> Any:
-    def bundles(config: dict[str, Any]) -> tune.PlacementGroupFactory:
-        return tune.PlacementGroupFactory(plan.bundles(int(config["cell"]["n_parties"])))
+def _trainable(plan: Plan, ctx: SweepContext, packs: list[Pack]) -> Any:
+    # Only the bundles per party count: Tune pickles this function with the trainable
+    # and unpickles it each time it starts a trial; closing over ``plan`` would copy
+    # every training's spec each time (minutes, and memory churn, at 30k trainings).
+    shapes = {p.n_parties: plan.bundles(p.n_parties) for p in packs}
 
-    return tune.with_resources(tune.with_parameters(train_pack, ctx=ctx), bundles)
+    def bundles(config: dict[str, Any]) -> tune.PlacementGroupFactory:
+        return tune.PlacementGroupFactory(shapes[int(config["cell"]["n_parties"])])
+
+    wrapped = tune.with_parameters(train_pack, ctx=ctx, packs=pack_refs(packs))
+    return tune.with_resources(wrapped, bundles)
 
 
 def run_grid(
@@ -189,10 +209,10 @@ def run_grid(
     if len(packs) < len(todo):
         print(f"{len(todo)} trainings in {len(packs)} packs (run.pack={plan.space.run.pack})")
     callback = Progress(sink, len(todo), labels=progress.cell_labels(plan, extra=todo))
-    configs = [{**pack_config(p), "n_parties": str(p.n_parties)} for p in packs]
+    configs = [pack_config(p) for p in packs]
     ctx = context(plan, data_dir)
     tuner = tune.Tuner(
-        _trainable(plan, ctx),
+        _trainable(plan, ctx, packs),
         param_space={"cell": tune.grid_search(configs)},
         tune_config=tune.TuneConfig(
             max_concurrent_trials=plan.space.run.max_concurrent_trials,
@@ -204,16 +224,17 @@ def run_grid(
     results = tuner.fit()
     failures = []
     seen = callback.seen
+    by_id = {p.pack_id: p for p in packs}
     for r in results:
         if r.error is None:
             continue
-        ids, jobs = _jobs(r.config)
-        left = [(tid, job) for tid, job in zip(ids, jobs, strict=True) if tid not in seen]
-        for k, (tid, job) in enumerate(left):
+        pack = by_id[r.config["cell"]["pack_id"]]
+        left = [t for t in pack.trainings if t.trial_id not in seen]
+        for k, training in enumerate(left):
             text = error_text(r.error)
             if k > 0:
-                text = f"not run: its pack failed on training {left[0][0]} ({text})"
-            failures.append((tid, job.spec, text))
+                text = f"not run: its pack failed on training {left[0].trial_id} ({text})"
+            failures.append((training.trial_id, training.spec, text))
     failed = len(callback.failed) + record_failures(sink, failures, plan.space.name)
     if callback.repeats:
         print(f"{callback.repeats} training(s) ran twice (a retried pack); each written once")

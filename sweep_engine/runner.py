@@ -31,7 +31,7 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 import ray
 from ray import tune
 
-from sweep_engine import progress
+from sweep_engine import memtrace, progress
 from sweep_engine.plan import Plan
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import apply_value
@@ -146,6 +146,7 @@ class Progress(tune.Callback):
         self.failed: dict[str, str] = {}
         self.repeats = 0  # trainings a retried pack reported again (written once)
         self.start = time.perf_counter()
+        self.trace = memtrace.from_env()  # VFLSWEEP_TRACEMALLOC: memory by trainings done
 
     @property
     def seen(self) -> set[str]:
@@ -158,12 +159,15 @@ class Progress(tune.Callback):
         if "pack_json" in result:  # a pack: several trainings at once
             items = [
                 (trial_id, [Record.from_json(r) for r in rows])
-                for trial_id, rows in json.loads(result["pack_json"])
+                for trial_id, rows in json.loads(result.pop("pack_json"))
             ]
             self.finished(items, [self.labels.get(t, t[:8]) for t, _ in items])
         elif "records_json" in result:  # a search trial: one training
-            records = [Record.from_json(r) for r in json.loads(result["records_json"])]
+            records = [Record.from_json(r) for r in json.loads(result.pop("records_json"))]
             self.finished([(result["config_hash"], records)], [self.describe(trial.config)])
+        # Popped above, in place (Tune lets callbacks edit the result): Tune keeps each
+        # trial's last result, and its JSON, to the end of the run; written, the records
+        # are the sink's.
 
     def finished(self, items: list[tuple[str, list[Record]]], names: list[str]) -> None:
         """Write trainings' records in one batch and print a line for each; once only: a
@@ -178,6 +182,8 @@ class Progress(tune.Callback):
         for (trial_id, records), name in fresh:
             self.line(trial_id, records, name)
         self.sink.maybe_compact(COMPACT_AT)
+        if self.trace is not None:
+            self.trace.tick(len(self.written) + len(self.failed))
 
     def line(self, trial_id: str, records: list[Record], name: str) -> None:
         clean = records[0]
@@ -284,6 +290,9 @@ def run_config(plan: Plan, sweep_dir: Path, callback: Progress, tag: str) -> tun
         name=f"{time.strftime('%Y%m%d-%H%M%S')}-{tag}",
         storage_path=str((sweep_dir / "_tune").resolve()),
         failure_config=tune.FailureConfig(max_failures=plan.space.run.max_failures),
+        # a retried pack needs only its newest checkpoint (it lists every training reported
+        # so far); Tune would keep every one, each with the metrics of its report.
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
         callbacks=[callback],
         stop=InterruptStopper(),
         verbose=0,

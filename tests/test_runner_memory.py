@@ -1,0 +1,137 @@
+"""The driver keeps no per-training data in Tune: its memory stays flat over many trainings.
+
+Tune keeps every trial it ran to the end of the run: its config, its last result, its
+newest checkpoints' metrics and a JSON snapshot of each. So what the driver passes
+through Tune per trial must not grow with the trainings a trial (a pack) runs: the
+config names the pack (its specs travel in the object store), and the records of a
+report leave the result once the sink wrote them. ``benchmarks.sweep_cluster`` measures
+the RSS; these tests hold the structures that made it grow.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sweep_engine.grid import pack_config, pack_text
+from sweep_engine.packs import make_packs
+from sweep_engine.plan import expand
+from sweep_engine.runner import COMPACT_AT, Progress
+from sweep_engine.sink import CACHE_ROWS, RecordSink
+from sweep_engine.space import load_space
+from trainables.records import Record
+from trainables.spec import TrialSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _plan(tmp_path: Path, seeds: int, pack: int | str = "auto", name: str = "many") -> Any:
+    space = tmp_path / f"{name}.yaml"
+    space.write_text(
+        f"name: {name}\nbase: {{dataset: breast_cancer, epochs: 1}}\n"
+        f"grid: {{seed: {list(range(seeds))}}}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+        f"run: {{pack: {pack}}}\n"
+    )
+    return space
+
+
+def test_a_packs_tune_config_does_not_grow_with_its_trainings(tmp_path: Path) -> None:
+    plan = expand(load_space(str(_plan(tmp_path, 400))))
+    one, big = (
+        make_packs(plan.trainings[:1], 1, 1, 5.0)[0],
+        make_packs(plan.trainings, 400, 1, 5.0)[0],
+    )
+    assert len(big.trainings) == 400
+    small, large = json.dumps(pack_config(one)), json.dumps(pack_config(big))
+    assert abs(len(large) - len(small)) <= 8, (small, large)  # the id's "+399" only
+    assert plan.trainings[0].spec.dataset not in large  # no spec rides in the config
+    assert len(pack_text(big)) > 100 * len(large)  # the specs travel beside it
+
+
+class _Trial:
+    """What ``Progress`` reads of a Tune trial: its config."""
+
+    def __init__(self, pack_id: str) -> None:
+        self.config = {"cell": {"pack_id": pack_id, "n_parties": "2"}}
+
+
+def _report(specs: list[TrialSpec], sweep: str) -> dict[str, Any]:
+    rows = []
+    for spec in specs:
+        record = Record.clean(
+            spec, 0, mp=0.9, rounds=3, comm_bytes=10, train_seconds=0.01, sweep=sweep,
+            trial_id=spec.config_hash,
+        )  # fmt: skip
+        rows.append([spec.config_hash, [record.to_json()]])
+    return {"pack_json": json.dumps(rows), "n_reported": len(rows)}
+
+
+def test_progress_keeps_no_records_in_what_tune_keeps(tmp_path: Path) -> None:
+    """2,500 trainings in reports of 5: every record written once; what Tune would keep
+    of each result (its last result per trial) carries none; the sink's cache of rows
+    for compaction stays below ``COMPACT_AT`` trainings."""
+    specs = [TrialSpec.build(dataset="breast_cancer", epochs=1, seed=s) for s in range(2500)]
+    sink = RecordSink(tmp_path / "many")
+    progress = Progress(sink, len(specs))
+    kept: dict[str, dict[str, Any]] = {}  # Tune's last_result per trial
+    cache_peak = 0
+    for start in range(0, len(specs), 5):
+        trial = _Trial(f"pack{start // 100}")
+        result = _report(specs[start : start + 5], "many")
+        progress.on_trial_result(0, [], trial, result)
+        assert "pack_json" not in result and result["n_reported"] == 5
+        kept[trial.config["cell"]["pack_id"]] = result
+        cache_peak = max(cache_peak, len(sink._written))
+    # a retried pack reports trainings again: written once, counted as repeats
+    progress.on_trial_result(0, [], _Trial("pack0"), _report(specs[:5], "many"))
+    assert progress.repeats == 5
+    assert len(progress.written) == len(specs)
+    ids = sink.read().column("trial_id").to_pylist()
+    assert len(ids) == len(set(ids)) == len(specs)
+    assert max(len(json.dumps(r)) for r in kept.values()) < 100
+    assert cache_peak < COMPACT_AT <= CACHE_ROWS
+
+
+def test_tune_keeps_as_much_of_a_big_pack_as_of_a_small_one(tmp_path: Path) -> None:
+    """A real grid on Ray: packs of 20 and of 2 trainings leave Tune trial states (its
+    experiment snapshot, which holds what the driver keeps of each trial) of one size."""
+    space = _plan(tmp_path, 22, pack=20, name="two")
+    results = tmp_path / "results"
+    cmd = [sys.executable, "sweep.py", "--space", str(space), "--results", str(results)]
+    cmd += ["--no-mlflow", "--num-cpus", "2"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ids = RecordSink(results / "two").read().column("trial_id").to_pylist()
+    assert len(ids) == len(set(ids)) == 22
+    (state,) = (results / "two" / "_tune").glob("*/experiment_state-*.json")
+    trials = json.loads(state.read_text())["trial_data"]
+    sizes = {}
+    for trial_json, runtime_json in trials:
+        pack_id = json.loads(trial_json)["config"]["cell"]["pack_id"]
+        sizes[pack_id] = len(trial_json) + len(runtime_json)
+    assert sorted(int(k.partition("+")[2] or 0) for k in sizes) == [1, 19], sizes
+    assert max(sizes.values()) - min(sizes.values()) < 2000, sizes
+
+
+def test_memtrace_writes_a_checkpoint_per_n_trainings(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from sweep_engine.memtrace import MemTrace
+
+    out = tmp_path / "trace.jsonl"
+    trace = MemTrace(str(out), every=100)
+    try:
+        kept = []
+        for done in (50, 120, 150, 260, 299, 300):
+            kept.append(bytearray(200_000))  # something to grow between checkpoints
+            trace.tick(done)
+    finally:
+        tracemalloc.stop()
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["done"] for line in lines] == [120, 260, 300]
+    assert lines[-1]["traced_kib"] > lines[0]["traced_kib"] + 500
+    assert lines[-1]["VmRSS"] > 0 and lines[-1]["grew"][0]["kib"] >= 390
