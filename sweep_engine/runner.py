@@ -1,7 +1,8 @@
-"""Run a plan on Ray Tune: one Tune trial per training, records written once by the driver.
+"""Run a plan on Ray Tune: one Tune trial per pack of trainings (``packs.py``; a search:
+one per training), records written once by the driver.
 
-The trainable runs one VFL trial (its parties as actors inside the trial's placement
-group) and reports the records; a driver-side callback writes them atomically, so
+The trainable runs its trainings (their parties as actors inside the trial's placement
+group) and reports each training's records; a driver-side callback writes them atomically, so
 results land on the driver's disk whichever node trained. Grid cells go through Tune's
 grid; a ``search:`` block runs one Optuna study per cell (``search.py``).
 
