@@ -9,7 +9,9 @@ A pack holds trainings of one *shape*: the same trial kind, dataset (and its par
 and party count, so they share the dataset in memory and the placement group's bundles.
 ``run.pack`` fixes the size; ``auto`` (the default) sizes packs from ``cost``
 to last about ``run.pack_seconds`` each (``cost``): one pack if the whole group fits
-that, else never so few packs that a slot stays idle.
+that, else never so few packs that a slot stays idle. Plain NN packs on the ``ray``
+transport run in lockstep (one actor call per round for the whole pack), so ``auto``
+gives them at least ``LOCKSTEP_MIN`` trainings even when each is longer than the target.
 """
 
 from __future__ import annotations
@@ -37,10 +39,19 @@ LOCAL_ROUND_S = 1.5e-3  # one round in-process (with its share of evaluation)
 ROW_S = 6e-10  # one row x one input feature x one hidden unit, forward + backward
 TRAINING_S = 0.03  # fixed cost of one training on warm actors (load, evaluate, record)
 DIGITS_ROWS = 1437  # the attack table's rows: digits' training split
-ATTACK_S = {  # median seconds of one evaluation on digits (issue 17's profile)
-    "bli": 13.7, "grn": 9.9, "amc": 9.5, "pmc": 8.3, "mc": 8.2, "tbm": 3.5,
+ATTACK_S = {  # median CPU seconds of one evaluation on digits: benchmarks.attack_speed
+    # (completion's and BLI's fast paths, 2026-12-01); GRN, TBM: attack_seconds in records
+    "bli": 1.1, "grn": 0.5, "amc": 2.0, "pmc": 2.0, "mc": 2.0, "tbm": 0.2,
+    "dli": 0.01, "lrb": 0.01, "nsb": 0.01, "mf": 0.01, "ns": 0.01, "ds": 0.01,
 }  # fmt: skip
 OTHER_ATTACK_S = 1.0
+# Why a floor for lockstep packs: on the ray transport every round of a training is an
+# actor round trip, ~2-3 ms of CPU on the two actors once they sleep between rounds
+# (``benchmarks.transport``); a heavy FedBCD training has 756 of them. A lockstep pack of K
+# pays one trip per round for all K, so a pack of one, the time target's choice for a
+# training over ``pack_seconds``, pays K times the trips (issue 17: 6 heavy trainings on
+# 2 CPUs). Four is ``lockstep.GROUP_SIZE``: one full coalesced call per round.
+LOCKSTEP_MIN = 4
 
 
 @dataclass(frozen=True)
@@ -154,15 +165,26 @@ def make_packs(
     return packs
 
 
+def lockstep_group(group: Sequence[Training], remote: bool) -> bool:
+    """Whether a pack of ``group`` (one shape) runs in lockstep: plain NN trainings on
+    actors (``trainables.kinds.lockstep.eligible`` for two or more of them)."""
+    from trainables.kinds.nn import NNKind
+
+    return remote and type(kind_of(group[0].spec)) is NNKind
+
+
 def _auto_size(
     group: list[Training], slots: int, target_s: float, remote: bool, data_dir: str | None
 ) -> int:
     """One pack for a group that fits ``target_s`` (a second slot would cost more to start,
-    ~4 CPU-s per process, than it saves); else packs of ``target_s``, spread over slots."""
+    ~4 CPU-s per process, than it saves); else packs of ``target_s``, spread over slots;
+    lockstep packs no smaller than ``LOCKSTEP_MIN`` where the spread allows it."""
     total = sum(cost(t, remote, data_dir).total for t in group)
     if total <= target_s:
         return len(group)
     per = max(1e-3, total / len(group))
     by_time = max(1, int(target_s / per))
+    if lockstep_group(group, remote):
+        by_time = max(by_time, LOCKSTEP_MIN)
     spread = max(1, math.ceil(len(group) / max(1, slots)))
     return min(by_time, spread)
