@@ -125,7 +125,9 @@ def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> 
         if not ap:
             continue
         label, (value, n) = min(ap.items(), key=lambda kv: kv[1][0])
-        at_mp = mp.get(label, (float("nan"), 0))[0]
+        # a training-time attack (AMC, LRB) has its own trainings and no clean row: the
+        # MP its records carry is the attacked training's
+        at_mp = mp.get(label, _best_by_label(hit, labels, "mp").get(label, (float("nan"), 0)))[0]
         kind = "defended cell" if defended is not hit else "cell"
         lines.append(
             f"lowest mean AP of {attack}: {value:.4f} ({kind} {label}, its MP {at_mp:.4f})"

@@ -16,6 +16,7 @@ or node lost) is a fault, retried up to ``run.max_failures``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -28,9 +29,18 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Records go to the sink; Tune's default JSON / CSV / TensorBoard loggers would write every
 # reported batch of records again into each trial folder, in the driver.
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+# Keeping one checkpoint per pack (``run_config``) makes Tune snapshot its experiment state
+# at every checkpoint, by design (a retry needs the newest checkpoint only); its warning
+# that snapshots come often would repeat all run long.
+os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
 import ray
 from ray import tune
+
+if os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1":
+    # without the result files, Tune's end-of-run ResultGrid warns, per trial, that it
+    # found no result.json: nothing reads them (records are the sink's)
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
 from sweep_engine import memtrace, progress
 from sweep_engine.plan import Plan

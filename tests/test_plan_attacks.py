@@ -39,3 +39,32 @@ def test_shipped_attacks_space_plans(tmp_path: Path) -> None:
     plan = expand(load_space("attacks"))
     assert plan.summary()["trainings"] == 12 * 3  # clean + AMC + LRB per cell
     assert len(plan.dropped) == 6 * 2  # NS and DS on the six digits cells
+
+
+def test_summary_gives_a_training_time_attack_the_mp_of_its_own_trainings(
+    tmp_path: Path,
+) -> None:
+    """AMC's trainings carry no clean row: the end-of-run summary quotes their own MP."""
+    from sweep_engine.progress import grid_lines
+
+    space = tmp_path / "s.yaml"
+    space.write_text(
+        "name: s\nbase: {epochs: 2, dataset: digits}\n"
+        "grid: {seed: [0, 1]}\nattacks: [dli, amc]\n"
+        "defenses: {gdp: [0.01]}\n"
+    )
+    plan = expand(load_space(str(space)))
+    rows = []
+    for t in plan.trainings:
+        own = t.spec.train_attack
+        mp = 0.5 if own == "amc" else 0.9
+        if own == "none":
+            rows.append({"trial_id": t.trial_id, "status": "ok", "attack": "none",
+                         "defense": t.spec.defense, "mp": mp, "ap": None})  # fmt: skip
+        for name in [a[0] for a in t.attacks] + ([own] if own != "none" else []):
+            rows.append({"trial_id": t.trial_id, "status": "ok", "attack": name,
+                         "defense": t.spec.defense, "mp": mp, "ap": 0.3})  # fmt: skip
+    lines = grid_lines(plan, rows)
+    amc = next(line for line in lines if line.startswith("lowest mean AP of amc"))
+    dli = next(line for line in lines if line.startswith("lowest mean AP of dli"))
+    assert amc.endswith("its MP 0.5000)") and dli.endswith("its MP 0.9000)"), lines
