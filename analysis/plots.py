@@ -19,7 +19,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from analysis.gaps import Compare
-from analysis.plot_jobs import WORKERS, Figures, PlotPool, ap_mp_points  # noqa: F401
+from analysis.plot_jobs import WORKERS, Figures, PlotPool
 
 if TYPE_CHECKING:
     from analysis.report import Report

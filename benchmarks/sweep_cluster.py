@@ -26,17 +26,9 @@ from typing import Any
 
 import yaml
 
+from sweep_engine.memtrace import status_kib
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _kib(pid: int, key: str) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def _done(log: Path) -> int:
@@ -82,10 +74,10 @@ def cluster_run(n: int, nodes: int = 4, cpus_per_node: int = 1) -> dict[str, Any
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env)
                 peak = 0
                 while proc.poll() is None:
-                    rss, anon = _kib(proc.pid, "VmRSS"), _kib(proc.pid, "RssAnon")
-                    peak = max(peak, _kib(proc.pid, "VmHWM") or 0)
-                    if rss is not None and anon is not None:
-                        samples.append((_done(log), rss, anon))
+                    kib = status_kib(("VmRSS", "RssAnon", "VmHWM"), proc.pid)
+                    peak = max(peak, kib.get("VmHWM", 0))
+                    if "VmRSS" in kib and "RssAnon" in kib:
+                        samples.append((_done(log), kib["VmRSS"], kib["RssAnon"]))
                     time.sleep(1.0)
             wall = time.perf_counter() - start
             if proc.returncode != 0:

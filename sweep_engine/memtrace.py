@@ -24,12 +24,12 @@ from typing import Any
 ENV, EVERY_ENV = "VFLSWEEP_TRACEMALLOC", "VFLSWEEP_TRACEMALLOC_EVERY"
 
 
-def status_kib(keys: tuple[str, ...] = ("VmRSS",)) -> dict[str, int]:
-    """Fields of this process's ``/proc/self/status`` in KiB (Linux; empty elsewhere):
-    ``RssAnon`` is the heap, ``RssShmem`` pages of Ray's object store this process mapped."""
+def status_kib(keys: tuple[str, ...] = ("VmRSS",), pid: int | str = "self") -> dict[str, int]:
+    """Fields of a process's ``/proc/<pid>/status`` in KiB (Linux; empty elsewhere or once
+    it exited): ``RssAnon`` is the heap, ``RssShmem`` pages of Ray's object store mapped."""
     out: dict[str, int] = {}
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             key, _, value = line.partition(":")
             if key in keys:
                 out[key] = int(value.split()[0])

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
 from trainables.kinds import kind_of
+from trainables.kinds.lockstep import GROUP_SIZE, plain_nn
 from trainables.trial import actor_count
 
 if TYPE_CHECKING:
@@ -50,8 +51,8 @@ OTHER_ATTACK_S = 1.0
 # (``benchmarks.transport``); a heavy FedBCD training has 756 of them. A lockstep pack of K
 # pays one trip per round for all K, so a pack of one, the time target's choice for a
 # training over ``pack_seconds``, pays K times the trips (issue 17: 6 heavy trainings on
-# 2 CPUs). Four is ``lockstep.GROUP_SIZE``: one full coalesced call per round.
-LOCKSTEP_MIN = 4
+# 2 CPUs). One full coalesced call per round.
+LOCKSTEP_MIN = GROUP_SIZE
 
 
 @dataclass(frozen=True)
@@ -165,14 +166,6 @@ def make_packs(
     return packs
 
 
-def lockstep_group(group: Sequence[Training], remote: bool) -> bool:
-    """Whether a pack of ``group`` (one shape) runs in lockstep: plain NN trainings on
-    actors (``trainables.kinds.lockstep.eligible`` for two or more of them)."""
-    from trainables.kinds.nn import NNKind
-
-    return remote and type(kind_of(group[0].spec)) is NNKind
-
-
 def _auto_size(
     group: list[Training], slots: int, target_s: float, remote: bool, data_dir: str | None
 ) -> int:
@@ -184,7 +177,7 @@ def _auto_size(
         return len(group)
     per = max(1e-3, total / len(group))
     by_time = max(1, int(target_s / per))
-    if lockstep_group(group, remote):
+    if remote and plain_nn([t.spec for t in group]):  # runs in lockstep on actors
         by_time = max(by_time, LOCKSTEP_MIN)
     spread = max(1, math.ceil(len(group) / max(1, slots)))
     return min(by_time, spread)

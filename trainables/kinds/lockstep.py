@@ -40,15 +40,19 @@ def eligible(jobs: Sequence[Job], placement: Placement) -> bool:
     """Whether ``run_lockstep`` should run ``jobs``: at least two plain NN trainings with
     the same number of parties, on actors (in one process a round costs no round trip,
     so lockstep would gain nothing there)."""
+    return placement.remote and len(jobs) >= 2 and plain_nn([job.spec for job in jobs])
+
+
+def plain_nn(specs: Sequence[Any]) -> bool:
+    """Whether every spec is a plain NN training and all have one party count: what a
+    lockstep run needs of a pack's trainings (the planner's pack sizing asks it too)."""
     from trainables.kinds import kind_of
 
-    if not placement.remote or len(jobs) < 2:
-        return False
     try:
-        kinds = {type(kind_of(job.spec)) for job in jobs}
+        kinds = {type(kind_of(spec)) for spec in specs}
     except ConfigError:
         return False
-    return kinds == {NNKind} and len({job.spec.n_parties for job in jobs}) == 1
+    return kinds == {NNKind} and len({spec.n_parties for spec in specs}) == 1
 
 
 def groups_for(k: int, size: int = GROUP_SIZE) -> int:
