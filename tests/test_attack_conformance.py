@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from trainables.attacks import ATTACKS, MODULES
 from trainables.attacks.harness import attacker_index, draw_aux, make_view, peer_index
 from trainables.data import load_dataset
+from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.trial import prepare_parties, run_trial, train_local_parties
 
@@ -79,11 +81,31 @@ def test_attack_record_is_typed_bounded_and_deterministic(name: str, preset: str
     assert row.attacker_party == attacker_index(info, spec.n_parties)
     assert row.ap is not None and 0.0 <= row.ap <= 1.0
     assert row.ap == again.ap and row.mp == again.mp
+    _assert_scored_against_chance(row)
+    assert row.ap_advantage == again.ap_advantage or math.isnan(row.ap)
+    for clean in (r for r in first if r.attack == "none"):
+        assert clean.mp_se is not None and clean.mp_se >= 0.0
     extra = json.loads(row.extra)  # the record says which setting ran
     made = ATTACKS.create(name, **_params(name, preset))
     assert extra["attack_preset"] == preset
     assert extra["attack_params"] == made.changed_params()  # type: ignore[attr-defined]
     assert set(ATTACKS.get(name).presets.get(preset or "", {})) <= set(extra["attack_params"])
+
+
+def _assert_scored_against_chance(row: Record) -> None:
+    """The record carries its no-information baseline (``attacks/chance.py``): chance, an
+    advantage in [0, 1] with its SE, a collapse share in [0, 1], and the MP's SE; unknown
+    (NaN) only where the AP itself is."""
+    assert row.ap is not None and row.ap_chance is not None
+    assert 0.0 <= row.ap_chance <= 1.0
+    for value in (row.ap_advantage, row.ap_advantage_se):
+        assert value is not None
+        assert not math.isnan(value) or math.isnan(row.ap), (row.attack, value)
+    if not math.isnan(row.ap):
+        assert 0.0 <= row.ap_advantage <= 1.0  # type: ignore[operator]
+        assert row.ap_advantage_se >= 0.0  # type: ignore[operator]
+    assert row.ap_collapse is not None and 0.0 <= row.ap_collapse <= 1.0
+    assert row.mp_se is not None and row.mp_se >= 0.0
 
 
 @pytest.mark.parametrize("name", NAMES)

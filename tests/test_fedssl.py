@@ -197,6 +197,8 @@ def test_records_have_the_fields_and_same_seed_same_record() -> None:
     a, b = run_trial(spec)[0], run_trial(spec)[0]
     assert a.ssl_variant == "fedssl" and a.n_parties == 5 and a.n_labeled == 60
     assert a.rounds == 2 and a.comm_bytes > 0 and a.epsilon is None and a.mp is not None
+    n_test = len(load_dataset("digits").y_test)  # the accuracy's rows: its sampling error
+    assert a.mp_se == pytest.approx((a.mp * (1 - a.mp) / n_test) ** 0.5)
     extra = json.loads(a.extra)
     assert extra["rows_support"] == [30, 30] and extra["rows_query"] == [100, 100]
     assert len(extra["acc_by_round"]) == 2 and extra["acc_by_round"][-1] == round(a.mp, 4)

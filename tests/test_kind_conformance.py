@@ -178,6 +178,12 @@ def test_hosted_attacks_score_through_the_judge(kind: str) -> None:
         r = got[name]
         assert r.ap is not None and (math.isnan(r.ap) or 0.0 <= r.ap <= 1.0), (name, r.ap)
         assert r.attacker_party in (0, KIND_SPECS[kind].n_parties - 1)
+        # scored against its no-information baseline (trainables/attacks/chance.py)
+        assert r.ap_chance is not None and r.ap_advantage is not None, name
+        assert math.isnan(r.ap) or 0.0 <= r.ap_advantage <= 1.0, (name, r.ap_advantage)
+        assert r.mp_se is not None and r.mp_se >= 0.0, name
+    clean = records[0]
+    assert clean.attack == "none" and clean.mp_se is not None and clean.mp_se >= 0.0
 
 
 @pytest.mark.parametrize(

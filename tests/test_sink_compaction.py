@@ -15,14 +15,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 import pytest
 
 from analysis.load import read_records
 from sweep_engine import compaction, parts
 from sweep_engine.sink import FAULT_ENV, RecordSink, records_table
 from trainables.errors import ConfigError
-from trainables.records import Record, records_to_table
+from trainables.records import RECORD_SCHEMA, Record, records_to_table
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = ["trial_id", "attack"]
@@ -178,6 +180,32 @@ def test_rerun_supersedes_the_compacted_record(tmp_path: Path) -> None:
 def test_records_table_equals_records_to_table() -> None:
     recs = records("x", n=4, mp=None) + records("y", n=1, status="error")
     assert records_table(recs).equals(records_to_table(recs))
+
+
+NEW_COLUMNS = ["ap_chance", "ap_advantage", "ap_advantage_se", "ap_collapse", "mp_se"]
+
+
+def test_files_from_before_the_chance_columns_read_as_nulls(tmp_path: Path) -> None:
+    """A file an older engine wrote (no baseline columns, no digest) is valid, reads with
+    nulls there beside new files that carry values, and compacts without losing either."""
+    sink = RecordSink(tmp_path)
+    sink.records_dir.mkdir(parents=True, exist_ok=True)
+    old = records_table(records("old")).drop_columns(NEW_COLUMNS).replace_schema_metadata(None)
+    pq.write_table(old, sink.records_dir / "old.parquet")
+    scored = [dataclasses.replace(r, ap_advantage=0.25, mp_se=0.01) for r in records("new")]
+    sink.write("new", scored)
+    assert sink.bad_files() == {}
+    for _ in range(2):  # as single files, then folded into a part
+        table = sink.read()
+        assert table.schema.equals(RECORD_SCHEMA, check_metadata=False)
+        by_trial = {t: table.filter(pc.equal(table["trial_id"], t)) for t in ("old", "new")}
+        assert by_trial["old"].num_rows == by_trial["new"].num_rows == 3
+        for name in NEW_COLUMNS:
+            assert by_trial["old"][name].null_count == 3
+        assert by_trial["new"]["mp_se"].to_pylist() == [0.01] * 3
+        assert by_trial["new"]["ap_advantage"].to_pylist() == [0.25] * 3
+        sink.compact()
+    assert sink.done() == {"old", "new"}
 
 
 def test_write_many_refuses_a_training_twice(tmp_path: Path) -> None:

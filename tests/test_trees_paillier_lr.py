@@ -137,15 +137,17 @@ def test_secret_key_only_in_the_key_holder_local() -> None:
 
 
 def _comparable(records: list[Record]) -> list[dict[str, Any]]:
-    """Records without timings (and AP on ciphertexts: the attack reads random bits)."""
+    """Records without timings (and AP on ciphertexts: the attack reads random bits; its
+    chance, the view's majority share, stays comparable)."""
     out = []
     for r in records:
         extra = {k: v for k, v in json.loads(r.extra).items() if k not in TIMINGS}
         fields = dataclasses.replace(r, train_seconds=0.0, attack_seconds=0.0, extra="")
         row = {**fields.to_dict(), "extra": extra}
         row.pop("created_at")
-        if extra["encrypted"] and r.attack != "none":
-            row.pop("ap")
+        if extra["encrypted"] and r.attack != "none":  # and what is scored from that AP
+            for name in ("ap", "ap_advantage", "ap_advantage_se", "ap_collapse"):
+                row.pop(name)
         out.append(row)
     return out
 

@@ -37,6 +37,11 @@ RECORD_SCHEMA = pa.schema(
         ("seed", pa.int64()),
         ("mp", pa.float64()),
         ("ap", pa.float64()),
+        ("ap_chance", pa.float64()),
+        ("ap_advantage", pa.float64()),
+        ("ap_advantage_se", pa.float64()),
+        ("ap_collapse", pa.float64()),
+        ("mp_se", pa.float64()),
         ("rounds", pa.int64()),
         ("comm_bytes", pa.int64()),
         ("train_seconds", pa.float64()),
@@ -83,6 +88,14 @@ class Record:
     attack_type: str = "none"
     attacker_party: int | None = None
     ap: float | None = None
+    # the AP's no-information baseline on the same rows and the advantage over it, in
+    # [0, 1], with its test-set SE; collapse in [0, 1]: 1 = one constant guess
+    # (trainables/attacks/chance.py). mp_se: the MP's sampling error (accuracy MPs)
+    ap_chance: float | None = None
+    ap_advantage: float | None = None
+    ap_advantage_se: float | None = None
+    ap_collapse: float | None = None
+    mp_se: float | None = None
     attack_seconds: float = 0.0
     epsilon: float | None = None  # DP privacy spent at delta=1e-5, where a defense accounts it
     rounds_to_target: int | None = None  # first round whose MP reached spec.target_mp

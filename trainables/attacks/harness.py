@@ -13,19 +13,34 @@ from typing import Any
 import numpy as np
 
 from trainables.attacks.base import ATTACKS, Attack, AttackInfo, AuxData, PartyView
+from trainables.attacks.chance import Score
 from trainables.attacks.judge import Judge, QueryModel
 from trainables.hooks import MessageLog
 
 
 @dataclass(frozen=True)
 class AttackOutcome:
+    """One attack's result; ``score`` is the judge's (AP beside its baseline, ``chance.py``)."""
+
     name: str
     type: str
     attacker: int
-    ap: float
-    mp: float
+    score: Score
     seconds: float
     extra: dict[str, Any] = field(default_factory=dict)  # the preset and changed params
+
+    @property
+    def ap(self) -> float:
+        return self.score.ap
+
+    @property
+    def mp(self) -> float:
+        return self.score.mp
+
+    def record_fields(self) -> dict[str, float]:
+        """The attack record's scored columns: the AP beside its baseline (advantage, its
+        SE, collapse) and the MP under attack with its SE."""
+        return {**self.score.ap_fields(), "mp": self.score.mp, "mp_se": self.score.mp_se}
 
 
 def attacker_index(info: AttackInfo, n_parties: int) -> int:
@@ -109,17 +124,8 @@ def run_attacks(
         query = QueryModel(parties) if info.query_model else None
         guess = attack.run(make_view(parties[who], info, aux, query, seed))
         score = judge.score(guess, who)
-        outcomes.append(
-            AttackOutcome(
-                name,
-                info.type,
-                who,
-                score.ap,
-                score.mp,
-                time.perf_counter() - start,
-                attack.record_extra(),
-            )
-        )
+        seconds = time.perf_counter() - start
+        outcomes.append(AttackOutcome(name, info.type, who, score, seconds, attack.record_extra()))
     return outcomes
 
 

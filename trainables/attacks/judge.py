@@ -9,18 +9,15 @@ the target class, and the MP drop under a non-targeted inference-time attack.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from trainables.attacks import chance
 from trainables.attacks.base import FeatureGuess, Guess, InferenceTamper, LabelGuess
+from trainables.attacks.chance import Score, label_ap
 
-
-@dataclass
-class Score:
-    ap: float
-    mp: float  # main-task performance under attack
+__all__ = ["Judge", "QueryModel", "Score", "label_ap"]  # label_ap's home is chance.py now
 
 
 class Judge:
@@ -32,7 +29,8 @@ class Judge:
         self.active.top.eval()  # type: ignore[attr-defined]  # MID samples only in training
         self.y_train = self.active.y_train.cpu().numpy()  # type: ignore[attr-defined]
         self.y_test = self.active.y_test.cpu().numpy()  # type: ignore[attr-defined]
-        self.clean_mp = self.mp(self.predict())
+        self.clean_preds = self.predict()  # (n_test,) the untampered model's classes
+        self.clean_mp = self.mp(self.clean_preds)
 
     @torch.no_grad()
     def embeddings(self, split: str = "test") -> list[torch.Tensor]:
@@ -52,14 +50,15 @@ class Judge:
         return float((predictions == self.y_test).mean())
 
     def score(self, guess: Guess, attacker: int) -> Score:
+        """The guess's AP beside its no-information baseline (``chance.py``), and the MP
+        under attack with its sampling error over the test rows."""
+        n_test = len(self.y_test)
         if isinstance(guess, LabelGuess):
-            return Score(self._labels(guess), self.clean_mp)
+            score = chance.score_labels(guess, self.y_train, self.y_test)
+            return score.with_mp(self.clean_mp, n_test)
         if isinstance(guess, FeatureGuess):
-            return Score(self.feature_ap(guess), self.clean_mp)
+            return self.feature_score(guess).with_mp(self.clean_mp, n_test)
         return self._tamper(guess, attacker)
-
-    def _labels(self, guess: LabelGuess) -> float:
-        return label_ap(guess, self.y_train, self.y_test)
 
     def truth_features(self, party_id: int, split: str, rows: np.ndarray) -> np.ndarray:
         p = self.parties[party_id]
@@ -68,13 +67,21 @@ class Judge:
 
     def feature_ap(self, guess: FeatureGuess) -> float:
         """1 - MSE after scaling each column to [0, 1] by the true split's min and max."""
+        return self.feature_score(guess).ap
+
+    def feature_score(self, guess: FeatureGuess) -> Score:
+        """``feature_ap`` beside its baseline: every row guessed as the target party's
+        training column means, scaled and clipped as the guess is."""
         p = self.parties[guess.party_id]
         full = (p.X_test if guess.split == "test" else p.X_train).cpu().numpy()  # type: ignore[attr-defined]
-        lo, hi = full.min(axis=0), full.max(axis=0)
+        lo, hi = full.min(axis=0), full.max(axis=0)  # (d,)
         span = np.where(hi > lo, hi - lo, 1.0)
-        truth = (full[guess.rows] - lo) / span
-        est = np.clip((np.asarray(guess.X, dtype=np.float64) - lo) / span, 0.0, 1.0)
-        return float(1.0 - np.mean((est - truth) ** 2))
+        truth = (full[guess.rows] - lo) / span  # (n, d)
+        est = np.clip((np.asarray(guess.X, dtype=np.float64) - lo) / span, 0.0, 1.0)  # (n, d)
+        ap = float(1.0 - np.mean((est - truth) ** 2))
+        train_mean = p.X_train.cpu().numpy().astype(np.float64).mean(axis=0)  # type: ignore[attr-defined]
+        mean = np.clip((train_mean - lo) / span, 0.0, 1.0)  # (d,)
+        return chance.feature_score(truth, est, mean, ap)
 
     @torch.no_grad()
     def _tamper(self, guess: InferenceTamper, attacker: int) -> Score:
@@ -85,33 +92,21 @@ class Judge:
             hs[attacker] = party.bottom(x)  # type: ignore[attr-defined]
         elif guess.embeddings is not None:
             hs[attacker] = torch.as_tensor(np.asarray(guess.embeddings, dtype=np.float32))
-        preds = self.predict(hs)
+        preds = self.predict(hs)  # (n_test,)
+        n_test = len(self.y_test)
         if guess.target is not None:
             rows = guess.rows[self.y_test[guess.rows] != guess.target]
             ap = float((preds[rows] == guess.target).mean()) if len(rows) else float("nan")
-            return Score(ap, self.clean_mp)
+            score = chance.targeted_score(self.clean_preds[rows], preds[rows], guess.target, ap)
+            return score.with_mp(self.clean_mp, n_test)
         # VFLAIR's Eq. 7: AP = MP_all - MP on the attacked samples (clean MP over all rows)
-        hit = (
-            float((preds[guess.rows] == self.y_test[guess.rows]).mean()) if len(guess.rows) else 0.0
+        rows = guess.rows
+        hit = float((preds[rows] == self.y_test[rows]).mean()) if len(rows) else 0.0
+        ap = max(0.0, self.clean_mp - hit)
+        score = chance.untargeted_score(
+            self.clean_preds[rows], preds[rows], self.y_test[rows], self.clean_mp, ap
         )
-        return Score(max(0.0, self.clean_mp - hit), self.mp(preds))
-
-
-def label_ap(guess: LabelGuess, y_train: np.ndarray, y_test: np.ndarray) -> float:
-    """VFLAIR's label-inference AP: accuracy of inferred labels (AUC for binary scores).
-
-    A function, not only a ``Judge`` method, so that trials without NN parties (tree VFL)
-    score label guesses by the same rule.
-    """
-    truth = (y_train if guess.split == "train" else y_test)[guess.rows]
-    if guess.scores is not None:
-        if len(np.unique(truth)) < 2:
-            return float("nan")
-        from sklearn.metrics import roc_auc_score  # lazy: worker start-up
-
-        return float(roc_auc_score(truth, guess.scores))
-    assert guess.labels is not None, "a LabelGuess needs labels or scores"
-    return float((np.asarray(guess.labels) == truth).mean()) if len(truth) else float("nan")
+        return score.with_mp(self.mp(preds), n_test)
 
 
 class QueryModel(torch.nn.Module):

@@ -98,16 +98,23 @@ def run_fedssl(spec: TrialSpec, ds: Dataset, placement: Placement) -> list[Recor
     prepared = prepare(spec, ds)
     with open_parties(prepared.inits, placement) as group:
         result = run_rounds(group, prepared.plan, Evaluator(ds))
-    return [record_of(spec, prepared, result)]
+    return [record_of(spec, prepared, result, ds.y_test)]
 
 
-def record_of(spec: TrialSpec, prepared: Prepared, result: RoundsResult) -> Record:
-    """The clean record: final accuracy, counted rounds and bytes, ε where DP ran."""
+def record_of(
+    spec: TrialSpec, prepared: Prepared, result: RoundsResult, y_test: np.ndarray | None = None
+) -> Record:
+    """The clean record: final accuracy, counted rounds and bytes, ε where DP ran;
+    ``y_test`` (n_test,): the rows that accuracy is over, for its sampling error."""
+    from trainables.attacks.chance import main_task_se  # lazy, as in the other kinds
+
     extra, epsilon = extra_of(spec, prepared, result)
+    mp = result.acc_by_round[-1]
     return Record.clean(
         spec,
         int(spec.n_labeled),  # type: ignore[arg-type]
-        mp=result.acc_by_round[-1],
+        mp=mp,
+        mp_se=main_task_se(mp, y_test),
         rounds=result.rounds,
         comm_bytes=result.comm_bytes,
         rounds_to_target=result.rounds_to(spec.target_mp),

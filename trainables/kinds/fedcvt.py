@@ -136,4 +136,7 @@ class FedCVTKind(TrialKind):
         extra = runner.measurements(measured, result.rounds, ds, rows, inits[0].steps, semi(spec))
         if semi(spec):  # which pseudo-label rule and estimate scaling ran (``CvtOptions``)
             extra.update(pseudo_balance=opts.pseudo_balance, est_rescale=opts.est_rescale)
-        return records_of(spec, trained, int(rows.labeled.sum()), evaluated, extra)
+        # FedCVT's MP is an accuracy over every test row (``runner.measurements``)
+        return records_of(
+            spec, trained, int(rows.labeled.sum()), evaluated, extra, y_test=ds.y_test
+        )

@@ -130,7 +130,11 @@ def _run_chunk(
 
 def _records(job: Job, item: _Prepared, trained: Trained | None) -> list[Any]:
     assert trained is not None
-    return nn_records_of(job.spec, trained, item.prepared.n_labeled, item.attacks)
+    prepared = item.prepared
+    return nn_records_of(
+        job.spec, trained, prepared.n_labeled, item.attacks,
+        y_test=prepared.y_test, metric=prepared.metric,
+    )  # fmt: skip
 
 
 def _train_stacked(

@@ -44,6 +44,18 @@ class PreparedTrial:
     n_labeled: int
     target_mp: float | None = None  # rounds_to_target is measured against it
 
+    @property
+    def y_test(self) -> np.ndarray:
+        """(n_test,) the test labels the MP is measured on (the active party's)."""
+        labels = self.inits[-1].labels
+        assert labels is not None, "the last party is the active one"
+        return labels.y_test
+
+    @property
+    def metric(self) -> str:
+        """What the MP is: ``accuracy``, or ``auc`` (``PartyConfig.metric``)."""
+        return self.inits[-1].config.metric
+
 
 @dataclass(frozen=True)
 class Trained:
@@ -212,13 +224,19 @@ def records_of(
     attacks: Sequence[AttackSpec],
     extra: dict[str, Any] | None = None,
     dp_steps: int | None = None,
+    y_test: np.ndarray | None = None,
+    metric: str = "accuracy",
 ) -> list[Record]:
     """The clean record (unless a training-time attack ran) and one per attack outcome.
 
     Fails a defense that never applied (``DefenseNeverApplied``); ``extra`` adds the kind's
     own measurements to the record's ``extra`` JSON; ``dp_steps``: the rounds a DP defense
     acted in, where not every round of ``trained.result`` (FedHSSL: fine-tuning rounds only).
+    ``y_test`` (n_test,) and ``metric`` (``accuracy`` / ``auc``): what the clean MP was
+    measured on, for its sampling error ``mp_se`` (None without them). Attack records
+    carry the judge's score: AP beside its baseline (``attacks/chance.py``), MP and its SE.
     """
+    from trainables.attacks.chance import main_task_se
     from trainables.attacks.harness import merged_extra, run_attacks
 
     applied = defense_stack.checked_extra(trained.reports)
@@ -231,6 +249,7 @@ def records_of(
             spec, result.rounds if dp_steps is None else dp_steps, sample_rate
         ),
         mp=result.mp,
+        mp_se=main_task_se(result.mp, y_test, metric),
         rounds=result.rounds,
         comm_bytes=result.comm_bytes,
         rounds_to_target=result.rounds_to_target,
@@ -246,8 +265,7 @@ def records_of(
                 attack=out.name,
                 attack_type=out.type,
                 attacker_party=out.attacker,
-                ap=out.ap,
-                mp=out.mp,
+                **out.record_fields(),  # ap, its baseline and advantage, mp, their SEs
                 attack_seconds=round(out.seconds, 4),
                 extra=merged_extra(clean.extra, out.extra),  # + the preset and params
             )
@@ -304,7 +322,10 @@ class NNKind(TrialKind):
         evaluated = attacks_of(spec, attacks)
         prepared = prepare_parties(spec, ds, evaluated)
         trained = train_prepared(prepared, int(spec.epochs), placement, bool(evaluated))  # type: ignore[arg-type]
-        return records_of(spec, trained, prepared.n_labeled, evaluated)
+        return records_of(
+            spec, trained, prepared.n_labeled, evaluated,
+            y_test=prepared.y_test, metric=prepared.metric,
+        )  # fmt: skip
 
     def run_many(
         self, jobs: Sequence[Job], ds: Dataset, placement: Placement

@@ -109,5 +109,5 @@ class PaillierLRKind(TreeFamilyKind):
         data = tree_run.tree_data(spec, ds)
         return tree_run.records(
             spec, len(data.y_train), lambda observe: train_lr(spec, data, placement, observe),
-            attacks,
+            attacks, y_test=data.y_test,
         )  # fmt: skip

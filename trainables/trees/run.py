@@ -183,7 +183,7 @@ def run_tree_trial(
     data = tree_data(spec, ds)
     runner = TREE_MODELS.get(str(spec.model))
     return records(spec, len(data.y_train), lambda observe: runner(spec, data, placement, observe),
-                   attacks)  # fmt: skip
+                   attacks, y_test=data.y_test)  # fmt: skip
 
 
 def records(
@@ -191,8 +191,13 @@ def records(
     n_labeled: int,
     run: Callable[[bool], Outcome],
     attacks: Sequence[tuple[str, dict[str, Any]]],
+    y_test: np.ndarray | None = None,
 ) -> list[Record]:
-    """The clean record of ``run(observe)`` and one record per tree attack on its view."""
+    """The clean record of ``run(observe)`` and one record per tree attack on its view.
+
+    ``y_test`` (n_test,): the rows the MP (an accuracy) is measured on, for ``mp_se``."""
+    from trainables.attacks.chance import main_task_se  # lazy, as the attacks are
+
     for name, _ in attacks:
         reason = attack_refusal(spec, name)
         if reason is not None:
@@ -205,6 +210,7 @@ def records(
         spec,
         n_labeled,
         mp=out.mp,
+        mp_se=main_task_se(out.mp, y_test),
         rounds=out.rounds,
         comm_bytes=out.comm_bytes,
         train_seconds=round(out.train_seconds, 4),
@@ -215,23 +221,25 @@ def records(
 
 
 def _attack_record(clean: Record, out: Outcome, name: str, params: dict[str, Any]) -> Record:
-    """Run a tree attack on party 0's view; the common label rule scores it."""
+    """Run a tree attack on party 0's view; the common label rule scores it, with its
+    baseline from the labels of the scored view rows (``chance.score_labels``). The MP
+    and its SE stay the clean record's: the attack reads the view, it tampers nothing."""
     from trainables.attacks import ATTACKS
+    from trainables.attacks.chance import score_labels
     from trainables.attacks.harness import merged_extra
-    from trainables.attacks.judge import label_ap
 
     attack = ATTACKS.create(name, **params)
     start = time.perf_counter()
     guess = attack.run(out.view)
     assert out.view_labels is not None
-    ap = label_ap(guess, out.view_labels, np.zeros(0, dtype=np.int64))
+    score = score_labels(guess, out.view_labels, np.zeros(0, dtype=np.int64))
     extra = merged_extra(clean.extra, {**attack.record_extra(), "attack_rows": len(guess.rows)})
     return dataclasses.replace(
         clean,
         attack=name,
         attack_type=attack.info.type,
         attacker_party=out.view.party_id,
-        ap=ap,
+        **score.ap_fields(),  # ap beside its baseline; mp and mp_se: the clean record's
         attack_seconds=round(time.perf_counter() - start, 4),
         extra=extra,
     )

@@ -59,11 +59,15 @@ def run_hssl(
     trained, ft_rounds = combined(pre, ft, pre_reports)
     extra = measured(spec, data, pre, ft)
     n = len(data.labeled)
-    records = records_of(spec, trained, n, evaluated, extra, dp_steps=ft_rounds)
+    metric = str(extra["metric"])  # what the clean MP is, on data.y_test (its mp_se)
+    records = records_of(
+        spec, trained, n, evaluated, extra, dp_steps=ft_rounds, y_test=data.y_test, metric=metric
+    )
     if not mc:
         return records
     before = dataclasses.replace(trained, parties=ft.before)
-    early = [stage(r, MC_PRETRAINED) for r in records_of(spec, before, n, mc, extra)[-len(mc) :]]
+    rows = records_of(spec, before, n, mc, extra, y_test=data.y_test, metric=metric)
+    early = [stage(r, MC_PRETRAINED) for r in rows[-len(mc) :]]
     late = [stage(r, MC) if r.attack == MC else r for r in records[1:]]
     return [records[0], *early, *late]
 
