@@ -19,7 +19,7 @@ from analysis.gaps import parse_compare
 from analysis.load import read_records
 from analysis.plot_jobs import PlotPool
 from analysis.ranking import parse_weights
-from analysis.report import make
+from analysis.report import Report, make
 from sweep_engine.manifest import read_manifest
 from trainables.errors import ConfigError
 
@@ -45,11 +45,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(default sqlite:///<results>/mlflow.db when that file exists)",
     )
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary (counts, files, timings) as one JSON line instead of the tables",
+    )
+    p.add_argument(
+        "--rows", type=int, default=20, help="rows per scenario on screen (index.md has all)"
+    )
     return p
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    """Validate everything, build and write the report; returns the summary printed."""
+    """Validate everything, build and write the report; returns the summary (``--json``
+    prints it; otherwise ``summary["_lines"]``, the answer's tables, are printed)."""
     sweep_dir = Path(args.sweep_dir)
     if not 0.0 <= args.beta <= 1.0:
         raise ConfigError(f"--beta={args.beta}: must be between 0 and 1")
@@ -71,6 +80,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the plot workers, reaped
     report.timings["cpu_plot_workers"] = round(workers.ru_utime + workers.ru_stime, 4)
     summary = {**report.summary, "report": str(out), "timings": report.timings}
+    summary["_lines"] = screen_lines(report, out, getattr(args, "rows", 20))
     if (sweep_dir / "search").is_dir():  # Optuna's own analysis of the searches, into the
         from analysis.optuna_report import write_studies  # report: MLflow gets it with it
 
@@ -97,6 +107,23 @@ def tracking_uri(args: argparse.Namespace, sweep_dir: Path) -> str | None:
     return default_uri(results) if (results / "mlflow.db").exists() else None
 
 
+def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
+    """What a researcher reads first: the answer's tables, then where everything is."""
+    from analysis.answer import answer_lines
+
+    lines = answer_lines(report.answer, rows) if report.answer is not None else []
+    if report.answer is None:
+        lines.append(str(report.summary.get("dcs", "no attack rows")))
+        for metric, entry in (report.best.get("metrics") or {}).items():  # type: ignore[union-attr]
+            best = entry.get("best")
+            if best is not None:
+                tied = [c["cell"] for c in entry.get("tied", [])]
+                text = f"best {metric} ({entry['direction']}): {best['mean']:.4g} at {best['cell']}"
+                lines.append(text + (f" (tied: {', '.join(tied)})" if tied else ""))
+    lines.append(f"report: {out / 'index.html'} (also index.md, ranking.csv, summary.json)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -104,5 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(summary, default=str))
+    lines = summary.pop("_lines", [])
+    if args.json:
+        print(json.dumps(summary, default=str))
+    else:
+        print("\n".join(lines))  # type: ignore[arg-type]
     return 0

@@ -8,6 +8,13 @@ row stands for is the clean MP of its training (the ``attack='none'`` row of the
 file holds only the attack row: the MP of the model trained under attack). MP* is that MP
 of the undefended row with the same (setting_hash, attack), falling back to the
 undefended training's clean row. VFLAIR clips AP − AP* and MP* − MP at 0.
+
+Chance-aware DCS (``ca_dcs``, DESIGN.md "Scores against their baseline"): the same
+distance with the attack's *advantage* (``ap_advantage``: 0 = nothing beyond what a
+no-information guess scores on the same rows, 1 = perfect) in place of AP. VFLAIR's DCS
+reads an attack that guessed the minority class for every row (AP 0.24 on adult) as strong
+protection and one that guessed the majority class (AP 0.76) as weak; both have advantage
+0. ``ca_dcs_se`` is the test-set sampling error of ``ca_dcs`` (``ca_dcs_se``).
 """
 
 from __future__ import annotations
@@ -16,12 +23,28 @@ import numpy as np
 import pandas as pd
 
 AP_STAR = 0.0
-DCS_COLUMNS = ("mp_dcs", "mp_star", "ap_gap", "mp_gap", "dcs")
+DCS_COLUMNS = ("mp_dcs", "mp_star", "ap_gap", "mp_gap", "dcs", "adv", "ca_dcs", "ca_dcs_se")
+# Columns records written before chance baselines lack (read as null): added as NaN.
+CHANCE_COLUMNS = ("ap_chance", "ap_advantage", "ap_advantage_se", "ap_collapse", "mp_se")
 
 
 def dcs_value(ap_gap: np.ndarray, mp_gap: np.ndarray, beta: float) -> np.ndarray:
     """DCS = 1 / (1 + sqrt((1-β)·ΔAP² + β·ΔMP²)) for already clipped gaps (any shape)."""
     return 1.0 / (1.0 + np.sqrt((1.0 - beta) * ap_gap**2 + beta * mp_gap**2))
+
+
+def dcs_se(adv_se: np.ndarray, mp_se: np.ndarray, distance: np.ndarray, beta: float) -> np.ndarray:
+    """Test-set sampling error of a DCS: the error of the distance d, propagated through
+    1 / (1 + d) (derivative -1 / (1 + d)^2).
+
+    Why sqrt((1-β)·se_adv² + β·se_mp²) for the error of d: the delta method gives
+    sqrt((1-β)²a²se_a² + β²m²se_m²) / d, which is at most that and undefined at d = 0
+    (the ideal point, where a one-SE move still moves d by about this much); the bound
+    keeps intervals honest there. MP*'s own error is left out: it is measured on the same
+    test rows, so most of it cancels in MP* - MP.
+    """
+    spread = np.sqrt((1.0 - beta) * adv_se**2 + beta * mp_se**2)
+    return spread / (1.0 + distance) ** 2
 
 
 def clean_mp(df: pd.DataFrame) -> pd.Series:
@@ -70,4 +93,22 @@ def add_dcs(df: pd.DataFrame, beta: float = 0.5) -> pd.DataFrame:
     out["ap_gap"] = ap_gap
     out["mp_gap"] = mp_gap
     out["dcs"] = dcs_value(ap_gap.to_numpy(), mp_gap.to_numpy(), beta)
+    add_chance_aware(out, is_attack & ok, beta)
     return out
+
+
+def add_chance_aware(out: pd.DataFrame, scored: np.ndarray, beta: float) -> None:
+    """``adv``, ``ca_dcs`` and ``ca_dcs_se`` in place (NaN where a row has no advantage:
+    clean rows, failed ones, records written before chance baselines)."""
+    for name in CHANCE_COLUMNS:
+        if name not in out.columns:
+            out[name] = np.nan
+    adv = out["ap_advantage"].astype("float64").where(scored)
+    mp_gap = out["mp_gap"].to_numpy()
+    out["adv"] = adv
+    ca = dcs_value(adv.to_numpy(), mp_gap, beta)
+    out["ca_dcs"] = ca
+    distance = 1.0 / ca - 1.0
+    adv_se = out["ap_advantage_se"].astype("float64").fillna(0.0).to_numpy()
+    mp_se = out["mp_se"].astype("float64").fillna(0.0).to_numpy()
+    out["ca_dcs_se"] = np.where(np.isnan(ca), np.nan, dcs_se(adv_se, mp_se, distance, beta))

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.dcs import dcs_value
+from analysis.uncertainty import MIN_SEEDS, cell_stats, rank_groups
 from trainables.errors import ConfigError
 
 ATTACK_TYPES = ("LI", "FR", "TB", "NTB")
@@ -57,17 +58,19 @@ def seed_means(dcs: pd.DataFrame) -> pd.DataFrame:
 
     The 11 β columns come from the stored clipped gaps as one (N, 11) array.
     """
+    ca = [c for c in ("ca_dcs", "ca_dcs_se") if c in dcs.columns]
     rows = dcs.loc[
-        dcs["dcs"].notna(), [*KEYS, "seed", "attack_type", "attack", "dcs", "ap_gap", "mp_gap"]
+        dcs["dcs"].notna(),
+        [*KEYS, "seed", "attack_type", "attack", "dcs", *ca, "ap_gap", "mp_gap"],
     ]
     grid = dcs_value(
         rows["ap_gap"].to_numpy()[:, None], rows["mp_gap"].to_numpy()[:, None], np.array(BETAS)
     )
-    frame = rows[[*KEYS, "seed", "attack_type", "attack", "dcs"]].copy()
+    frame = rows[[*KEYS, "seed", "attack_type", "attack", "dcs", *ca]].copy()
     frame[BETA_COLUMNS] = grid
     keys = [*KEYS, "seed", "attack_type", "attack"]
     grouped = frame.groupby(keys, observed=True, dropna=False, sort=False)
-    return grouped[["dcs", *BETA_COLUMNS]].mean().reset_index()
+    return grouped[["dcs", *ca, *BETA_COLUMNS]].mean().reset_index()
 
 
 def attack_means(levels: pd.DataFrame, value_cols: list[str]) -> pd.DataFrame:
@@ -97,7 +100,9 @@ def rank_within(cdcs: pd.Series) -> pd.Series:
 
 
 def bootstrap_ci(per_seed: pd.Series, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """95% percentile interval of the mean over seeds, per group (all groups at once).
+    """95% percentile interval of the mean over seeds, per group (all groups at once);
+    NaN for a group of fewer than three seeds (a bootstrap of one or two points is those
+    points: a zero-width or two-point "interval" that overstates what is known).
 
     Rows are sorted by group; each bootstrap draws, for every group, n_g indices inside that
     group's block, so one (B, N) array covers every group; B shrinks for huge N (memory).
@@ -121,6 +126,7 @@ def bootstrap_ci(per_seed: pd.Series, n_boot: int = 1000, seed: int = 0) -> pd.D
         sums[lo_row : lo_row + rows] = np.add.reduceat(v[idx], starts, axis=1)
     means = sums / counts
     lo, hi = np.percentile(means, [2.5, 97.5], axis=0) if len(v) else ([], [])
+    lo, hi = np.where(counts >= MIN_SEEDS, lo, np.nan), np.where(counts >= MIN_SEEDS, hi, np.nan)
     out = uniques.drop(columns="_code").reset_index(drop=True)
     return out.assign(cdcs_ci_low=lo, cdcs_ci_high=hi, n_seeds=counts)
 
@@ -136,8 +142,33 @@ def ranking_table(
     table["rank"] = rank_within(cdcs)
     _, per_seed = tdcs_cdcs(levels, "dcs", weights, [*KEYS, "seed"])
     table = table.reset_index().merge(bootstrap_ci(per_seed), on=KEYS, how="left")
+    if "ca_dcs" in levels.columns and levels["ca_dcs"].notna().any():
+        table = table.merge(chance_aware(levels, weights), on=KEYS, how="left")
     table = table.rename(columns={"defense_param": "strength"})
     return table.sort_values(["scenario", "rank", "defense", "strength"], na_position="last")
+
+
+def chance_aware(levels: pd.DataFrame, weights: dict[str, float]) -> pd.DataFrame:
+    """Per cell: ``ca_tdcs_<type>``, ``ca_cdcs`` with its interval (``ca_cdcs_lo/hi``, NaN
+    below three seeds), ``ca_group`` (1 = cannot be told apart from the best) and
+    ``ca_tied`` (exactly the best value).
+
+    The test-set error of a C-DCS is the same weighted mean of its attacks' errors as the
+    C-DCS is of their scores: the attacks of one training are scored on the same rows, so
+    their errors are taken as fully correlated (conservative).
+    """
+    tdcs, cdcs = tdcs_cdcs(attack_means(levels, ["ca_dcs"]), "ca_dcs", weights, KEYS)
+    out = tdcs.add_prefix("ca_tdcs_")
+    out["ca_cdcs"] = cdcs
+    out = out.reset_index()
+    _, value = tdcs_cdcs(levels, "ca_dcs", weights, [*KEYS, "seed"])
+    _, error = tdcs_cdcs(levels, "ca_dcs_se", weights, [*KEYS, "seed"])
+    per_seed = pd.DataFrame({"ca_cdcs": value, "se": error.reindex(value.index)}).reset_index()
+    stats = cell_stats(per_seed, KEYS, "ca_cdcs", "se")
+    stats = stats[[*KEYS, "lo", "hi"]].rename(columns={"lo": "ca_cdcs_lo", "hi": "ca_cdcs_hi"})
+    groups = rank_groups(per_seed, "scenario", ["defense", "defense_param"], "ca_cdcs", "se")
+    groups = groups.rename(columns={"group": "ca_group", "tied_with_best": "ca_tied"})
+    return out.merge(stats, on=KEYS, how="left").merge(groups, on=KEYS, how="left")
 
 
 def beta_sensitivity(

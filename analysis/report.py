@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from analysis.answer import Answer, build_answer
 from analysis.axes import flatten
 from analysis.by_axis import best_cells, by_axis_table, per_training
 from analysis.cap import cap_table
@@ -46,6 +47,7 @@ class Report:
     per_training: pd.DataFrame | None = None  # (axes, metric, value) per training
     by_axis: pd.DataFrame | None = None
     best: dict[str, object] = field(default_factory=dict)
+    answer: Answer | None = None  # the printed tables (analysis/answer.py)
 
     @property
     def has_attacks(self) -> bool:
@@ -100,6 +102,12 @@ def build(
     lap("beta_sensitivity")
     report.ranking = ranking_table(dcs, weights, levels)
     lap("ranking")
+    if report.has_attacks:
+        report.answer = build_answer(dcs, report.ranking)
+        report.summary["at_chance_undefended"] = report.answer.at_chance[
+            ["scenario", "attack"]
+        ].to_dict("records")
+    lap("answer")
     report.cap = cap_table(dcs)
     lap("cap")
     for c in compares:
@@ -210,6 +218,7 @@ def write_files(report: Report, tmp: Path, pool: PlotPool | None) -> None:
         report.timings["plots_wait"] = round(time.perf_counter() - clock, 4)
         report.timings["plots_busy"] = round(pool.busy, 4)  # drawing, all workers
     (tmp / "summary.json").write_text(json.dumps(report.summary, indent=2, default=str))
+    write_index(report, tmp)  # after the figures: it lists every one of them
 
 
 def write_tables(report: Report, folder: Path) -> None:
@@ -218,9 +227,19 @@ def write_tables(report: Report, folder: Path) -> None:
     write_csv(report.ranking, folder / "ranking.csv")
     write_csv(report.beta, folder / "beta_sensitivity.csv")
     write_csv(report.cap, folder / "cap.csv")
+    if report.answer is not None:
+        write_csv(report.answer.cells, folder / "answer_cells.csv")
+        write_csv(report.answer.by_attack, folder / "answer_by_attack.csv")
     for axis, pairs in report.gaps.items():
         write_csv(pairs, folder / f"dcs_gap_{axis}.csv")
         write_csv(gap_summary(pairs), folder / f"dcs_gap_{axis}_summary.csv")
+
+
+def write_index(report: Report, folder: Path) -> None:
+    """``index.md`` and ``index.html``: the printed answer, then every figure and table."""
+    from analysis.index_page import write_pages
+
+    write_pages(report, folder)
 
 
 def write_axis_tables(report: Report, folder: Path) -> None:

@@ -106,9 +106,18 @@ def _best_by_label(rows: list[dict[str, Any]], labels: dict[str, str], metric: s
     return {label: (_mean(v), len(v)) for label, v in groups.items()}
 
 
+def _ties(means: dict[str, tuple[float, int]], value: float, label: str) -> str:
+    """`` (tied: a, b)`` naming the other labels with exactly ``value``; empty if none."""
+    tied = [k for k, (v, _) in means.items() if k != label and abs(v - value) <= 1e-12]
+    return f" (tied: {', '.join(sorted(tied))})" if tied else ""
+
+
 def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> list[str]:
-    """The cell with the best mean MP over seeds; per attack, the defended cell (any cell
-    when nothing is defended) with the lowest mean AP."""
+    """The cell with the best mean MP over seeds (ties named; none when MP never varied);
+    per attack, the defended cell (any cell when nothing is defended) with the lowest mean
+    *advantage* over a no-information guess (analysis/answer.py's ``adv``), not the lowest
+    AP: an attack that named the minority class for every row has a low AP and no
+    information. Rows recorded before advantages existed fall back to AP, said so."""
     labels = {t: (text or "(one cell)") for t, text in cell_labels(plan, ("seed",)).items()}
     ok = [r for r in rows if r["status"] == "ok" and r["trial_id"] in labels]
     clean = [r for r in ok if r["attack"] == "none"]
@@ -116,25 +125,46 @@ def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> 
     if not mp:
         return ["no training finished ok: nothing to summarize"]
     label, (value, n) = max(mp.items(), key=lambda kv: kv[1][0])
-    lines = [f"best mean MP: {value:.4f} over {n} seed(s) at {label}"]
+    if len(mp) > 1 and all(abs(v - value) <= 1e-12 for v, _ in mp.values()):
+        lines = [f"mean MP {value:.4f} in every cell: no best"]
+    else:
+        lines = [f"best mean MP: {value:.4f} over {n} seed(s) at {label}{_ties(mp, value, label)}"]
     attacks = sorted({r["attack"] for r in ok if r["attack"] != "none"})
     for attack in attacks[:max_attacks]:
         hit = [r for r in ok if r["attack"] == attack]
         defended = [r for r in hit if r["defense"] != "none"] or hit
-        ap = _best_by_label(defended, labels, "ap")
-        if not ap:
+        metric = "ap_advantage" if any(r.get("ap_advantage") is not None for r in hit) else "ap"
+        scores = _best_by_label(defended, labels, metric)
+        if not scores:
             continue
-        label, (value, n) = min(ap.items(), key=lambda kv: kv[1][0])
+        label, (value, n) = min(scores.items(), key=lambda kv: kv[1][0])
         # a training-time attack (AMC, LRB) has its own trainings and no clean row: the
         # MP its records carry is the attacked training's
         at_mp = mp.get(label, _best_by_label(hit, labels, "mp").get(label, (float("nan"), 0)))[0]
         kind = "defended cell" if defended is not hit else "cell"
+        what = "advantage" if metric == "ap_advantage" else "AP (no chance baseline recorded)"
         lines.append(
-            f"lowest mean AP of {attack}: {value:.4f} ({kind} {label}, its MP {at_mp:.4f})"
+            f"lowest mean {what} of {attack}: {value:.4f} ({kind} {label}, its MP "
+            f"{at_mp:.4f}){_ties(scores, value, label)}"
         )
     if len(attacks) > max_attacks:
         lines.append(f"... and {len(attacks) - max_attacks} more attacks (see the report)")
     return lines
+
+
+def answer_lines(sweep_dir: Path) -> list[str]:
+    """The analysis' own verdict (analysis/answer.py): per scenario the cells that cannot
+    be told apart from the best chance-aware C-DCS, ties named, and the attacks that were
+    at chance even undefended. Empty when no attack row pairs with an undefended twin."""
+    from analysis.answer import best_lines, build_answer
+    from analysis.load import read_records
+    from analysis.ranking import DEFAULT_WEIGHTS, ranking_table
+    from analysis.report import prepare
+
+    dcs = prepare(read_records(sweep_dir, with_spec=False), 0.5)
+    if not dcs["dcs"].notna().any():
+        return []
+    return best_lines(build_answer(dcs, ranking_table(dcs, DEFAULT_WEIGHTS)))
 
 
 def search_lines(plan: Plan, studies: list[dict[str, Any]], max_studies: int = 4) -> list[str]:
@@ -194,8 +224,10 @@ def end_summary(plan: Plan, sweep_dir: Path, uri: str | None, explicit: bool) ->
             study.setdefault("objectives", plan.space.search.model_dump()["objectives"])
         lines = search_lines(plan, studies)
     else:
-        columns = ["trial_id", "attack", "status", "mp", "ap", "defense"]
+        columns = ["trial_id", "attack", "status", "mp", "ap", "ap_advantage", "defense"]
         table = RecordSink(sweep_dir).read()
         rows = table.select(columns).to_pylist() if table.num_rows else []
         lines = grid_lines(plan, rows)
+        if any(r["attack"] != "none" for r in rows):
+            lines += answer_lines(sweep_dir)
     return lines + open_commands(str(sweep_dir), uri, explicit)

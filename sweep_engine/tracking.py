@@ -245,14 +245,22 @@ def log_analysis(
     client = client_for(uri)
     parent, stamp = synced.parent_run_id, _now()
     client.log_artifacts(parent, str(report_dir), "report")
-    bests = (best or {}).get("metrics", {})
+    bests = {  # a metric that never varied has no best (best.json says so)
+        name: entry
+        for name, entry in (best or {}).get("metrics", {}).items()
+        if entry.get("best") is not None
+    }
     for name, entry in bests.items():
         client.set_tag(parent, metric_key("vflsweep.best", name), entry["best"]["cell"][:5000])
     scenarios = ranking["scenario"].astype(str).nunique()
     metrics = [Metric(metric_key("best", n), e["best"]["mean"], stamp, 0) for n, e in bests.items()]
     for row in ranking[ranking["cdcs"].notna()].itertuples():
         where = (row.scenario,) if scenarios > 1 else ()
-        for name, value in (("cdcs", row.cdcs), ("rank", row.rank)):
+        chance_aware = [("ca_cdcs", getattr(row, "ca_cdcs", None))]
+        chance_aware.append(("ca_group", getattr(row, "ca_group", None)))
+        for name, value in (("cdcs", row.cdcs), ("rank", row.rank), *chance_aware):
+            if value is None or not math.isfinite(float(value)):
+                continue
             key = metric_key(name, *where, row.defense, row.strength)
             metrics.append(Metric(key, float(value), stamp, 0))
     for start in range(0, len(metrics), 1000):

@@ -181,7 +181,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_writes_every_table_and_plot(tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path)
-    out = run_cli(str(sweep), "--compare", "partition=split:agg", "--weights", "LI=0.5,FR=0.5")
+    args = ["--compare", "partition=split:agg", "--weights", "LI=0.5,FR=0.5", "--json"]
+    out = run_cli(str(sweep), *args)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["attack_rows_scored"] == 17 and summary["attack_rows_without_mp_star"] == 0
@@ -199,6 +200,10 @@ def test_cli_writes_every_table_and_plot(tmp_path: Path) -> None:
         "ap_mp_dli.png",
         "ap_mp_grn.png",
         "summary.json",
+        "index.md",
+        "index.html",
+        "answer_cells.csv",
+        "answer_by_attack.csv",
     } <= names
     assert not list(sweep.glob(".report*"))  # no temporary folder left
     dcs = pd.read_parquet(report / "dcs.parquet")

@@ -60,11 +60,13 @@ def test_summary_gives_a_training_time_attack_the_mp_of_its_own_trainings(
         mp = 0.5 if own == "amc" else 0.9
         if own == "none":
             rows.append({"trial_id": t.trial_id, "status": "ok", "attack": "none",
-                         "defense": t.spec.defense, "mp": mp, "ap": None})  # fmt: skip
+                         "defense": t.spec.defense, "mp": mp, "ap": None,
+                         "ap_advantage": None})  # fmt: skip
         for name in [a[0] for a in t.attacks] + ([own] if own != "none" else []):
             rows.append({"trial_id": t.trial_id, "status": "ok", "attack": name,
-                         "defense": t.spec.defense, "mp": mp, "ap": 0.3})  # fmt: skip
+                         "defense": t.spec.defense, "mp": mp, "ap": 0.3,
+                         "ap_advantage": 0.1})  # fmt: skip
     lines = grid_lines(plan, rows)
-    amc = next(line for line in lines if line.startswith("lowest mean AP of amc"))
-    dli = next(line for line in lines if line.startswith("lowest mean AP of dli"))
+    amc = next(line for line in lines if line.startswith("lowest mean advantage of amc"))
+    dli = next(line for line in lines if line.startswith("lowest mean advantage of dli"))
     assert amc.endswith("its MP 0.5000)") and dli.endswith("its MP 0.9000)"), lines

@@ -70,6 +70,10 @@ def test_defense_sweep_progress_lines_name_defense_and_strength(
     assert len({line.split(" mp=")[0] for line in lines}) == 3
     summary = out.split("done: 3 trainings recorded")[1].splitlines()[1:]
     assert re.match(r"  best mean MP: 0\.\d{4} over 1 seed\(s\) at defense=", summary[0])
-    assert re.match(r"  lowest mean AP of ns: \d\.\d{4} \(defended cell defense=gdp@", summary[1])
-    assert summary[2] == f"  report: python -m analysis {results / 'gdpsweep'}"
-    assert summary[3] == "  mlflow: off (--no-mlflow)"
+    assert re.match(
+        r"  lowest mean advantage of ns: \d\.\d{4} \(defended cell defense=gdp@", summary[1]
+    )
+    # the analysis' verdict: one seed, so no groups, said so
+    assert "best chance-aware C-DCS" in summary[2] and "no groups" in summary[2], summary
+    at = summary.index(f"  report: python -m analysis {results / 'gdpsweep'}")
+    assert summary[at + 1] == "  mlflow: off (--no-mlflow)"

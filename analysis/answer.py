@@ -1,0 +1,276 @@
+"""The answer on one screen: per scenario, each defense cell's MP and its cost, each
+attack's advantage over chance, the chance-aware C-DCS and its rank group, and which
+attacks were at chance even undefended (a comparison that says nothing about defenses).
+
+``python -m analysis`` prints it, ``report/index.md`` / ``index.html`` hold it with every
+figure, and the sweep's end-of-run summary prints its first lines: one set of numbers.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.uncertainty import MIN_SEEDS, Z, cell_stats, rank_groups
+
+CELL = ["scenario", "defense", "defense_param"]
+COLLAPSE = 0.99  # share of rows given one prediction above which an attack "collapsed"
+MAX_ATTACK_COLUMNS = 3  # more attacks in a scenario: one column per attack type instead
+MAX_ROWS = 20  # rows per scenario on screen (index.md has them all)
+
+
+@dataclass
+class Answer:
+    """The tables behind the printed answer (also written as CSV)."""
+
+    by_attack: pd.DataFrame  # one row per (scenario, attack, defense cell)
+    cells: pd.DataFrame  # one row per (scenario, defense cell): MP, cost, ca-C-DCS, group
+    at_chance: pd.DataFrame  # (scenario, attack) whose undefended advantage is not above 0
+    notes: list[str] = field(default_factory=list)
+
+
+def build_answer(dcs: pd.DataFrame, ranking: pd.DataFrame) -> Answer:
+    """From the prepared records (``report.prepare``) and ``ranking_table``'s output."""
+    scored = dcs[dcs["dcs"].notna()]
+    notes = []
+    missing = int((dcs["dcs"].notna() & dcs["adv"].isna()).sum())
+    if missing:
+        notes.append(
+            f"{missing} scored attack rows have no chance baseline (recorded before "
+            "ap_chance existed): they count in VFLAIR's DCS only; re-run them for the rest"
+        )
+    by_attack = attack_table(scored)
+    cells = cell_table(scored, ranking)
+    return Answer(by_attack, cells, chance_table(by_attack), notes)
+
+
+def _per_seed(rows: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFrame:
+    grouped = rows.groupby([*keys, "seed"], observed=True, dropna=False, sort=False)
+    return grouped[columns].mean().reset_index()
+
+
+def attack_table(scored: pd.DataFrame) -> pd.DataFrame:
+    """Per (scenario, attack, cell): advantage with interval, AP and chance, collapses,
+    ca-DCS with its rank group among the cells of the same scenario and attack."""
+    keys = ["scenario", "attack", "attack_type", "defense", "defense_param"]
+    rows = scored.assign(
+        collapsed=(scored["ap_collapse"].astype(float) >= COLLAPSE).astype(float),
+        cost=scored["mp_star"] - scored["mp_dcs"],
+    )
+    seeds = _per_seed(
+        rows,
+        keys,
+        ["adv", "ap_advantage_se", "ap", "ap_chance", "collapsed", "ca_dcs", "ca_dcs_se", "dcs"],
+    )
+    grouped = seeds.groupby(keys, observed=True, dropna=False, sort=False)
+    out = grouped[["ap", "ap_chance", "ca_dcs", "dcs"]].mean()
+    out["n_seeds"] = grouped["dcs"].count()
+    out["collapsed_seeds"] = grouped["collapsed"].sum()
+    out = out.reset_index()
+    adv = cell_stats(seeds, keys, "adv", "ap_advantage_se")
+    adv = adv[[*keys, "mean", "half", "se_test"]].rename(
+        columns={"mean": "adv", "half": "adv_half", "se_test": "adv_se"}
+    )
+    out = out.merge(adv, on=keys, how="left")
+    seeds["scenario_attack"] = seeds["scenario"].astype(str) + "\0" + seeds["attack"].astype(str)
+    groups = rank_groups(
+        seeds, "scenario_attack", ["defense", "defense_param"], "ca_dcs", "ca_dcs_se"
+    )
+    pair = groups["scenario_attack"].astype(str)
+    groups["scenario"] = pair.str.partition("\0")[0] if len(groups) else pair
+    groups["attack"] = pair.str.partition("\0")[2] if len(groups) else pair
+    groups = groups.drop(columns="scenario_attack")
+    out["scenario"], out["attack"] = out["scenario"].astype(str), out["attack"].astype(str)
+    out = out.merge(groups, on=["scenario", "attack", "defense", "defense_param"], how="left")
+    out = out.rename(columns={"group": "ca_group", "tied_with_best": "ca_tied"})
+    out["ca_tied"] = out["ca_tied"].astype("boolean").fillna(False).astype(bool)
+    return out.sort_values(["scenario", "attack", "ca_group", "ca_dcs"], ascending=[1, 1, 1, 0])
+
+
+def cell_table(scored: pd.DataFrame, ranking: pd.DataFrame) -> pd.DataFrame:
+    """Per (scenario, cell): MP with interval, its cost against no defense, ca-C-DCS with
+    interval and group, VFLAIR's C-DCS and rank."""
+    rows = scored.assign(cost=scored["mp_star"] - scored["mp_dcs"])
+    seeds = _per_seed(rows, CELL, ["mp_dcs", "mp_se", "cost"])
+    mp = cell_stats(seeds, CELL, "mp_dcs", "mp_se")
+    out = mp[[*CELL, "mean", "n", "half"]].rename(
+        columns={"mean": "mp", "n": "n_seeds", "half": "mp_half"}
+    )
+    cost = seeds.groupby(CELL, observed=True, dropna=False, sort=False)["cost"].mean()
+    out = out.merge(cost.reset_index(), on=CELL, how="left")
+    out["scenario"] = out["scenario"].astype(str)
+    keep = ["scenario", "defense", "strength", "cdcs", "rank"]
+    keep += [c for c in ranking.columns if c.startswith("ca_")]
+    ranked = ranking[[c for c in keep if c in ranking.columns]].rename(
+        columns={"strength": "defense_param"}
+    )
+    ranked = ranked.assign(scenario=ranked["scenario"].astype(str))
+    out = out.merge(ranked, on=CELL, how="left")
+    return out.sort_values(["scenario", "ca_group", "ca_cdcs"], ascending=[1, 1, 0])
+
+
+def chance_table(by_attack: pd.DataFrame) -> pd.DataFrame:
+    """(scenario, attack) whose undefended advantage cannot be told apart from 0: its
+    interval (n >= 3) reaches 0, or (fewer seeds) it is within z test-set errors of 0."""
+    none = by_attack[by_attack["defense"].astype(str) == "none"]
+    if none.empty:
+        return pd.DataFrame(columns=["scenario", "attack", "adv", "adv_half", "n_seeds", "ap"])
+    enough = none["n_seeds"] >= MIN_SEEDS
+    reaches = enough & (none["adv"] - none["adv_half"] <= 0)
+    near = ~enough & (none["adv"] <= Z * none["adv_se"].fillna(0.0))
+    at = none[reaches | near]
+    return at[["scenario", "attack", "adv", "adv_half", "n_seeds", "ap", "ap_chance"]]
+
+
+def _pm(mean: float, half: float, n: int, digits: int = 3) -> str:
+    if not np.isfinite(mean):
+        return "-"
+    text = f"{mean:.{digits}f}"
+    return text + (f"±{half:.{digits}f}" if np.isfinite(half) else f" (n={n})")
+
+
+def _strength(value: object) -> str:
+    return "-" if value is None or pd.isna(value) else f"{float(value):g}"  # type: ignore[arg-type]
+
+
+@dataclass
+class ScenarioTable:
+    """One scenario's answer as cells of text: what the screen and index.md both show."""
+
+    title: str
+    chance: list[str]  # one line per attack at chance even undefended
+    head: list[str]
+    rows: list[list[str]]
+    legend: list[str]
+
+
+def scenario_table(answer: Answer, scenario: str) -> ScenarioTable:
+    """The defense cells of one scenario, best group first."""
+    cells = answer.cells[answer.cells["scenario"] == scenario]
+    attacks = answer.by_attack[answer.by_attack["scenario"] == scenario]
+    names = sorted(attacks["attack"].unique())
+    by_type = len(names) > MAX_ATTACK_COLUMNS
+    columns = sorted(attacks["attack_type"].astype(str).unique()) if by_type else names
+    seeds = int(cells["n_seeds"].max()) if len(cells) else 0
+    chance = [
+        f"at chance even undefended: {row.attack} (advantage "
+        f"{_pm(row.adv, row.adv_half, row.n_seeds)}, AP {row.ap:.3f} vs chance "
+        f"{row.ap_chance:.3f}): its column says nothing about the defenses"
+        for row in answer.at_chance[answer.at_chance["scenario"] == scenario].itertuples()
+    ]
+    head = ["defense", "strength", "MP", "cost"]
+    head += [f"{c} adv" for c in columns] + ["ca-C-DCS", "group", "VFLAIR C-DCS (rank)"]
+    rows = []
+    any_collapse = False
+    for cell in cells.itertuples():
+        same = (attacks["defense"] == cell.defense) & _same(
+            attacks["defense_param"], cell.defense_param
+        )
+        mine = attacks[same]
+        row = [
+            str(cell.defense),
+            _strength(cell.defense_param),
+            _pm(cell.mp, cell.mp_half, cell.n_seeds),
+            f"{cell.cost:+.3f}" if str(cell.defense) != "none" else "",
+        ]
+        for column in columns:
+            key = "attack_type" if by_type else "attack"
+            part = mine[mine[key].astype(str) == column]
+            if part.empty:
+                row.append("-")
+                continue
+            mark = "c" if part["collapsed_seeds"].sum() > 0 else ""
+            any_collapse |= bool(mark)
+            if by_type:
+                row.append(f"{part['adv'].mean():.3f}{mark}")
+            else:
+                first = part.iloc[0]
+                row.append(_pm(first["adv"], first["adv_half"], int(first["n_seeds"])) + mark)
+        ca = getattr(cell, "ca_cdcs", np.nan)
+        lo, hi = getattr(cell, "ca_cdcs_lo", np.nan), getattr(cell, "ca_cdcs_hi", np.nan)
+        row.append(_pm(ca, (hi - lo) / 2, cell.n_seeds) if np.isfinite(ca) else "-")
+        group = getattr(cell, "ca_group", np.nan)
+        tied = bool(getattr(cell, "ca_tied", False)) and str(cell.defense) != "none"
+        row.append(("-" if not np.isfinite(group) else f"{int(group)}") + ("=" if tied else ""))
+        rank = "" if not np.isfinite(cell.rank) else f" ({int(cell.rank)})"
+        row.append("-" if not np.isfinite(cell.cdcs) else f"{cell.cdcs:.3f}{rank}")
+        rows.append(row)
+    title = f"{scenario}  (up to {seeds} seed(s) per cell)"
+    return ScenarioTable(title, chance, head, rows, legend(by_type, any_collapse, seeds))
+
+
+def scenario_lines(answer: Answer, scenario: str, max_rows: int | None = MAX_ROWS) -> list[str]:
+    """The printed table of one scenario (plain text, fixed-width columns)."""
+    table = scenario_table(answer, scenario)
+    shown = table.rows if max_rows is None else table.rows[:max_rows]
+    widths = [max(len(r[i]) for r in [table.head, *shown]) for i in range(len(table.head))]
+    lines = [f"== {table.title} =="] + [f"  {line}" for line in table.chance]
+    for r in [table.head, *shown]:
+        lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    if len(table.rows) > len(shown):
+        lines.append(f"  ... {len(table.rows) - len(shown)} more rows in report/index.md")
+    wrapped = [part for line in table.legend for part in textwrap.wrap(line, 96)]
+    return lines + [f"  {line}" for line in wrapped]
+
+
+def legend(by_type: bool, any_collapse: bool, seeds: int) -> list[str]:
+    out = [
+        "MP: main-task accuracy; cost: MP lost against no defense (same seeds). adv: attack "
+        "advantage over a no-information guess on the same rows (0 = none, 1 = perfect)"
+        + (", mean over the type's attacks" if by_type else "")
+        + ". ±: 95% CI over seeds with the test-set error (n >= 3 only). ca-C-DCS: VFLAIR's "
+        "C-DCS on the advantage. group 1: cannot be told apart from the best (paired over "
+        "seeds); '=': exactly tied with the best."
+    ]
+    if any_collapse:
+        out.append(
+            f"c: the attack predicted one class for >= {COLLAPSE:.0%} of rows in some seed "
+            "(it learned nothing there; its advantage is 0, whichever class it picked)"
+        )
+    if seeds < MIN_SEEDS:
+        out.append(f"fewer than {MIN_SEEDS} seeds: no intervals and no groups")
+    return out
+
+
+def _same(column: pd.Series, value: object) -> pd.Series:
+    return column.isna() if pd.isna(value) else column == value  # type: ignore[arg-type]
+
+
+def answer_lines(answer: Answer, max_rows: int | None = MAX_ROWS) -> list[str]:
+    """Every scenario's table, then the notes."""
+    out: list[str] = []
+    for scenario in answer.cells["scenario"].unique():
+        out += scenario_lines(answer, str(scenario), max_rows)
+    return out + [f"note: {n}" for n in answer.notes]
+
+
+def best_lines(answer: Answer) -> list[str]:
+    """One line per scenario: the cells of group 1 (ties named), for the sweep summary."""
+    out = []
+    for scenario, cells in answer.cells.groupby("scenario", sort=False):
+        defended = cells[cells["ca_cdcs"].notna()]
+        if defended.empty:
+            continue
+        top = defended[defended["ca_group"] == 1]
+        tied = defended[defended["ca_tied"].fillna(False).astype(bool)]
+        names = lambda f: ", ".join(  # noqa: E731
+            f"{d}@{_strength(p)}" if str(d) != "none" else "none"
+            for d, p in zip(f["defense"], f["defense_param"], strict=True)
+        )
+        best = defended["ca_cdcs"].max()
+        if len(top):
+            line = f"{scenario}: best chance-aware C-DCS {best:.4f}; "
+            line += f"group 1 ({len(top)}): {names(top)}"
+        else:
+            line = f"{scenario}: best chance-aware C-DCS {best:.4f} (< 3 seeds: no groups)"
+        if len(tied) > 1:
+            line += f"; tied at exactly {best:.4f}: {names(tied)}"
+        elif len(tied) == 1:
+            line += f"; highest: {names(tied)}"
+        out.append(line)
+    for row in answer.at_chance.itertuples():
+        out.append(f"{row.scenario}: {row.attack} was at chance even undefended")
+    return out

@@ -1,0 +1,130 @@
+"""``report/index.md`` and ``report/index.html``: the answer ``python -m analysis`` prints,
+the per-attack detail behind it, then every figure and table of the report.
+
+Why both: Markdown reads well in a terminal, a repository and MLflow's artifact view;
+HTML opens in a browser with the figures inline. Both come from the same cells of text
+(``answer.ScenarioTable``), so neither can say something the screen did not. No template
+library: a handful of tags.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysis.answer import Answer, ScenarioTable, _pm, _strength, scenario_table
+
+if TYPE_CHECKING:
+    from analysis.report import Report
+
+DETAIL_HEAD = [
+    "attack",
+    "type",
+    "defense",
+    "strength",
+    "AP",
+    "chance",
+    "advantage",
+    "collapsed seeds",
+    "ca-DCS",
+    "group",
+    "VFLAIR DCS",
+]
+
+
+def detail_rows(answer: Answer, scenario: str) -> list[list[str]]:
+    """Per attack and cell: the AP next to its no-information baseline, the advantage, how
+    often the attack collapsed to one class, and both DCS."""
+    rows = []
+    part = answer.by_attack[answer.by_attack["scenario"] == scenario]
+    for r in part.itertuples():
+        group = "-" if not np.isfinite(r.ca_group) else str(int(r.ca_group))
+        rows.append(
+            [
+                str(r.attack),
+                str(r.attack_type),
+                str(r.defense),
+                _strength(r.defense_param),
+                f"{r.ap:.4f}",
+                "-" if not np.isfinite(r.ap_chance) else f"{r.ap_chance:.4f}",
+                _pm(r.adv, r.adv_half, int(r.n_seeds)),
+                f"{int(r.collapsed_seeds)}/{int(r.n_seeds)}",
+                "-" if not np.isfinite(r.ca_dcs) else f"{r.ca_dcs:.4f}",
+                group + ("=" if bool(r.ca_tied) and str(r.defense) != "none" else ""),
+                f"{r.dcs:.4f}",
+            ]
+        )
+    return rows
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return [line(head), "|" + "---|" * len(head), *(line(r) for r in rows)]
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    )
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
+    """Both pages into ``folder`` (the report's staging folder, figures already drawn)."""
+    answer = report.answer
+    scenarios = [] if answer is None else [str(s) for s in answer.cells["scenario"].unique()]
+    tables: list[tuple[ScenarioTable, list[list[str]]]] = [
+        (scenario_table(answer, s), detail_rows(answer, s))  # type: ignore[arg-type]
+        for s in scenarios
+    ]
+    figures = sorted(p.name for p in folder.glob("*.png"))
+    files = sorted(p.name for p in folder.iterdir() if p.suffix in {".csv", ".json", ".parquet"})
+    notes = [] if answer is None else answer.notes
+    md = ["# Sweep report", ""]
+    page = ["<!doctype html><meta charset='utf-8'><title>Sweep report</title>", STYLE]
+    page.append("<h1>Sweep report</h1>")
+    if not tables:
+        text = str(report.summary.get("dcs", "no attack rows: no defense ranking"))
+        md += [text, ""]
+        page.append(f"<p>{html.escape(text)}</p>")
+    for table, detail in tables:
+        md += [f"## {table.title}", ""]
+        md += [f"- **{line}**" for line in table.chance] + ([""] if table.chance else [])
+        md += [*_md_table(table.head, table.rows), ""]
+        md += [f"> {line}" for line in table.legend] + [""]
+        md += ["### Per attack", "", *_md_table(DETAIL_HEAD, detail), ""]
+        page.append(f"<h2>{html.escape(table.title)}</h2>")
+        page += [f"<p class='warn'>{html.escape(line)}</p>" for line in table.chance]
+        page.append(_html_table(table.head, table.rows))
+        page += [f"<p class='note'>{html.escape(line)}</p>" for line in table.legend]
+        page.append("<h3>Per attack</h3>" + _html_table(DETAIL_HEAD, detail))
+    if notes:
+        md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+        page.append("<h2>Notes</h2><ul>")
+        page += [f"<li>{html.escape(n)}</li>" for n in notes] + ["</ul>"]
+    md += ["## Figures", ""] + [f"![{name}]({name})" for name in figures] + [""]
+    page.append("<h2>Figures</h2>")
+    page += [
+        f"<figure><img src='{name}'><figcaption>{name}</figcaption></figure>" for name in figures
+    ]
+    md += ["## Tables", ""] + [f"- [{name}]({name})" for name in files] + [""]
+    page.append("<h2>Tables</h2><ul>")
+    page += [f"<li><a href='{name}'>{name}</a></li>" for name in files] + ["</ul>"]
+    md_path, html_path = folder / "index.md", folder / "index.html"
+    md_path.write_text("\n".join(md))
+    html_path.write_text("\n".join(page) + "\n")
+    return md_path, html_path
+
+
+STYLE = (
+    "<style>body{font-family:sans-serif;margin:2em;max-width:80em}"
+    "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;"
+    "padding:2px 6px;font-size:13px;text-align:left}.warn{color:#a00}.note{color:#555;"
+    "font-size:12px}img{max-width:100%}</style>"
+)
