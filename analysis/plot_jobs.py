@@ -31,34 +31,59 @@ MAX_ATTACK_PANELS = 3  # ap:<attack> panels next to MP (every attack is in the C
 
 
 def ap_mp_points(dcs: pd.DataFrame) -> pd.DataFrame:
-    """Mean (MP, AP) over seeds per (attack, scenario, defense, strength)."""
+    """Mean (MP, AP) over seeds per (attack, scenario, defense, strength), and the mean
+    ``ap_chance`` (the AP of a no-information guess) where the records carry it."""
     keys = ["attack", "attack_type", "scenario", "defense", "defense_param"]
     mask = (dcs["status"] == "ok") & (dcs["attack"] != "none") & dcs["ap"].notna()
-    rows = dcs.loc[mask, [*keys, "mp_dcs", "ap"]]
+    chance = [c for c in ("ap_chance", "adv") if c in dcs.columns]
+    rows = dcs.loc[mask, [*keys, "mp_dcs", "ap", *chance]]
+    for column in chance:  # older records hold None there
+        rows[column] = pd.to_numeric(rows[column], errors="coerce").astype("float64")
     grouped = rows.groupby(keys, observed=True, dropna=False)
-    return grouped.agg(mp=("mp_dcs", "mean"), ap=("ap", "mean")).reset_index()
+    means = {"mp": ("mp_dcs", "mean"), "ap": ("ap", "mean")}
+    means |= {c: (c, "mean") for c in chance}
+    return grouped.agg(**means).reset_index()
 
 
 def panel_metrics(long: pd.DataFrame) -> list[str]:
-    """MP, then AP of the first few attacks: one figure per axis stays readable."""
+    """MP, then the first few attacks: ``adv:<attack>`` (advantage over chance, comparable
+    across attacks) where present, else ``ap:<attack>``; one figure per axis stays readable."""
     present = set(long["metric"].unique())
-    attacks = sorted(m for m in present if m.startswith("ap:"))[:MAX_ATTACK_PANELS]
-    first = ["mp"] if "mp" in present else sorted(present - set(attacks))[:1]
-    return first + attacks
+    scored = {m.split(":", 1)[1] for m in present if m.startswith(("ap:", "adv:"))}
+    attacks = sorted(scored)[:MAX_ATTACK_PANELS]
+    panels = [f"adv:{a}" if f"adv:{a}" in present else f"ap:{a}" for a in attacks]
+    first = ["mp"] if "mp" in present else sorted(present - set(panels))[:1]
+    return first + panels
+
+
+def split_by_defense(axis: str, line_axis: str | None, cell_axes: list[str]) -> bool:
+    """True when a figure of ``axis`` gets a panel per defense: the sweep varies both
+    ``defense`` and its strength ``defense_param``, and the figure would draw defenses
+    (as x or as lines), whose strengths are not comparable with one another (GS's
+    percentages, G-DP's noise scales, MID's λ)."""
+    paired = {"defense", "defense_param"} <= set(cell_axes)
+    return paired and "defense" in (axis, line_axis)
 
 
 def axis_jobs(long: pd.DataFrame, cell_axes: list[str], folder: Path) -> list[tuple]:
     """``plot_axis`` arguments for ``axis_<axis>.png`` of every cell axis, each with only
-    the rows and columns its figure uses."""
+    the rows and columns its figure uses. ``defense_param`` gets no figure of its own
+    when ``defense`` is an axis too: ``axis_defense.png`` plots each defense against its
+    own strengths."""
     metrics = panel_metrics(long) if len(long) else []
     if not metrics:
         return []
     shown = long[long["metric"].isin(metrics)]
+    paired = {"defense", "defense_param"} <= set(cell_axes)
+    drawn = [a for a in cell_axes if not (paired and a == "defense_param")]
+    # se: each value's test-set sampling error, which by_axis folds into the interval
+    values = ["metric", "value", *(["se"] if "se" in long.columns else [])]
     jobs = []
-    for i, axis in enumerate(cell_axes):
+    for i, axis in enumerate(drawn):
         others = [a for a in cell_axes if a != axis]
-        line_axis = cell_axes[(i + 1) % len(cell_axes)] if others else None
-        columns = [axis, *([line_axis] if line_axis else []), "metric", "value"]
+        line_axis = drawn[(i + 1) % len(drawn)] if len(drawn) > 1 else None
+        strength = ["defense_param"] if split_by_defense(axis, line_axis, cell_axes) else []
+        columns = [axis, *([line_axis] if line_axis else []), *strength, *values]
         path = folder / f"axis_{axis.replace('/', '_')}.png"
         jobs.append((shown[columns], axis, line_axis, others, metrics, path))
     return jobs

@@ -1,5 +1,7 @@
-"""The report's figures (matplotlib, Agg backend): AP-MP per attack with the Pareto front,
-rank vs β with Kendall τ, DCS-gap distributions per attack type.
+"""The report's figures (matplotlib, Agg backend): AP-MP per attack with the Pareto front
+and the no-information baseline, rank vs β with Kendall τ, DCS-gap distributions per
+attack type. Every figure (and ``axis_plots``) draws a defense in the same colour and
+marker (``defense_styles``); the undefended model is black.
 
 Every figure plots already aggregated tables (a few hundred points), never the raw rows,
 so plotting cost does not grow with the number of records.
@@ -7,8 +9,9 @@ so plotting cost does not grow with the number of records.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import matplotlib
 
@@ -17,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
+from matplotlib.markers import MarkerStyle
 
 from analysis.gaps import Compare
 from analysis.plot_jobs import WORKERS, Figures, PlotPool
@@ -66,18 +70,84 @@ def _panels(n: int, width: float = 4.6) -> tuple[plt.Figure, list[plt.Axes]]:
     return fig, axes
 
 
-def _colors(names: list[str]) -> dict[str, tuple[float, ...]]:
-    palette = plt.cm.tab20.colors
-    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
+# Each defense keeps one colour and marker in every figure: the known ones (those of
+# trainables.defenses.MODULES) own a fixed slot, ordered so that defenses of one family
+# (gdp/gs, ldp/gper, mid/dcor, cae/dcae) get far-apart hues; a stacked or unknown name
+# ("mid+gs") takes the first slot no name present owns, in sorted order. "none": black.
+DEFENSE_ORDER = ("gdp", "gs", "mid", "dcor", "ldp", "gper", "cae", "dcae", "iso")
+NONE_COLOR = (0.0, 0.0, 0.0, 1.0)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "d")
+DASHES = ("-", "--", ":", "-.")  # strengths of one defense in the β figure
+CHANCE_LABEL = "no-information baseline"
+CHANCE_LINE: dict[str, object] = {"ls": "--", "c": "black", "lw": 1.2, "alpha": 0.7, "zorder": 1}
+
+
+class Style(NamedTuple):
+    color: tuple[float, ...]
+    marker: str
+
+
+def defense_palette() -> list[tuple[float, ...]]:
+    """tab10 without its grey (grey and black mean "no defense"), then tab20's light
+    shades without grey: 18 colours that differ in hue or lightness."""
+    strong = [c for i, c in enumerate(plt.cm.tab10.colors) if i != 7]
+    light = [c for i, c in enumerate(plt.cm.tab20.colors) if i % 2 and i != 15]
+    return [tuple(c) for c in strong + light]
+
+
+def _slots(names: Iterable[object]) -> dict[str, int]:
+    """Palette slot per defended name: a known one its own, the others the free ones."""
+    present = sorted({str(n) for n in names} - {"none"})
+    slots = {n: DEFENSE_ORDER.index(n) for n in present if n in DEFENSE_ORDER}
+    taken = set(slots.values())
+    free = (i for i in range(len(present) + len(DEFENSE_ORDER)) if i not in taken)
+    for name in present:
+        if name not in slots:
+            slots[name] = next(free)
+    return slots
+
+
+def defense_styles(names: Iterable[object]) -> dict[str, Style]:
+    """Colour and marker per defense name (``none``: black star), the same in every
+    figure that shows the same defenses; past 18 names colours repeat, markers differ."""
+    palette = defense_palette()
+    styles = {
+        name: Style(palette[i % len(palette)], MARKERS[i % len(MARKERS)])
+        for name, i in _slots(names).items()
+    }
+    if "none" in {str(n) for n in names}:
+        styles["none"] = Style(NONE_COLOR, "*")
+    return styles
+
+
+def defense_order(names: Iterable[object]) -> list[str]:
+    """Names in palette order, ``none`` first: legends and panels list defenses alike."""
+    names = list(names)
+    slots = _slots(names)
+    head = ["none"] if "none" in {str(n) for n in names} else []
+    return head + sorted(slots, key=slots.__getitem__)
+
+
+def _scatter(ax: plt.Axes, x: pd.Series, y: pd.Series, markers: list[str], **kw: object) -> None:
+    """One scatter call (one collection) with a marker per point."""
+    points = ax.scatter(x, y, **kw)
+    paths = []
+    for marker in markers:
+        style = MarkerStyle(marker)
+        paths.append(style.get_path().transformed(style.get_transform()))
+    if paths:
+        points.set_paths(paths)
 
 
 def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
-    """One panel per scenario; one scatter call per panel (colors and sizes as arrays)."""
+    """One panel per scenario; one scatter call per panel (colors, markers and sizes as
+    arrays). ``ap_chance`` (when a column): the panel's no-information AP, a dashed line."""
     scenarios = list(points["scenario"].unique())[:MAX_PANELS]
     fig, axes = _panels(len(scenarios))
     kind = str(points["attack_type"].iloc[0])
-    defended = sorted({str(d) for d in points["defense"]} - {"none"})
-    colors = _colors(defended)
+    styles = defense_styles(points["defense"])
+    defended = [d for d in defense_order(points["defense"]) if d != "none"]
+    chance_drawn = False
     for ax, scenario in zip(axes, scenarios, strict=True):
         part = points[points["scenario"] == scenario]
         base = (part["defense"] == "none").to_numpy()
@@ -85,19 +155,25 @@ def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
         sizes = rest.groupby("defense", observed=True)["defense_param"].transform(
             lambda s: pd.Series(_sizes(s), index=s.index)
         )
-        ax.scatter(
+        names = rest["defense"].astype(str)
+        _scatter(
+            ax,
             rest["mp"],
             rest["ap"],
+            [styles[d].marker for d in names],
             s=sizes,
             alpha=0.8,
             zorder=3,
-            c=[colors[str(d)] for d in rest["defense"]],
+            c=[styles[d].color for d in names],
         )
         ax.scatter(
             part.loc[base, "mp"], part.loc[base, "ap"], marker="*", s=260, c="black", zorder=4
         )
-        front = part[pareto_mask(part["mp"].to_numpy(), part["ap"].to_numpy())].sort_values("mp")
-        ax.plot(front["mp"], front["ap"], ls="--", c="grey", lw=1, zorder=2)
+        # the front on the advantage where recorded: an attack that named the minority class
+        # for every row has a low AP and no information, so no better trade-off
+        basis = part["adv"] if "adv" in part and part["adv"].notna().all() else part["ap"]
+        front = part[pareto_mask(part["mp"].to_numpy(), basis.to_numpy())].sort_values("mp")
+        ax.plot(front["mp"], front["ap"], ls=":", c="grey", lw=1, zorder=2)
         ax.scatter(
             front["mp"],
             front["ap"],
@@ -107,27 +183,34 @@ def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
             linewidths=1.2,
             zorder=5,
         )
+        chance = _chance(part)
+        if np.isfinite(chance):
+            ax.axhline(chance, **CHANCE_LINE, label=CHANCE_LABEL)
+            chance_drawn = True
         ax.set_title(str(scenario), fontsize=8, y=TITLE_Y)
         ax.set_xlabel("MP (main-task performance)")
         ax.set_ylabel("AP (attack performance)")
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], marker="*", ls="", c="black", ms=12, label="undefended")]
     handles += [
-        Line2D([], [], marker="o", ls="", c=colors[d], label=d) for d in defended[:MAX_LEGEND]
+        Line2D([], [], marker=styles[d].marker, ls="", c=styles[d].color, label=d)
+        for d in defended[:MAX_LEGEND]
     ]
     handles += [
         Line2D(
             [],
             [],
             marker="o",
-            ls="--",
+            ls=":",
             c="grey",
             mfc="none",
             mec="red",
             ms=12,
-            label="Pareto-optimal (max MP, min AP)",
+            label="Pareto-optimal (max MP, min advantage or AP)",
         )
     ]
+    if chance_drawn:
+        handles.append(Line2D([], [], **CHANCE_LINE, label=CHANCE_LABEL))
     fig.legend(
         handles=handles,
         loc="center right",
@@ -140,6 +223,14 @@ def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
         + _omitted(len(points["scenario"].unique()), "scenarios")
     )
     _save(fig, path)
+
+
+def _chance(part: pd.DataFrame) -> float:
+    """The panel's mean no-information AP; NaN without the column or a value."""
+    if "ap_chance" not in part.columns:
+        return float("nan")
+    values = pd.to_numeric(part["ap_chance"], errors="coerce").astype("float64")
+    return float(values.mean()) if values.notna().any() else float("nan")
 
 
 def _omitted(total: int, what: str) -> str:
@@ -158,6 +249,7 @@ def plot_beta(table: pd.DataFrame, path: Path) -> None:
         gridspec_kw={"width_ratios": [3, 1]},
     )
     fig.subplots_adjust(left=0.07, right=0.97, top=0.9, bottom=0.1, wspace=0.55, hspace=0.45)
+    styles = defense_styles(ranked["defense"])
     for (ax, tau_ax), scenario in zip(axes, scenarios, strict=True):
         part = ranked[ranked["scenario"] == scenario]
         label = part["defense"].astype(str) + part["strength"].map(
@@ -170,8 +262,22 @@ def plot_beta(table: pd.DataFrame, path: Path) -> None:
         wide = part[part["label"].isin(shown)].pivot_table(
             index="beta", columns="label", values="rank", aggfunc="first"
         )[shown]
-        ax.plot(wide.index, wide.to_numpy(), marker="o", ms=3, lw=1)
-        ax.legend(shown, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        owner = dict(zip(ref["label"], ref["defense"].astype(str), strict=True))
+        repeats: dict[str, int] = {}
+        for line in shown:  # a defense's colour and marker; its strengths by dash
+            style = styles[owner[line]]
+            k = repeats[owner[line]] = repeats.get(owner[line], -1) + 1
+            ax.plot(
+                wide.index,
+                wide[line].to_numpy(),
+                marker=style.marker,
+                ms=4,
+                lw=1,
+                color=style.color,
+                ls=DASHES[k % len(DASHES)],
+                label=line,
+            )
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
         ax.invert_yaxis()
         ax.set_xlabel("β (weight on MP)")
         ax.set_ylabel("C-DCS rank (1 = best)")
