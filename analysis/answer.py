@@ -209,11 +209,16 @@ def scenario_lines(answer: Answer, scenario: str, max_rows: int | None = MAX_ROW
     widths = [max(len(r[i]) for r in [table.head, *shown]) for i in range(len(table.head))]
     lines = [f"== {table.title} =="] + [f"  {line}" for line in table.chance]
     for r in [table.head, *shown]:
-        lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+        cells = "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))
+        lines.append(("  " + cells).rstrip())
     if len(table.rows) > len(shown):
         lines.append(f"  ... {len(table.rows) - len(shown)} more rows in report/index.md")
-    wrapped = [part for line in table.legend for part in textwrap.wrap(line, 96)]
-    return lines + [f"  {line}" for line in wrapped]
+    return lines
+
+
+def legend_of(tables: list[ScenarioTable]) -> list[str]:
+    """The tables' legend lines, each once (printed after the last table)."""
+    return list(dict.fromkeys(line for t in tables for line in t.legend))
 
 
 def legend(by_type: bool, any_collapse: bool, seeds: int) -> list[str]:
@@ -240,10 +245,13 @@ def _same(column: pd.Series, value: object) -> pd.Series:
 
 
 def answer_lines(answer: Answer, max_rows: int | None = MAX_ROWS) -> list[str]:
-    """Every scenario's table, then the notes."""
+    """Every scenario's table, then the legend once, then the notes."""
     out: list[str] = []
-    for scenario in answer.cells["scenario"].unique():
-        out += scenario_lines(answer, str(scenario), max_rows)
+    scenarios = [str(s) for s in answer.cells["scenario"].unique()]
+    for scenario in scenarios:
+        out += scenario_lines(answer, scenario, max_rows)
+    tables = [scenario_table(answer, s) for s in scenarios]
+    out += [part for line in legend_of(tables) for part in textwrap.wrap(line, 96)]
     return out + [f"note: {n}" for n in answer.notes]
 
 
@@ -268,8 +276,8 @@ def best_lines(answer: Answer) -> list[str]:
             line = f"{scenario}: best chance-aware C-DCS {best:.4f} (< 3 seeds: no groups)"
         if len(tied) > 1:
             line += f"; tied at exactly {best:.4f}: {names(tied)}"
-        elif len(tied) == 1:
-            line += f"; highest: {names(tied)}"
+        else:
+            line += f"; highest: {names(defended.loc[[defended['ca_cdcs'].idxmax()]])}"
         out.append(line)
     for row in answer.at_chance.itertuples():
         out.append(f"{row.scenario}: {row.attack} was at chance even undefended")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.answer import Answer, ScenarioTable, _pm, _strength, scenario_table
+from analysis.answer import Answer, ScenarioTable, _pm, _strength, legend_of, scenario_table
 
 if TYPE_CHECKING:
     from analysis.report import Report
@@ -97,13 +97,14 @@ def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
         md += [f"## {table.title}", ""]
         md += [f"- **{line}**" for line in table.chance] + ([""] if table.chance else [])
         md += [*_md_table(table.head, table.rows), ""]
-        md += [f"> {line}" for line in table.legend] + [""]
         md += ["### Per attack", "", *_md_table(DETAIL_HEAD, detail), ""]
         page.append(f"<h2>{html.escape(table.title)}</h2>")
         page += [f"<p class='warn'>{html.escape(line)}</p>" for line in table.chance]
         page.append(_html_table(table.head, table.rows))
-        page += [f"<p class='note'>{html.escape(line)}</p>" for line in table.legend]
         page.append("<h3>Per attack</h3>" + _html_table(DETAIL_HEAD, detail))
+    legend = legend_of([table for table, _ in tables])
+    md += [f"> {line}" for line in legend] + ([""] if legend else [])
+    page += [f"<p class='note'>{html.escape(line)}</p>" for line in legend]
     if notes:
         md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
         page.append("<h2>Notes</h2><ul>")

@@ -74,8 +74,8 @@ def rank_groups(
     """Rank group (1 = cannot be told apart from the best) of every cell, per scenario,
     higher ``value`` better; returns ``[scenario, *cell, "group", "tied_with_best"]``.
 
-    ``tied_with_best``: the cell's mean equals the scenario's best mean (an exact tie; named
-    whatever the number of seeds).
+    ``tied_with_best``: the cell's mean equals the scenario's best mean and at least one
+    other cell's (an exact tie; named whatever the number of seeds).
     """
     parts = []
     for _, rows in per_seed.groupby(scenario, observed=True, sort=False):
@@ -105,6 +105,7 @@ def _groups_of(
     counts = (~np.isnan(matrix)).sum(axis=1)
     best = means[order[0]] if order else np.nan
     tied = np.abs(means - best) <= TIE  # exact ties with the best: named even without groups
+    tied &= tied.sum() > 1  # the best alone ties with nothing
     number = 0
     while order:
         lead, rest = order[0], order[1:]

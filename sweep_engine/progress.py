@@ -108,8 +108,10 @@ def _best_by_label(rows: list[dict[str, Any]], labels: dict[str, str], metric: s
 
 def _ties(means: dict[str, tuple[float, int]], value: float, label: str) -> str:
     """`` (tied: a, b)`` naming the other labels with exactly ``value``; empty if none."""
-    tied = [k for k, (v, _) in means.items() if k != label and abs(v - value) <= 1e-12]
-    return f" (tied: {', '.join(sorted(tied))})" if tied else ""
+    tied = sorted(k for k, (v, _) in means.items() if k != label and abs(v - value) <= 1e-12)
+    if len(tied) > 3:
+        return f" (tied: {', '.join(tied[:3])} and {len(tied) - 3} more)"
+    return f" (tied: {', '.join(tied)})" if tied else ""
 
 
 def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> list[str]:

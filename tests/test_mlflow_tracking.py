@@ -176,6 +176,9 @@ def test_smoke_sweep_and_analysis_on_a_real_server(
     for entry in ranking.itertuples():
         assert logged[metric_key("cdcs", entry.scenario, "none")] == pytest.approx(entry.cdcs)
         assert logged[metric_key("rank", entry.scenario, "none")] == entry.rank == 1
+        assert logged[metric_key("ca_cdcs", entry.scenario, "none")] == pytest.approx(
+            entry.ca_cdcs
+        )
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     expected = {
         "ranking.csv",
@@ -187,6 +190,8 @@ def test_smoke_sweep_and_analysis_on_a_real_server(
         "dcs_gap_partition.csv",
         "dcs_gap_partition.png",
         "dcs_gap_protocol.csv",
+        "index.html",  # the printed answer with every figure, for the MLflow UI
+        "index.md",
     }
     assert {f"report/{n}" for n in expected} <= names
     local = client.download_artifacts(parent.info.run_id, "report/ranking.csv", str(tmp_path))
