@@ -125,14 +125,14 @@ def chance_table(by_attack: pd.DataFrame) -> pd.DataFrame:
     return at[["scenario", "attack", "adv", "adv_half", "n_seeds", "ap", "ap_chance"]]
 
 
-def _pm(mean: float, half: float, n: int, digits: int = 3) -> str:
+def pm_text(mean: float, half: float, n: int, digits: int = 3) -> str:
     if not np.isfinite(mean):
         return "-"
     text = f"{mean:.{digits}f}"
     return text + (f"±{half:.{digits}f}" if np.isfinite(half) else f" (n={n})")
 
 
-def _strength(value: object) -> str:
+def strength_text(value: object) -> str:
     return "-" if value is None or pd.isna(value) else f"{float(value):g}"  # type: ignore[arg-type]
 
 
@@ -157,7 +157,7 @@ def scenario_table(answer: Answer, scenario: str) -> ScenarioTable:
     seeds = int(cells["n_seeds"].max()) if len(cells) else 0
     chance = [
         f"at chance even undefended: {row.attack} (advantage "
-        f"{_pm(row.adv, row.adv_half, row.n_seeds)}, AP {row.ap:.3f} vs chance "
+        f"{pm_text(row.adv, row.adv_half, row.n_seeds)}, AP {row.ap:.3f} vs chance "
         f"{row.ap_chance:.3f}): its column says nothing about the defenses"
         for row in answer.at_chance[answer.at_chance["scenario"] == scenario].itertuples()
     ]
@@ -172,8 +172,8 @@ def scenario_table(answer: Answer, scenario: str) -> ScenarioTable:
         mine = attacks[same]
         row = [
             str(cell.defense),
-            _strength(cell.defense_param),
-            _pm(cell.mp, cell.mp_half, cell.n_seeds),
+            strength_text(cell.defense_param),
+            pm_text(cell.mp, cell.mp_half, cell.n_seeds),
             f"{cell.cost:+.3f}" if str(cell.defense) != "none" else "",
         ]
         for column in columns:
@@ -188,10 +188,10 @@ def scenario_table(answer: Answer, scenario: str) -> ScenarioTable:
                 row.append(f"{part['adv'].mean():.3f}{mark}")
             else:
                 first = part.iloc[0]
-                row.append(_pm(first["adv"], first["adv_half"], int(first["n_seeds"])) + mark)
+                row.append(pm_text(first["adv"], first["adv_half"], int(first["n_seeds"])) + mark)
         ca = getattr(cell, "ca_cdcs", np.nan)
         lo, hi = getattr(cell, "ca_cdcs_lo", np.nan), getattr(cell, "ca_cdcs_hi", np.nan)
-        row.append(_pm(ca, (hi - lo) / 2, cell.n_seeds) if np.isfinite(ca) else "-")
+        row.append(pm_text(ca, (hi - lo) / 2, cell.n_seeds) if np.isfinite(ca) else "-")
         group = getattr(cell, "ca_group", np.nan)
         tied = bool(getattr(cell, "ca_tied", False)) and str(cell.defense) != "none"
         row.append(("-" if not np.isfinite(group) else f"{int(group)}") + ("=" if tied else ""))
@@ -265,7 +265,7 @@ def best_lines(answer: Answer) -> list[str]:
         top = defended[defended["ca_group"] == 1]
         tied = defended[defended["ca_tied"].fillna(False).astype(bool)]
         names = lambda f: ", ".join(  # noqa: E731
-            f"{d}@{_strength(p)}" if str(d) != "none" else "none"
+            f"{d}@{strength_text(p)}" if str(d) != "none" else "none"
             for d, p in zip(f["defense"], f["defense_param"], strict=True)
         )
         best = defended["ca_cdcs"].max()

@@ -14,7 +14,7 @@ distance with the attack's *advantage* (``ap_advantage``: 0 = nothing beyond wha
 no-information guess scores on the same rows, 1 = perfect) in place of AP. VFLAIR's DCS
 reads an attack that guessed the minority class for every row (AP 0.24 on adult) as strong
 protection and one that guessed the majority class (AP 0.76) as weak; both have advantage
-0. ``ca_dcs_se`` is the test-set sampling error of ``ca_dcs`` (``ca_dcs_se``).
+0. ``ca_dcs_se`` is the test-set sampling error of ``ca_dcs`` (``dcs_se``).
 """
 
 from __future__ import annotations

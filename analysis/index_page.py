@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.answer import Answer, ScenarioTable, _pm, _strength, legend_of, scenario_table
+from analysis.answer import Answer, ScenarioTable, legend_of, pm_text, scenario_table, strength_text
 
 if TYPE_CHECKING:
     from analysis.report import Report
@@ -47,10 +47,10 @@ def detail_rows(answer: Answer, scenario: str) -> list[list[str]]:
                 str(r.attack),
                 str(r.attack_type),
                 str(r.defense),
-                _strength(r.defense_param),
+                strength_text(r.defense_param),
                 f"{r.ap:.4f}",
                 "-" if not np.isfinite(r.ap_chance) else f"{r.ap_chance:.4f}",
-                _pm(r.adv, r.adv_half, int(r.n_seeds)),
+                pm_text(r.adv, r.adv_half, int(r.n_seeds)),
                 f"{int(r.collapsed_seeds)}/{int(r.n_seeds)}",
                 "-" if not np.isfinite(r.ca_dcs) else f"{r.ca_dcs:.4f}",
                 group + ("=" if bool(r.ca_tied) and str(r.defense) != "none" else ""),
