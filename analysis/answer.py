@@ -109,6 +109,11 @@ def cell_table(scored: pd.DataFrame, ranking: pd.DataFrame) -> pd.DataFrame:
     )
     ranked = ranked.assign(scenario=ranked["scenario"].astype(str))
     out = out.merge(ranked, on=CELL, how="left")
+    for column in ("ca_cdcs", "ca_cdcs_lo", "ca_cdcs_hi", "ca_group"):  # old records: none
+        if column not in out.columns:
+            out[column] = np.nan
+    if "ca_tied" not in out.columns:
+        out["ca_tied"] = False
     return out.sort_values(["scenario", "ca_group", "ca_cdcs"], ascending=[1, 1, 0])
 
 

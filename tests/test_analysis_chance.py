@@ -215,3 +215,19 @@ def test_cli_prints_the_answer_and_names_an_attack_at_chance(tmp_path: Path) -> 
     assert summary["at_chance_undefended"] == [{"scenario": "digits", "attack": "dli"}]
     ranking = pd.read_csv(tmp_path / "s" / "report" / "ranking.csv")
     assert {"ca_cdcs", "ca_cdcs_lo", "ca_group", "cdcs", "rank"} <= set(ranking.columns)
+
+
+def test_records_without_a_baseline_keep_vflair_scores_and_say_so() -> None:
+    """Records written before ap_chance existed: VFLAIR's DCS as before, no chance-aware
+    score invented for them, and the answer counts them."""
+    rows: list[dict] = []
+    for seed in (0, 1, 2):
+        rows += cell(0.85, "none", None, seed, pmc={"ap": 0.8})
+        rows += cell(0.84, "gdp", 0.1, seed, pmc={"ap": 0.24})
+    dcs = prepare(frame(rows), 0.5)
+    ranking = ranking_table(dcs, DEFAULT_WEIGHTS)
+    assert ranking["cdcs"].notna().all() and "ca_cdcs" not in ranking.columns
+    answer = build_answer(dcs, ranking)
+    assert answer.cells["ca_cdcs"].isna().all()
+    assert "6 scored attack rows have no chance baseline" in answer.notes[0]
+    assert "note: 6 scored attack rows" in "\n".join(answer_lines(answer))
