@@ -176,9 +176,7 @@ def test_smoke_sweep_and_analysis_on_a_real_server(
     for entry in ranking.itertuples():
         assert logged[metric_key("cdcs", entry.scenario, "none")] == pytest.approx(entry.cdcs)
         assert logged[metric_key("rank", entry.scenario, "none")] == entry.rank == 1
-        assert logged[metric_key("ca_cdcs", entry.scenario, "none")] == pytest.approx(
-            entry.ca_cdcs
-        )
+        assert logged[metric_key("ca_cdcs", entry.scenario, "none")] == pytest.approx(entry.ca_cdcs)
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     expected = {
         "ranking.csv",
