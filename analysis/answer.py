@@ -3,7 +3,8 @@ attack's advantage over chance, the chance-aware C-DCS and its rank group, and w
 attacks were at chance even undefended (a comparison that says nothing about defenses).
 
 ``python -m analysis`` prints it, ``report/index.md`` / ``index.html`` hold it with every
-figure, and the sweep's end-of-run summary prints its first lines: one set of numbers.
+figure, and the sweep's end-of-run summary quotes its groups (``best_lines``): one set of
+numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ CELL = ["scenario", "defense", "defense_param"]
 COLLAPSE = 0.99  # share of rows given one prediction above which an attack "collapsed"
 MAX_ATTACK_COLUMNS = 3  # more attacks in a scenario: one column per attack type instead
 MAX_ROWS = 20  # rows per scenario on screen (index.md has them all)
+CHANCE_COLUMNS = ("scenario", "attack", "adv", "adv_half", "n_seeds", "ap", "ap_chance")
 
 
 @dataclass
@@ -56,10 +58,7 @@ def attack_table(scored: pd.DataFrame) -> pd.DataFrame:
     """Per (scenario, attack, cell): advantage with interval, AP and chance, collapses,
     ca-DCS with its rank group among the cells of the same scenario and attack."""
     keys = ["scenario", "attack", "attack_type", "defense", "defense_param"]
-    rows = scored.assign(
-        collapsed=(scored["ap_collapse"].astype(float) >= COLLAPSE).astype(float),
-        cost=scored["mp_star"] - scored["mp_dcs"],
-    )
+    rows = scored.assign(collapsed=(scored["ap_collapse"].astype(float) >= COLLAPSE).astype(float))
     seeds = _per_seed(
         rows,
         keys,
@@ -122,12 +121,12 @@ def chance_table(by_attack: pd.DataFrame) -> pd.DataFrame:
     interval (n >= 3) reaches 0, or (fewer seeds) it is within z test-set errors of 0."""
     none = by_attack[by_attack["defense"].astype(str) == "none"]
     if none.empty:
-        return pd.DataFrame(columns=["scenario", "attack", "adv", "adv_half", "n_seeds", "ap"])
+        return pd.DataFrame(columns=[*CHANCE_COLUMNS])
     enough = none["n_seeds"] >= MIN_SEEDS
     reaches = enough & (none["adv"] - none["adv_half"] <= 0)
     near = ~enough & (none["adv"] <= Z * none["adv_se"].fillna(0.0))
     at = none[reaches | near]
-    return at[["scenario", "attack", "adv", "adv_half", "n_seeds", "ap", "ap_chance"]]
+    return at[[*CHANCE_COLUMNS]]
 
 
 def pm_text(mean: float, half: float, n: int, digits: int = 3) -> str:

@@ -68,6 +68,8 @@ def measure(sweep_dir: Path) -> dict[str, object]:
             "collapsed_above_any": len(collapsed_above(answer.by_attack, str(scenario), True)),
         }
     return {
+        "trainings": int(dcs["trial_id"].nunique()),
+        "attack_rows": int((dcs["attack"] != "none").sum()),
         "scenarios": scenarios,
         "rank_differs_total": sum(s["rank_differs"] for s in scenarios.values()),
         "cells_total": sum(s["cells"] for s in scenarios.values()),

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import pyarrow as pa
+
     from sweep_engine.plan import Plan, Training
     from trainables.records import Record
 
@@ -154,16 +156,17 @@ def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> 
     return lines
 
 
-def answer_lines(sweep_dir: Path) -> list[str]:
+def answer_lines(table: pa.Table) -> list[str]:
     """The analysis' own verdict (analysis/answer.py): per scenario the cells that cannot
     be told apart from the best chance-aware C-DCS, ties named, and the attacks that were
-    at chance even undefended. Empty when no attack row pairs with an undefended twin."""
+    at chance even undefended. Empty when no attack row pairs with an undefended twin.
+    ``table``: the sweep's records (RECORD_SCHEMA), as the summary already read them."""
     from analysis.answer import best_lines, build_answer
-    from analysis.load import read_records
+    from analysis.load import table_to_frame
     from analysis.ranking import DEFAULT_WEIGHTS, ranking_table
     from analysis.report import prepare
 
-    dcs = prepare(read_records(sweep_dir, with_spec=False), 0.5)
+    dcs = prepare(table_to_frame(table.drop_columns(["spec_json"])), 0.5)
     if not dcs["dcs"].notna().any():
         return []
     return best_lines(build_answer(dcs, ranking_table(dcs, DEFAULT_WEIGHTS)))
@@ -231,5 +234,5 @@ def end_summary(plan: Plan, sweep_dir: Path, uri: str | None, explicit: bool) ->
         rows = table.select(columns).to_pylist() if table.num_rows else []
         lines = grid_lines(plan, rows)
         if any(r["attack"] != "none" for r in rows):
-            lines += answer_lines(sweep_dir)
+            lines += answer_lines(table)
     return lines + open_commands(str(sweep_dir), uri, explicit)
