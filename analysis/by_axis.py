@@ -37,6 +37,12 @@ STATS = ("mean", "std", "n", "ci_lo", "ci_hi")
 SE_OF = {"mp": "mp_se"}  # a scalar's test-set sampling error column, where it has one
 
 
+def bounded(metric: str) -> bool:
+    """Whether a metric is a share in [0, 1] (MP, AP, advantage), whose interval is clipped
+    to that range (a t interval knows no bounds)."""
+    return metric == "mp" or metric.startswith(("ap:", "adv:"))
+
+
 def direction(metric: str) -> str:
     return DIRECTIONS[metric.split(":", 1)[0] if ":" in metric else metric]
 
@@ -94,6 +100,10 @@ def by_axis_table(long: pd.DataFrame, cell_axes: list[str]) -> pd.DataFrame:
     stats = groups["value"].agg(["mean", "std", "count"]).rename(columns={"count": "n"})
     half = half_width(stats["std"].to_numpy(), stats["n"].to_numpy(), groups["se"].mean())
     stats["ci_lo"], stats["ci_hi"] = stats["mean"] - half, stats["mean"] + half
+    metric = stats.index.get_level_values("metric").to_series(index=stats.index)
+    unit = metric.map(bounded).to_numpy(dtype=bool)  # shares: the interval stays in [0, 1]
+    stats.loc[unit, "ci_lo"] = stats.loc[unit, "ci_lo"].clip(lower=0.0)
+    stats.loc[unit, "ci_hi"] = stats.loc[unit, "ci_hi"].clip(upper=1.0)
     stats["std"] = stats["std"].fillna(0.0)
     wide = stats.unstack("metric") if cell_axes else stats.unstack("metric").to_frame().T
     metrics = sorted({m for _, m in wide.columns}, key=_metric_order)
