@@ -167,32 +167,17 @@ def scenario_table(answer: Answer, scenario: str) -> ScenarioTable:
     ]
     head = ["defense", "strength", "MP", "cost"]
     head += [f"{c} adv" for c in columns] + ["ca-C-DCS", "group", "VFLAIR C-DCS (rank)"]
+    texts = attack_texts(attacks, "attack_type" if by_type else "attack", by_type)
+    any_collapse = any(t.endswith("c") for t in texts.values())
     rows = []
-    any_collapse = False
     for cell in cells.itertuples():
-        same = (attacks["defense"] == cell.defense) & _same(
-            attacks["defense_param"], cell.defense_param
-        )
-        mine = attacks[same]
+        where = (str(cell.defense), strength_text(cell.defense_param))
         row = [
-            str(cell.defense),
-            strength_text(cell.defense_param),
+            *where,
             pm_text(cell.mp, cell.mp_half, cell.n_seeds),
             f"{cell.cost:+.3f}" if str(cell.defense) != "none" else "",
         ]
-        for column in columns:
-            key = "attack_type" if by_type else "attack"
-            part = mine[mine[key].astype(str) == column]
-            if part.empty:
-                row.append("-")
-                continue
-            mark = "c" if part["collapsed_seeds"].sum() > 0 else ""
-            any_collapse |= bool(mark)
-            if by_type:
-                row.append(f"{part['adv'].mean():.3f}{mark}")
-            else:
-                first = part.iloc[0]
-                row.append(pm_text(first["adv"], first["adv_half"], int(first["n_seeds"])) + mark)
+        row += [texts.get((*where, column), "-") for column in columns]
         ca = getattr(cell, "ca_cdcs", np.nan)
         lo, hi = getattr(cell, "ca_cdcs_lo", np.nan), getattr(cell, "ca_cdcs_hi", np.nan)
         row.append(pm_text(ca, (hi - lo) / 2, cell.n_seeds) if np.isfinite(ca) else "-")
@@ -206,9 +191,25 @@ def scenario_table(answer: Answer, scenario: str) -> ScenarioTable:
     return ScenarioTable(title, chance, head, rows, legend(by_type, any_collapse, seeds))
 
 
-def scenario_lines(answer: Answer, scenario: str, max_rows: int | None = MAX_ROWS) -> list[str]:
+def attack_texts(attacks: pd.DataFrame, key: str, by_type: bool) -> dict[tuple, str]:
+    """(defense, strength text, attack or type) -> the advantage as printed, ``c`` appended
+    where the attack collapsed in some seed; one pass over the scenario's attack rows."""
+    out: dict[tuple, str] = {}
+    frame = attacks.assign(_s=[strength_text(v) for v in attacks["defense_param"]])
+    groups = frame.groupby(["defense", "_s", key], observed=True, sort=False)
+    for (defense, strength, column), part in groups:
+        mark = "c" if part["collapsed_seeds"].sum() > 0 else ""
+        if by_type:
+            text = f"{part['adv'].mean():.3f}"
+        else:
+            first = part.iloc[0]
+            text = pm_text(first["adv"], first["adv_half"], int(first["n_seeds"]))
+        out[(str(defense), strength, str(column))] = text + mark
+    return out
+
+
+def scenario_lines(table: ScenarioTable, max_rows: int | None = MAX_ROWS) -> list[str]:
     """The printed table of one scenario (plain text, fixed-width columns)."""
-    table = scenario_table(answer, scenario)
     shown = table.rows if max_rows is None else table.rows[:max_rows]
     widths = [max(len(r[i]) for r in [table.head, *shown]) for i in range(len(table.head))]
     lines = [f"== {table.title} =="] + [f"  {line}" for line in table.chance]
@@ -244,17 +245,12 @@ def legend(by_type: bool, any_collapse: bool, seeds: int) -> list[str]:
     return out
 
 
-def _same(column: pd.Series, value: object) -> pd.Series:
-    return column.isna() if pd.isna(value) else column == value  # type: ignore[arg-type]
-
-
 def answer_lines(answer: Answer, max_rows: int | None = MAX_ROWS) -> list[str]:
     """Every scenario's table, then the legend once, then the notes."""
     out: list[str] = []
-    scenarios = [str(s) for s in answer.cells["scenario"].unique()]
-    for scenario in scenarios:
-        out += scenario_lines(answer, scenario, max_rows)
-    tables = [scenario_table(answer, s) for s in scenarios]
+    tables = [scenario_table(answer, str(s)) for s in answer.cells["scenario"].unique()]
+    for table in tables:
+        out += scenario_lines(table, max_rows)
     out += [part for line in legend_of(tables) for part in textwrap.wrap(line, 96)]
     return out + [f"note: {n}" for n in answer.notes]
 

@@ -96,7 +96,8 @@ def synthetic_table(n_rows: int, seed: int = 0, n_defenses: int = 20, n_strength
 
     4 scenarios (agg/split x fedsgd/fedbcd) x seeds x (none + defenses x strengths); each
     setting has one training with the 10 inference-time attacks (11 rows) and one training
-    per training-time attack (1 row each). AP falls and MP drops with the strength.
+    per training-time attack (1 row each). AP falls and MP drops with the strength; every
+    attack row has a chance of 0.5 and the advantage over it.
     """
     import numpy as np
     import pyarrow as pa
@@ -152,6 +153,12 @@ def synthetic_table(n_rows: int, seed: int = 0, n_defenses: int = 20, n_strength
         "seed": seeds.astype(np.int64),
         "mp": mp,
         "ap": np.where(attack == "none", np.nan, ap),
+        # the baseline columns of chance.py: an AUC-like chance of 0.5 for every attack
+        "ap_chance": np.where(attack == "none", np.nan, 0.5),
+        "ap_advantage": np.where(attack == "none", np.nan, np.clip(2 * (ap - 0.5), 0, 1)),
+        "ap_advantage_se": np.where(attack == "none", np.nan, 0.02),
+        "ap_collapse": np.where(attack == "none", np.nan, rng.uniform(0, 1, len(scen))),
+        "mp_se": np.sqrt(np.clip(mp * (1 - mp), 0, None) / 10_000),
         "status": np.full(len(scen), "ok"),
         "ssl_variant": np.full(len(scen), "none"),
         "aligned_ratio": np.ones(len(scen)),
