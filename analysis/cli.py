@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(args: argparse.Namespace) -> dict[str, object]:
+def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     """Validate everything, build and write the report; returns the summary (``--json``
-    prints it; otherwise ``summary["_lines"]``, the answer's tables, are printed)."""
+    prints it) and the lines printed otherwise (the answer's tables, where the report is)."""
     sweep_dir = Path(args.sweep_dir)
     if not 0.0 <= args.beta <= 1.0:
         raise ConfigError(f"--beta={args.beta}: must be between 0 and 1")
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the plot workers, reaped
     report.timings["cpu_plot_workers"] = round(workers.ru_utime + workers.ru_stime, 4)
     summary = {**report.summary, "report": str(out), "timings": report.timings}
-    summary["_lines"] = screen_lines(report, out, getattr(args, "rows", 20))
+    lines = screen_lines(report, out, args.rows)
     if (sweep_dir / "search").is_dir():  # Optuna's own analysis of the searches, into the
         from analysis.optuna_report import write_studies  # report: MLflow gets it with it
 
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         summary["mlflow"] = log_analysis(
             sweep_dir, uri, out, report.ranking, report.dcs, report.best
         )
-    return summary
+    return summary, lines
 
 
 def tracking_uri(args: argparse.Namespace, sweep_dir: Path) -> str | None:
@@ -127,13 +127,12 @@ def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        summary = run(args)
+        summary, lines = run(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    lines = summary.pop("_lines", [])
     if args.json:
         print(json.dumps(summary, default=str))
     else:
-        print("\n".join(lines))  # type: ignore[arg-type]
+        print("\n".join(lines))
     return 0
