@@ -80,11 +80,18 @@ def cell_labels(
 
 
 def ap_text(records: list[Record]) -> str:
-    """``ap: pmc=0.81 nsb=0.50`` for the attacks a training evaluated; empty without any."""
+    """``ap: pmc=0.76 (adv 0.00) ns=0.83 (adv 0.66)`` for the attacks a training evaluated
+    (the advantage over a no-information guess beside each AP, where recorded: an AP of
+    0.76 is nothing when the majority class is 0.76); empty without any."""
     attacked = [r for r in records if r.attack != "none"]
     if not attacked:
         return ""
-    parts = [f"{r.attack}={'n/a' if r.ap is None else f'{r.ap:.2f}'}" for r in attacked]
+    parts = []
+    for r in attacked:
+        text = f"{r.attack}={'n/a' if r.ap is None else f'{r.ap:.2f}'}"
+        if r.ap_advantage is not None and r.ap_advantage == r.ap_advantage:  # not NaN
+            text += f" (adv {r.ap_advantage:.2f})"
+        parts.append(text)
     return "ap: " + " ".join(parts)
 
 

@@ -65,7 +65,9 @@ def test_defense_sweep_progress_lines_name_defense_and_strength(
     assert len(lines) == 3, out
     named = sorted(re.search(r"defense=\S+", line).group(0) for line in lines)  # type: ignore[union-attr]
     assert named == ["defense=gdp@0.01", "defense=gdp@0.1", "defense=none"]
-    assert all(re.search(r" mp=0\.\d{4} ap: ns=\d\.\d\d ", line) for line in lines), lines
+    # each AP beside its advantage over a no-information guess
+    pattern = r" mp=0\.\d{4} ap: ns=\d\.\d\d \(adv \d\.\d\d\) "
+    assert all(re.search(pattern, line) for line in lines), lines
     assert not any("dataset=" in line or "seed=" in line for line in lines)  # fixed: not named
     assert len({line.split(" mp=")[0] for line in lines}) == 3
     summary = out.split("done: 3 trainings recorded")[1].splitlines()[1:]
