@@ -26,15 +26,13 @@ import pandas as pd
 from analysis.by_axis import by_axis_table, direction
 from analysis.plot_jobs import axis_jobs, split_by_defense
 from analysis.plots import defense_order, defense_styles
+from analysis.uncertainty import MIN_SEEDS
 
 DPI = 90
 MAX_LINES = 8  # levels of the line axis drawn; more are named in the title as omitted
 MAX_DEFENSES = 8  # defense panels per row; more are named in the title as omitted
 LOG_SPAN = 100.0  # a log x axis when positive values span more than two decades
 STRENGTH_LOG_SPAN = 10.0  # a defense's strengths: log when they span more than a decade
-# Fewer seeds than this give no interval (by_axis leaves the CI NaN there, see
-# analysis/uncertainty.py; the figure checks n as well, so the rule holds either way).
-MIN_CI_N = 3
 NO_DEFENSE = "no defense"
 STRENGTH = "defense_param"
 
@@ -256,19 +254,19 @@ def _reference(ax: plt.Axes, ref: pd.DataFrame, metric: str, color: object, suff
 
 
 def _intervals(part: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(drawable, lo, hi): an interval only with finite bounds and n ≥ MIN_CI_N."""
+    """(drawable, lo, hi): an interval only with finite bounds and n ≥ MIN_SEEDS."""
     lo = part[f"{metric}_ci_lo"].to_numpy(dtype=float)
     hi = part[f"{metric}_ci_hi"].to_numpy(dtype=float)
     n = part[f"{metric}_n"].to_numpy(dtype=float)
-    return np.isfinite(lo) & np.isfinite(hi) & (n >= MIN_CI_N), lo, hi
+    return np.isfinite(lo) & np.isfinite(hi) & (n >= MIN_SEEDS), lo, hi
 
 
 def _drawn(bars: bool, pooled: list[str]) -> str:
     """What the figure draws, exactly."""
     unit = "trainings" if pooled else "seeds"
     if bars:
-        return f"mean over seeds; bars: 95% CI where n ≥ {MIN_CI_N} {unit}"
-    return f"mean over seeds (n < {MIN_CI_N}: no interval)"
+        return f"mean over seeds; bars: 95% CI where n ≥ {MIN_SEEDS} {unit}"
+    return f"mean over seeds (n < {MIN_SEEDS}: no interval)"
 
 
 def _line_styles(line_axis: str | None, levels: list) -> list[tuple[object, str]]:

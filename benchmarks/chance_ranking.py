@@ -14,7 +14,10 @@ in-process and measures, per scenario:
   attack predicted one class for >= 99 % of rows in every seed is in a strictly better
   ca-DCS group than a cell whose attack did not collapse and whose advantage is not above
   the collapsed cell's by more than its interval (i.e. collapse alone ranking higher);
-- the attacks at chance even undefended, and the printed answer (``lines``).
+- the attacks at chance even undefended, and the printed answer (``lines``);
+- ``per_seed``: for ``--detail`` (a scenario, default adult / aggVFL), every attack row
+  as (defense, strength, attack, seed, AP, advantage, collapse, VFLAIR's DCS): the rows
+  behind the README's example of the two rankings disagreeing.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def run_sweep(results: Path) -> float:
     return time.perf_counter() - start
 
 
-def measure(sweep_dir: Path) -> dict[str, object]:
+def measure(sweep_dir: Path, detail: str) -> dict[str, object]:
     from analysis.answer import answer_lines, build_answer
     from analysis.load import read_records
     from analysis.ranking import DEFAULT_WEIGHTS, kendall_tau, ranking_table
@@ -76,7 +79,20 @@ def measure(sweep_dir: Path) -> dict[str, object]:
         "collapsed_attack_cells": int((answer.by_attack["collapsed_seeds"] > 0).sum()),
         "at_chance_undefended": answer.at_chance[["scenario", "attack"]].to_dict("records"),
         "lines": answer_lines(answer, max_rows=None),
+        "per_seed": per_seed(dcs, detail),
     }
+
+
+def per_seed(dcs, scenario: str) -> list[list[object]]:  # type: ignore[no-untyped-def]
+    """The scenario's scored attack rows, one list each, sorted by cell, attack, seed."""
+    rows = dcs[(dcs["scenario"].astype(str) == scenario) & dcs["dcs"].notna()]
+    columns = ["defense", "defense_param", "attack", "seed", "ap", "adv", "ap_collapse", "dcs"]
+    rows = rows[columns].sort_values(columns[:4])
+    return [
+        [str(d), None if p != p else p, str(a), int(s), round(ap, 4), round(adv, 4),
+         round(c, 4), round(v, 4)]
+        for d, p, a, s, ap, adv, c, v in rows.itertuples(index=False)
+    ]  # fmt: skip
 
 
 def collapsed_above(by_attack, scenario: str, any_advantage: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
@@ -104,12 +120,15 @@ def collapsed_above(by_attack, scenario: str, any_advantage: bool = False) -> li
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.chance_ranking")
     p.add_argument("--results", default="results", help="where the trust sweep is (or goes)")
+    p.add_argument(
+        "--detail", default="dataset=adult partition=agg", help="scenario whose rows to print"
+    )
     args = p.parse_args(argv)
     results = Path(args.results)
     sweep_dir = results / "trust"
     seconds = run_sweep(results)  # resumes: a finished sweep only starts and stops
     out = {"benchmark": "chance_ranking", "sweep": str(sweep_dir), "sweep_seconds": seconds}
-    out |= measure(sweep_dir)
+    out |= measure(sweep_dir, args.detail)
     print(json.dumps(out, default=str))
     return 0
 

@@ -142,8 +142,8 @@ def accuracy_score(truth: np.ndarray, labels: np.ndarray, ap: float) -> Score:
     n = len(truth)
     if n == 0:
         return Score(ap)
-    chance = top_share(truth)
     values, counts = np.unique(truth, return_counts=True)
+    chance = float(counts.max() / n)
     base = truth == values[counts.argmax()]  # (n,) the constant guess is right
     right = np.asarray(labels) == truth  # (n,)
     se = paired_se(right.astype(float) - base, 1.0 - base)
