@@ -21,8 +21,17 @@ from pydantic import (
 )
 
 from sweep_engine.yaml_read import load_yaml
-from trainables.errors import ConfigError
-from trainables.spec import Bool, Float, Int, Params, TrialSpec, format_validation_error
+from trainables.errors import ConfigError, did_you_mean
+from trainables.spec import (
+    Bool,
+    Float,
+    Int,
+    Params,
+    Quoted,
+    TrialSpec,
+    format_validation_error,
+    quoted_error,
+)
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 # grid axes may be dotted into these: "protocol_params.q", "model_params.n_trees"
@@ -61,9 +70,12 @@ class RunSettings(_Strict):
     @field_validator("pack", mode="before")
     @classmethod
     def _pack(cls, value: Any) -> int | str:
+        allowed = "a whole number >= 1, or auto"
+        if isinstance(value, Quoted):  # pack: "4"
+            raise quoted_error(value, allowed, ("int",))
         if value == "auto" or (type(value) is int and value >= 1):
             return value
-        raise ValueError("allowed: a whole number >= 1, or auto")
+        raise ValueError(f"allowed: {allowed}")
 
     # grid cells a space may expand into; a bigger grid is refused before it is expanded
     max_cells: Int = Field(MAX_CELLS, ge=1)
@@ -317,7 +329,11 @@ def check_axis_name(space: Space, axis: str, where: str) -> None:
     head = axis.split(".", 1)[0]
     ok = head in TrialSpec.model_fields and ("." not in axis or head in NESTED_FIELDS)
     if not ok:
+        fields = TrialSpec.model_fields
+        hint = did_you_mean(axis, allowed_axes()) or (
+            did_you_mean(head, NESTED_FIELDS if head in fields else fields)
+        )
         raise SpaceError(
-            f"{space.source}: {where}: unknown trial field {axis!r}; allowed: "
+            f"{space.source}: {where}: unknown trial field {axis!r}; {hint}allowed: "
             + ", ".join(allowed_axes())
         )

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from sweep_engine.space import AttackEntry, Space, SpaceError, apply_value
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, did_you_mean
 from trainables.kinds import ssl_variant_names
+from trainables.registry import Registry
 from trainables.spec import TrialSpec, format_validation_error, show
 from trainables.trial import check_names, takes_model_params
 
@@ -78,7 +80,7 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
     from trainables.protocols import PROTOCOLS
 
     out: list[tuple[str, Any, Any]] = [
-        ("dataset", spec.dataset, lambda: DATASETS.get(spec.dataset))
+        ("dataset", spec.dataset, lambda: known(DATASETS, spec.dataset))
     ]
     out.append(("split_scheme", spec.split_scheme, lambda: _split_scheme(spec.split_scheme)))
     if spec.ssl_variant not in ssl_variant_names():
@@ -87,13 +89,13 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
         out.append(("train_attack", spec.train_attack, lambda: _train_attack(spec)))
     own_models = takes_model_params(spec)  # trees, SSL kinds: their checks name the options
     if not own_models:
-        out.append(("model", spec.model, lambda: BOTTOMS.get(str(spec.model))))
+        out.append(("model", spec.model, lambda: known(BOTTOMS, str(spec.model), _models())))
     out += [
-        ("protocol", spec.protocol, lambda: PROTOCOLS.get(spec.protocol)),
+        ("protocol", spec.protocol, lambda: known(PROTOCOLS, spec.protocol)),
         (
             "protocol_params",
             dict(spec.protocol_params),
-            lambda: PROTOCOLS.create(spec.protocol, **spec.protocol_params),
+            lambda: _create(PROTOCOLS, spec.protocol, dict(spec.protocol_params)),
         ),
     ]
     refuse = not own_models and not {"model", "ssl_variant"} & varied
@@ -104,7 +106,7 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
         j = i - (1 if spec.defense != "none" else 0)
         if entry.name not in DEFENSES:
             path = "defense" if primary else f"stack[{j}].name"
-            out.append((path, entry.name, lambda n=entry.name: DEFENSES.get(n)))
+            out.append((path, entry.name, lambda n=entry.name: known(DEFENSES, n)))
             continue
         head = "" if primary else f"stack[{j}]."
         params, strength = dict(entry.params), entry.strength
@@ -112,7 +114,9 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
             (
                 "defense_params" if primary else f"{head}params",
                 params,
-                lambda e=entry, k=i: DEFENSES.create(e.name, seed=spec.seed, index=k, **e.params),
+                lambda e=entry, k=i: _create(
+                    DEFENSES, e.name, dict(e.params), seed=spec.seed, index=k
+                ),
             )
         )
         out.append(
@@ -130,7 +134,7 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
 def _train_attack(spec: TrialSpec) -> None:
     from trainables.attacks import ATTACKS
 
-    ATTACKS.create(spec.train_attack, **spec.train_attack_params)
+    _create(ATTACKS, spec.train_attack, dict(spec.train_attack_params))
     if not ATTACKS.get(spec.train_attack).info.training_time:
         allowed = [n for n in ATTACKS.names() if ATTACKS.get(n).info.training_time]
         raise ConfigError(
@@ -143,12 +147,57 @@ def _split_scheme(scheme: str) -> None:
     from trainables.data.split import SCHEMES
 
     if scheme not in SCHEMES:
-        raise ConfigError(f"unknown split scheme; allowed: {', '.join(SCHEMES)}")
+        hint = did_you_mean(scheme, SCHEMES)
+        raise ConfigError(f"unknown split scheme; {hint}allowed: {', '.join(SCHEMES)}")
 
 
 def _unknown_ssl(name: str) -> None:
-    allowed = ", ".join(ssl_variant_names())
-    raise ConfigError(f"unknown ssl_variant {name!r}; allowed: {allowed}")
+    names = ssl_variant_names()
+    raise ConfigError(
+        f"unknown ssl_variant {name!r}; {did_you_mean(name, names)}allowed: {', '.join(names)}"
+    )
+
+
+def known(registry: Registry, name: str, similar: Iterable[str] = ()) -> None:
+    """Refuse a name ``registry`` does not know, with the closest known names suggested
+    (``similar``: more names of the same role in other registries, tree models say)."""
+    if name not in registry:
+        hint = did_you_mean(name, [*registry.names(), *similar])
+        names = ", ".join(registry.names())
+        other = sorted(set(similar) - set(registry.names()))
+        raise ConfigError(
+            f"unknown {registry.family} {name!r}; {hint}known: {names}"
+            + (f" (and {', '.join(other)})" if other else "")
+        )
+
+
+def _create(registry: Registry, name: str, params: dict[str, Any], **more: Any) -> object:
+    """``registry.create`` after refusing unknown parameters with the closest allowed one
+    suggested (the classes list the allowed ones but cannot guess which one was meant)."""
+    known(registry, name)
+    cls = registry.get(name)
+    defaults = getattr(cls, "defaults", None)
+    if isinstance(defaults, dict):
+        allowed = sorted(defaults) if registry.family == "attack" else list(defaults)
+        allowed = ["party", *allowed] if registry.family == "defense" else allowed
+        renamed = getattr(cls, "renamed", {})  # the class names their new names itself
+        unknown = sorted(set(params) - set(allowed) - set(renamed))
+        if unknown:
+            hint = did_you_mean(unknown[0], allowed) if len(unknown) == 1 else ""
+            raise ConfigError(
+                f"{registry.family} {name!r}: unknown parameter(s) {unknown}; "
+                f"{hint}allowed: {', '.join(allowed) or 'none'}"
+            )
+    return registry.create(name, **params, **more)
+
+
+def _models() -> list[str]:
+    """Every model name a spec may give: NN bottoms, tree models, Paillier LR."""
+    from trainables.models import BOTTOMS
+    from trainables.trees import run as tree_run
+
+    tree_run.load_models()
+    return [*BOTTOMS.names(), *tree_run.TREE_MODELS.names(), "paillier_lr"]
 
 
 def _no_model_params(spec: TrialSpec) -> None:
@@ -191,6 +240,7 @@ def check_attack_entry(space: Space, i: int, entry: AttackEntry) -> None:
 
     where = f"{space.source}: attacks[{i}]"
     try:
+        known(ATTACKS, entry.name)
         presets = ATTACKS.get(entry.name).presets
         if "preset" in entry.params:
             raise ConfigError("'preset' is not a parameter; give it as the entry's preset key")
@@ -200,17 +250,17 @@ def check_attack_entry(space: Space, i: int, entry: AttackEntry) -> None:
         allowed = ", ".join(sorted(presets)) or "none (this attack has no presets)"
         raise SpaceError(
             f"{where}.preset={entry.preset!r}: attack {entry.name!r} has no such preset; "
-            f"allowed: {allowed}"
+            f"{did_you_mean(entry.preset, presets)}allowed: {allowed}"
         )
     try:
-        ATTACKS.create(entry.name, **entry.attack_params())
+        _create(ATTACKS, entry.name, dict(entry.params), preset=entry.preset)
     except ConfigError as err:
         raise SpaceError(f"{where}={entry.name!r}: {err}") from None
     for j, name in enumerate(entry.datasets or []):
         if name not in DATASETS:
             raise SpaceError(
                 f"{where}.datasets[{j}]={show(name)}: unknown dataset; "
-                f"allowed: {', '.join(DATASETS.names())}"
+                f"{did_you_mean(name, DATASETS.names())}allowed: {', '.join(DATASETS.names())}"
             )
     defaults = ATTACKS.get(entry.name).defaults
     for key, value in entry.params.items():

@@ -5,19 +5,52 @@ Why not ``yaml.safe_load``: it lets the last of two equal keys win silently and 
 ``on:``/``yes:``/``1:`` as a boolean or number key, so a typo changes a sweep without a
 word. Here the document is composed into nodes first, checked node by node (each knows
 its line), then constructed.
+
+Two scalar rules of YAML 1.1 are adjusted, since a user means the number either way:
+an unquoted ``1e-3`` or ``1.0e3`` (no dot, or no exponent sign: text in YAML 1.1) reads
+as a float, and a quoted ``"5"``/``"0.1"``/``"true"`` reads as a ``Quoted`` string, so
+the schema can refuse it by name where a number or flag is expected instead of
+converting it silently (``trainables/spec.py``).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from trainables.errors import ConfigError
+from trainables.spec import Quoted
 
 MERGE_TAG = "tag:yaml.org,2002:merge"  # ``<<: *anchor`` keys are YAML's, not the user's
+FLOAT_TAG = "tag:yaml.org,2002:float"
+# what a quoted scalar would have read as unquoted -> ``Quoted.kind``
+PLAIN_KINDS = {"tag:yaml.org,2002:int": "int", FLOAT_TAG: "float", "tag:yaml.org,2002:bool": "bool"}
+# floats YAML 1.1 reads as text: 1e-3, 5E4, 1.0e3, .5e-2 (it wants a dot and a signed exponent)
+EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$")
+
+
+class SpaceLoader(yaml.SafeLoader):
+    """SafeLoader with the two scalar rules above; keys stay plain strings."""
+
+    def construct_quoted_aware_str(self, node: ScalarNode) -> str:
+        value = self.construct_scalar(node)
+        if node.style in ('"', "'"):
+            kind = PLAIN_KINDS.get(self.resolve(ScalarNode, node.value, (True, False)))
+            if kind is not None:
+                return Quoted(value, kind, node.style)
+        return value
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        mapping = super().construct_mapping(node, deep=deep)
+        return {str(k) if isinstance(k, Quoted) else k: v for k, v in mapping.items()}
+
+
+SpaceLoader.add_implicit_resolver(FLOAT_TAG, EXPONENT_FLOAT, list("-+.0123456789"))
+SpaceLoader.add_constructor("tag:yaml.org,2002:str", SpaceLoader.construct_quoted_aware_str)
 
 
 def read_text(path: Path) -> str:
@@ -48,7 +81,7 @@ def load_yaml(path: Path) -> Any:
     """Parse ``path``: one YAML document, its mapping keys unique strings."""
     text = read_text(path)
     try:
-        loader = yaml.SafeLoader(text)  # its reader refuses control characters already
+        loader = SpaceLoader(text)  # its reader refuses control characters already
         try:
             node = loader.get_single_node()
             if node is None:
@@ -62,7 +95,7 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {text}") from None
 
 
-def _check_keys(node: Node, path: str, loader: yaml.SafeLoader, source: str, seen: set) -> None:
+def _check_keys(node: Node, path: str, loader: SpaceLoader, source: str, seen: set) -> None:
     """Walk the node tree; ``seen`` guards against aliases that point back up."""
     if id(node) in seen:
         return

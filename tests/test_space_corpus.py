@@ -108,7 +108,9 @@ def _sweep(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
 
 
-@pytest.mark.parametrize("name", ["base_batch_size_bool", "duplicate_nested_key", "grid_huge"])
+@pytest.mark.parametrize(
+    "name", ["base_batch_size_bool", "duplicate_nested_key", "grid_huge", "base_epochs_quoted"]
+)
 def test_sweep_py_exits_2_in_a_real_process(name: str, tmp_path: Path) -> None:
     space = CORPUS / f"{name}.yaml"
     results = tmp_path / "results"

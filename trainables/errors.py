@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class ConfigError(ValueError):
     """Bad input: the message names the key, the bad value and what is allowed (or the path)."""
@@ -9,3 +12,19 @@ class ConfigError(ValueError):
 
 class MissingDataError(ConfigError):
     """A dataset file that a loader needs is not where it looked; the message names the path."""
+
+
+def did_you_mean(value: object, allowed: Iterable[object]) -> str:
+    """``"did you mean 'gdp'? "`` for the allowed names closest to a misspelled ``value``, or
+    ``""`` when none is close; it goes just before a message's ``allowed:``/``known:`` list.
+
+    Why: a list of twenty names hides the one meant; ``gpd`` next to ``gdp`` does not.
+    Case is ignored (``MNIST`` suggests ``mnist``); only string values get suggestions.
+    """
+    if not isinstance(value, str) or not value:
+        return ""
+    names = {str(a).lower(): str(a) for a in allowed if str(a) != value}
+    close = difflib.get_close_matches(value.lower(), list(names), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "did you mean " + " or ".join(repr(names[c]) for c in close) + "? "

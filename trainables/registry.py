@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 
@@ -38,8 +38,9 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
+            hint = did_you_mean(name, self.names())
             raise ConfigError(
-                f"unknown {self.family} {name!r}; known: {', '.join(self.names())}"
+                f"unknown {self.family} {name!r}; {hint}known: {', '.join(self.names())}"
             ) from None
 
     def create(self, name: str, *args: object, **kwargs: object) -> object:

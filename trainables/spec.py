@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,9 +22,10 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, did_you_mean
 
 # VFLAIR's main-task settings (ALGORITHMS.md); used wherever a spec leaves a field unset.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -40,11 +42,44 @@ FALLBACK_DEFAULTS: dict[str, Any] = {"model": "mlp2", "lr": 0.01, "epochs": 30, 
 MAX_SHOWN = 80  # characters of a bad value quoted in an error message
 
 
-def _refuse_bool(allowed: str) -> BeforeValidator:
-    """Reject YAML booleans where a number is expected (pydantic would read true as 1).
+class Quoted(str):
+    """A scalar the file quoted that would read as a number or a boolean without quotes
+    (``epochs: "5"``); ``kind`` is what it would read as (int, float or bool) and
+    ``written`` is how the file wrote it.
+
+    Why a marked string: YAML reads a quoted scalar as text, and pydantic's lax mode would
+    turn "5" into 5 without a word. ``sweep_engine/yaml_read.py`` builds these from the
+    node's quote style; the validators here refuse them where a number or flag is expected
+    (``Int``, ``Float``, ``Bool``, ``Params`` values) and name the key. A str field takes
+    one as plain text (pydantic stores an exact str).
+    """
+
+    kind: str
+    written: str
+
+    def __new__(cls, text: str, kind: str = "int", quote: str = '"') -> Quoted:
+        obj = super().__new__(cls, text)
+        obj.kind, obj.written = kind, f"{quote}{text}{quote}"
+        return obj
+
+
+def quoted_error(value: Quoted, allowed: str, fits: tuple[str, ...]) -> PydanticCustomError:
+    """The error for a quoted scalar where ``allowed`` is expected; the "write it without
+    quotes" hint only where the unquoted scalar (of ``value.kind``) would fit."""
+    hint = f" (write {value} without quotes)" if value.kind in fits else ""
+    return PydanticCustomError(
+        "quoted_scalar",
+        "{written} is a string; allowed: {allowed}{hint}",
+        {"written": value.written, "allowed": allowed, "hint": hint},
+    )
+
+
+def _refuse_text(allowed: str, fits: tuple[str, ...]) -> BeforeValidator:
+    """Reject YAML booleans and quoted scalars where a number is expected.
 
     Why a before-validator rather than strict mode: strict mode would also refuse the int
-    a CLI or an Optuna trial passes for a float, and the quoted "3" a user may write.
+    a CLI or an Optuna trial passes for a float. Lax mode would read true as 1 and "5"
+    as 5; only what the YAML file wrote tells a quoted "5" from a number.
     """
 
     def check(value: Any) -> Any:
@@ -55,13 +90,30 @@ def _refuse_bool(allowed: str) -> BeforeValidator:
                 "booleans); allowed: {allowed}",
                 {"allowed": allowed},
             )
+        if isinstance(value, Quoted):
+            raise quoted_error(value, allowed, fits)
         return value
 
     return BeforeValidator(check)
 
 
+def _flag(value: Any) -> Any:
+    """A quoted "true" where a flag is expected is named as a string (StrictBool refuses
+    every other non-boolean itself)."""
+    if isinstance(value, Quoted):
+        raise quoted_error(value, "true or false", ("bool",))
+    return value
+
+
 def _scalar(value: Any) -> Any:
-    """A params value: a number or a string, one message for anything else (no union list)."""
+    """A params value: a number or a string, one message for anything else (no union list).
+
+    A quoted number is refused (the parameters that take text take words); a quoted
+    ``"yes"`` is the text yes."""
+    if isinstance(value, Quoted):
+        if value.kind != "bool":
+            raise quoted_error(value, "a number", ("int", "float"))
+        return str(value)
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise PydanticCustomError(
             "params_scalar",
@@ -71,11 +123,12 @@ def _scalar(value: Any) -> Any:
     return value
 
 
-Int = Annotated[int, _refuse_bool("an integer")]
-Float = Annotated[float, _refuse_bool("a number")]
+Int = Annotated[int, _refuse_text("an integer", ("int",))]
+Float = Annotated[float, _refuse_text("a number", ("int", "float"))]
 Scalar = Annotated[int | float | str, BeforeValidator(_scalar)]
 Params = dict[str, Scalar]  # protocol/model/defense/attack parameters
-Bool = StrictBool  # true/false only: 1 or "yes" where a flag is expected is a mistake
+Bool = Annotated[StrictBool, BeforeValidator(_flag)]  # true/false only: 1 or "yes" is a mistake
+KeyLength = Annotated[Literal[512, 1024, 2048], _refuse_text("512, 1024 or 2048", ("int",))]
 
 
 class DefenseEntry(BaseModel):
@@ -115,7 +168,7 @@ class TrialSpec(BaseModel):
     defense_param: Float | None = None  # its one strength; None -> the defense's default
     defense_params: Params = Field(default_factory=dict)  # e.g. party
     stack: tuple[DefenseEntry, ...] = ()  # more defenses, applied after ``defense``
-    key_length: Literal[512, 1024, 2048] = 1024  # Paillier key bits (encrypted models only)
+    key_length: KeyLength = 1024  # Paillier key bits (encrypted models only)
     target_mp: Float | None = Field(None, gt=0, le=1)  # record rounds until MP reaches this
     train_attack: str = "none"  # a training-time attack (it changes the training itself)
     train_attack_params: Params = Field(default_factory=dict)
@@ -169,13 +222,27 @@ def format_validation_error(
         msg = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             allowed = _fields_at(model, loc[:-1]) if model is not None else []
-            line = f"{path}: unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+            hint = did_you_mean(loc[-1] if loc else None, allowed)
+            line = f"{path}: unknown key" + (
+                f"; {hint}allowed: {', '.join(allowed)}" if allowed else ""
+            )
+        elif problem["type"] == "quoted_scalar":
+            ctx = problem.get("ctx", {})
+            bounds = _bounds(model, loc) if model is not None else ""
+            line = (
+                f"{path}={show(problem.get('input'))}: {ctx['written']} is a string; "
+                f"allowed: {ctx['allowed']}{bounds}{ctx['hint']}"
+            )
         elif problem["type"] == "missing":
             line = f"{path}: missing; this key is required"
         elif not loc or (problem["type"] == "value_error" and isinstance(problem["input"], dict)):
             line = f"{path}: {msg}" if path else msg  # a rule over a whole mapping
         else:
             line = f"{path}={show(problem.get('input'))}: {msg}"
+            if problem["type"] == "literal_error":  # a misspelled choice: partition, optimizer
+                expected = re.findall(r"'([^']*)'", problem.get("ctx", {}).get("expected", ""))
+                hint = did_you_mean(problem.get("input"), expected)
+                line += f"; {hint.strip()}" if hint else ""
         by_path.setdefault(path, [])
         if line not in by_path[path]:
             by_path[path].append(line)
@@ -201,26 +268,48 @@ def _is_tag(part: Any) -> bool:
     return isinstance(part, str) and part.startswith("<") and part.endswith(">")
 
 
-def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The field names of the (nested) model that ``loc`` points into."""
+def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, FieldInfo | None]:
+    """The annotation that ``loc`` points at in ``model``, and the field ``loc`` ends on
+    (None where it ends on a list index or a dict key, or leaves the schema)."""
     current: Any = model
+    info: FieldInfo | None = None
     for part in loc:
+        info = None
         if isinstance(part, int):
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             current = _model_in(current)
             if current is None:
-                return []
+                return None, None
             if part not in current.model_fields:  # a dict key (e.g. search.params.lr)
                 continue
         info = current.model_fields.get(str(part))
         if info is None:
-            return []
+            return None, None
         current = info.annotation
+    return current, info
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the (nested) model that ``loc`` points into."""
+    current, _ = _walk(model, loc)
     current = current if isinstance(current, type) else _model_in(current)
     if isinstance(current, type) and issubclass(current, BaseModel):
         return sorted(k for k in current.model_fields if k != "source")
     return []
+
+
+def _bounds(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """`` >= 1`` or `` > 0 and <= 1``: the range of the field at ``loc``, for a message."""
+    _, info = _walk(model, loc)
+    signs = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+    out = [
+        f"{sign} {getattr(rule, name)}"
+        for rule in (info.metadata if info is not None else ())
+        for name, sign in signs.items()
+        if hasattr(rule, name)
+    ]
+    return (" " + " and ".join(out)) if out else ""
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
