@@ -187,7 +187,7 @@ def scenario_table(answer: Answer, scenario: str) -> ScenarioTable:
         rank = "" if not np.isfinite(cell.rank) else f" ({int(cell.rank)})"
         row.append("-" if not np.isfinite(cell.cdcs) else f"{cell.cdcs:.3f}{rank}")
         rows.append(row)
-    title = f"{scenario}  (up to {seeds} seed(s) per cell)"
+    title = f"{scenario}  (up to {seeds} seed{'s' * (seeds != 1)} per cell)"
     return ScenarioTable(title, chance, head, rows, legend(by_type, any_collapse, seeds))
 
 

@@ -18,15 +18,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from sweep_engine import quiet
+from sweep_engine.heartbeat import say
 from sweep_engine.lock import SweepLock, describe
 from sweep_engine.manifest import write_manifest
 from sweep_engine.plan import Plan, expand
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import load_space
 from sweep_engine.validate import check_local_fit
+from sweep_engine.words import plural
 from trainables.errors import ConfigError
 from trainables.trial import actor_count
+
+if TYPE_CHECKING:
+    from sweep_engine.heartbeat import Tracker
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--estimate",
         action="store_true",
-        help="with --dry-run: time one and two epochs of each training shape here first "
-        "(a few seconds) for the wall-time estimate",
+        help="with --dry-run: measure every training class this machine's cost cache lacks, "
+        "without the usual 30 s limit on measuring",
     )
     p.add_argument("--address", default=None, help="join a Ray cluster: auto or ray://host:10001")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default all)")
@@ -51,37 +58,58 @@ def build_parser() -> argparse.ArgumentParser:
         "--mlflow-uri", default=None, help="MLflow server (default sqlite:///<results>/mlflow.db)"
     )
     p.add_argument("--no-mlflow", action="store_true", help="do not log the sweep to MLflow")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show what Ray, Tune and MLflow log (hidden by default: sweep_engine/quiet.py)",
+    )
     return p
 
 
-def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace) -> None:
-    from sweep_engine.estimate import estimate
+def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace) -> float | None:
+    """Print the plan and its wall-time estimate; return the estimated seconds of the
+    trainings left (start-up excluded: the heartbeat's ETA before a rate exists)."""
+    from sweep_engine.estimate import STARTUP_S, estimate
 
     summary = plan.summary()
-    guess = estimate(plan, args.num_cpus, args.estimate, args.data_dir)
-    summary["estimate_s"] = round(guess.seconds, 1)
+    guess = estimate(
+        plan,
+        args.num_cpus,
+        probe=args.dry_run,  # a real run reads the cache only: it is about to measure anyway
+        data_dir=args.data_dir,
+        sweep_dir=Path(args.results) / plan.space.name,
+        budget_s=float("inf") if args.estimate else None,
+    )
+    summary["estimate_s"] = round(guess.seconds, 1) if guess.todo > guess.unknown else None
     summary["estimate"] = guess.text()
+    summary["recorded"] = guess.recorded
+    summary["to_run"] = guess.todo
+    summary["estimate_unknown"] = guess.unknown
     for message in plan.missing_data:
         print(
             f"warning: {message}; its cells are planned without the checks that read data, "
             "and a real run refuses to start until the file is there",
             file=sys.stderr,
         )
+    left_s = max(0.0, guess.seconds - STARTUP_S) if summary["estimate_s"] is not None else None
     if as_json:
         print(json.dumps(summary, default=str))
-        return
+        return left_s
     print(f"space {summary['space']} ({summary['source']})")
     print(f"  trainings:   {summary['trainings']}")
-    print(f"  evaluations: {summary['evaluations']} attack evaluations on those trainings")
-    print(f"  dropped:     {summary['dropped']} cells")
+    evaluations = plural(summary["evaluations"], "attack evaluation")
+    print(f"  evaluations: {evaluations} on those trainings")
+    print(f"  dropped:     {plural(summary['dropped'], 'cell')}")
     for d in summary["dropped_cells"]:
         print(f"    - {d['cell']}: {d['reason']}")
     if summary["search"]:
         s = summary["search"]
-        print(f"  search:      {s['cells']} studies x {s['trials_per_cell']} trials")
+        trials = plural(s["trials_per_cell"], "trial")
+        print(f"  search:      {plural(s['cells'], 'study')} x {trials}")
     for shape, bundles in summary["trial_resources"].items():
         print(f"  one trial ({shape.replace('_', ' ')}): bundles {bundles}")
     print(f"  wall time:   {summary['estimate']}")
+    return left_s
 
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
@@ -167,32 +195,54 @@ def recorded(plan: Plan, sweep_dir: Path) -> int:
 
 
 def run_plan(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> tuple[int, int, int]:
-    """Run what is not recorded yet; returns (recorded now, failed, skipped as done)."""
-    from sweep_engine import runner
+    """Run what is not recorded yet; returns (recorded now, failed, skipped as done).
 
-    done = RecordSink(sweep_dir).done()
+    A heartbeat (``heartbeat.py``) runs from before Ray starts to the last trial's end: a
+    line whenever no training finished for a while, and ``progress.json`` for ``status``.
+    """
+    from sweep_engine import runner
+    from sweep_engine.heartbeat import Heartbeat, Tracker
+
     if plan.space.search is not None:
         from sweep_engine.search import run_searches
 
-        runner.start_ray(args.address, args.num_cpus)
-        runner.check_fits(plan)
-        return run_searches(plan, sweep_dir, args.data_dir)
+        before = recorded(plan, sweep_dir)
+        tracker = Tracker(
+            max(plan.n_trainings - before, 0), recorded_before=before, sweep_dir=sweep_dir
+        )
+        with Heartbeat(tracker, stopping=runner.INTERRUPT):
+            start_run(plan, args, sweep_dir, tracker)
+            return run_searches(plan, sweep_dir, args.data_dir, tracker)
+    done = RecordSink(sweep_dir).done()
     todo = [t for t in plan.trainings if t.trial_id not in done]
     skipped = len(plan.trainings) - len(todo)
-    print(
-        f"{len(plan.trainings)} trainings planned, {skipped} already recorded, {len(todo)} to run",
-        flush=True,
-    )
+    planned = plural(len(plan.trainings), "training")
+    say(f"{planned} planned, {skipped} already recorded, {len(todo)} to run")
     if not todo:
-        return 0, 0, skipped
-    runner.start_ray(args.address, args.num_cpus)
-    runner.check_fits(plan)
-    if runner.INTERRUPT.is_set():  # Ctrl-C while Ray started: no trial starts
         return 0, 0, skipped
     from sweep_engine.grid import run_grid
 
-    written, failed = run_grid(plan, sweep_dir, todo, args.data_dir)
+    estimate_s = getattr(args, "estimate_s", None)  # the plan's, printed above
+    tracker = Tracker(
+        len(todo), recorded_before=skipped, sweep_dir=sweep_dir, estimate_s=estimate_s
+    )
+    with Heartbeat(tracker, stopping=runner.INTERRUPT):
+        start_run(plan, args, sweep_dir, tracker)
+        if runner.INTERRUPT.is_set():  # Ctrl-C while Ray started: no trial starts
+            return 0, 0, skipped
+        written, failed = run_grid(plan, sweep_dir, todo, args.data_dir, tracker)
     return written, failed, skipped
+
+
+def start_run(plan: Plan, args: argparse.Namespace, sweep_dir: Path, tracker: Tracker) -> None:
+    """Start (or join) Ray and check the plan fits it; then the manifest, so that
+    ``vflsweep status`` knows the planned trainings while the first run goes on."""
+    from sweep_engine import runner
+
+    runner.start_ray(args.address, args.num_cpus)
+    runner.check_fits(plan)  # a cluster too small: ConfigError, exit 2, no manifest
+    write_manifest(sweep_dir, plan)
+    tracker.set_phase("running")
 
 
 def execute(plan: Plan, args: argparse.Namespace) -> int:
@@ -217,17 +267,29 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
         print(f"interrupted: {n} of {plan.n_trainings} recorded; re-run to resume", flush=True)
         return EXIT_INTERRUPTED
     wall = time.perf_counter() - start
+    learn_costs(sweep_dir)
     if not args.no_mlflow:
         from sweep_engine.tracking import sync_after_sweep
 
         sync_after_sweep(sweep_dir, args.mlflow_uri, Path(args.results))
     print(
-        f"done: {written} trainings recorded, {failed} failed, {skipped} skipped "
+        f"done: {plural(written, 'training')} recorded, {failed} failed, {skipped} skipped "
         f"(already recorded); wall {wall:.1f}s; records in {sink.records_dir}",
         flush=True,
     )
     print_end_summary(plan, args, sweep_dir)
     return 1 if failed else 0
+
+
+def learn_costs(sweep_dir: Path) -> None:
+    """What this sweep's trainings and attacks took here, for the next plan's estimate
+    (``sweep_engine/costs.py``); a cache that cannot be written costs only that."""
+    from sweep_engine.costs import learn
+
+    try:
+        learn(sweep_dir)
+    except Exception as err:  # an estimate aid must never fail a finished sweep
+        print(f"note: the cost cache was not updated ({type(err).__name__}: {err})")
 
 
 def print_end_summary(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> None:
@@ -242,6 +304,7 @@ def print_end_summary(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet.configure(args.verbose)  # before Ray is imported and started
     try:
         # a dry run plans without the data files (a fresh clone); a real run needs them
         plan = expand(load_space(args.space), args.data_dir, missing_ok=args.dry_run)
@@ -251,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             print_plan(plan, args.json, args)
             return 0
         check_fits_before_ray(plan, args)
-        print_plan(plan, False, args)
+        args.estimate_s = print_plan(plan, False, args)
         with SweepLock(Path(args.results) / plan.space.name) as lock:  # exit 2 if held
             if lock.stale:
                 print(f"took over the stale lock of a dead driver: {describe(lock.stale)}")

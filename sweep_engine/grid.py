@@ -29,6 +29,7 @@ import ray
 from ray import tune
 
 from sweep_engine import progress
+from sweep_engine.heartbeat import Tracker, say
 from sweep_engine.packs import Pack, make_packs, slots
 from sweep_engine.plan import Plan, Training
 from sweep_engine.runner import (
@@ -42,6 +43,7 @@ from sweep_engine.runner import (
     trial_dirname,
 )
 from sweep_engine.sink import FAULT_ENV, RecordSink, fault_at
+from sweep_engine.words import plural
 from trainables.errors import MissingDataError
 from trainables.kinds.base import Job
 from trainables.records import Record
@@ -201,14 +203,26 @@ def _trainable(plan: Plan, ctx: SweepContext, packs: list[Pack]) -> Any:
 
 
 def run_grid(
-    plan: Plan, sweep_dir: Path, todo: list[Training], data_dir: str | None
+    plan: Plan,
+    sweep_dir: Path,
+    todo: list[Training],
+    data_dir: str | None,
+    tracker: Tracker | None = None,
 ) -> tuple[int, int]:
-    """Run the grid trainings in ``todo`` in packs; returns (written, failed)."""
+    """Run the grid trainings in ``todo`` in packs; returns (written, failed).
+    ``tracker``: the run's (heartbeat, progress.json), told what runs and finishes."""
     sink = RecordSink(sweep_dir)
     packs = plan_packs(plan, todo, data_dir)
     if len(packs) < len(todo):
-        print(f"{len(todo)} trainings in {len(packs)} packs (run.pack={plan.space.run.pack})")
-    callback = Progress(sink, len(todo), labels=progress.cell_labels(plan, extra=todo))
+        in_packs = f"{plural(len(todo), 'training')} in {plural(len(packs), 'pack')}"
+        say(f"{in_packs} (run.pack={plan.space.run.pack})")
+    callback = Progress(
+        sink,
+        len(todo),
+        labels=progress.cell_labels(plan, extra=todo),
+        tracker=tracker,
+        packs={p.pack_id: tuple(t.trial_id for t in p.trainings) for p in packs},
+    )
     configs = [pack_config(p) for p in packs]
     ctx = context(plan, data_dir)
     tuner = tune.Tuner(
@@ -237,5 +251,5 @@ def run_grid(
             failures.append((training.trial_id, training.spec, text))
     failed = len(callback.failed) + record_failures(sink, failures, plan.space.name)
     if callback.repeats:
-        print(f"{callback.repeats} training(s) ran twice (a retried pack); each written once")
+        say(f"{plural(callback.repeats, 'training')} ran twice (a retried pack); each written once")
     return len(callback.written), failed

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweep_engine.words import plural
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -95,6 +97,21 @@ def ap_text(records: list[Record]) -> str:
     return "ap: " + " ".join(parts)
 
 
+def seconds_text(records: list[Record]) -> str:
+    """``train 0.5s, attacks 12.3s (pmc 11.9s, ns 0.4s)``: the training and its attack
+    evaluations apart, since an attack such as PMC can take 20x the training; with one
+    attack ``train 0.5s, attack pmc 11.9s``. Each attack record carries its own seconds."""
+    text = f"train {records[0].train_seconds:.1f}s"
+    attacked = [r for r in records if r.attack != "none"]
+    if len(attacked) == 1:
+        return f"{text}, attack {attacked[0].attack} {attacked[0].attack_seconds:.1f}s"
+    if attacked:
+        total = sum(r.attack_seconds for r in attacked)
+        each = ", ".join(f"{r.attack} {r.attack_seconds:.1f}s" for r in attacked)
+        return f"{text}, attacks {total:.1f}s ({each})"
+    return text
+
+
 def params_text(config: dict[str, Any]) -> str:
     """A search trial's sampled parameters: ``lr=0.0123 batch_size=64``."""
     return " ".join(
@@ -139,7 +156,8 @@ def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> 
     if len(mp) > 1 and all(abs(v - value) <= 1e-12 for v, _ in mp.values()):
         lines = [f"mean MP {value:.4f} in every cell: no best"]
     else:
-        lines = [f"best mean MP: {value:.4f} over {n} seed(s) at {label}{_ties(mp, value, label)}"]
+        seeds = plural(n, "seed")
+        lines = [f"best mean MP: {value:.4f} over {seeds} at {label}{_ties(mp, value, label)}"]
     attacks = sorted({r["attack"] for r in ok if r["attack"] != "none"})
     for attack in attacks[:max_attacks]:
         hit = [r for r in ok if r["attack"] == attack]
@@ -159,7 +177,8 @@ def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> 
             f"{at_mp:.4f}){_ties(scores, value, label)}"
         )
     if len(attacks) > max_attacks:
-        lines.append(f"... and {len(attacks) - max_attacks} more attacks (see the report)")
+        more = plural(len(attacks) - max_attacks, "more attack")
+        lines.append(f"... and {more} (see the report)")
     return lines
 
 
@@ -185,7 +204,8 @@ def search_lines(plan: Plan, studies: list[dict[str, Any]], max_studies: int = 4
     lines: list[str] = []
     for i, (training, study) in enumerate(zip(plan.trainings, studies, strict=True)):
         if i == max_studies:
-            lines.append(f"... and {len(studies) - max_studies} more studies")
+            more = plural(len(studies) - max_studies, "more study", "more studies")
+            lines.append(f"... and {more}")
             break
         label = labels[training.trial_id]
         name = f"study {i + 1}/{len(studies)}" + (f" {label}" if label else "")
@@ -204,9 +224,25 @@ def search_lines(plan: Plan, studies: list[dict[str, Any]], max_studies: int = 4
     return lines
 
 
+def vflsweep_command() -> str:
+    """How to call ``vflsweep`` from here: its name when the PATH finds this installation's
+    script, else the script's path (a venv not activated), else the module."""
+    import shutil
+    import sys
+
+    script = Path(sys.executable).with_name("vflsweep")
+    found = shutil.which("vflsweep")
+    if found is not None and (not script.exists() or Path(found).resolve() == script.resolve()):
+        return "vflsweep"
+    if script.exists():
+        return str(script)
+    return f"{Path(sys.executable).name} -m sweep_engine.vflsweep"
+
+
 def open_commands(sweep_dir: str, uri: str | None, explicit: bool) -> list[str]:
     """The exact commands that open the report and the tracking UI."""
-    analysis = f"python -m analysis {sweep_dir}"
+    exe = vflsweep_command()
+    analysis = f"{exe} analyze {sweep_dir}"
     if uri is not None and explicit:
         analysis += f" --mlflow-uri {uri}"
     lines = [f"report: {analysis}"]
@@ -214,8 +250,10 @@ def open_commands(sweep_dir: str, uri: str | None, explicit: bool) -> list[str]:
         lines.append("mlflow: off (--no-mlflow)")
     elif uri.startswith(("http://", "https://")):
         lines.append(f"mlflow: open {uri} in a browser")
-    else:
-        lines.append(f"mlflow: mlflow ui --backend-store-uri {uri}")
+    elif explicit:
+        lines.append(f"mlflow: {exe} ui --mlflow-uri {uri}")
+    else:  # the default store, <results>/mlflow.db
+        lines.append(f"mlflow: {exe} ui --results {Path(sweep_dir).parent}")
     return lines
 
 

@@ -42,16 +42,21 @@ if os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1":
     # found no result.json: nothing reads them (records are the sink's)
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
-from sweep_engine import memtrace, progress
+from sweep_engine import memtrace, progress, quiet, tune_state
+from sweep_engine.heartbeat import Tracker, say
 from sweep_engine.plan import Plan
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import apply_value
+from sweep_engine.words import plural
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError, MissingDataError
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.trial import actor_count, run_trial
+
+quiet.configure(quiet.VERBOSE)  # what Ray, Tune and MLflow print: quiet.py (--verbose: all)
+tune_state.install()  # Tune's state snapshots wait for their upload: tune_state.py
 
 # Single record files at which the driver folds them into part files (``RecordSink.
 # maybe_compact``): small sweeps keep one readable file per training.
@@ -141,7 +146,9 @@ class Progress(tune.Callback):
 
     The line names the training in the sweep's terms: the grid axes that vary (``labels``:
     trial_id -> ``defense=gdp@0.01 seed=2``, from ``progress.cell_labels``) or a search
-    trial's sampled parameters, then its MP, the attacks evaluated with their AP, seconds.
+    trial's sampled parameters, then its MP, the attacks evaluated with their AP, seconds
+    of training and of attacks. It also tells ``tracker`` what runs and what finished (the
+    heartbeat line and ``progress.json``); ``packs``: pack_id -> its trainings' ids.
     """
 
     def __init__(
@@ -150,9 +157,14 @@ class Progress(tune.Callback):
         total: int,
         label: str = "",
         labels: dict[str, str] | None = None,
+        tracker: Tracker | None = None,
+        packs: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.sink, self.total, self.label = sink, total, label
         self.labels = labels or {}
+        self.tracker = tracker or Tracker(total)
+        self.tracker.labels.update(self.labels)
+        self.packs = packs or {}
         self.written: set[str] = set()
         self.failed: dict[str, str] = {}
         self.repeats = 0  # trainings a retried pack reported again (written once)
@@ -191,6 +203,7 @@ class Progress(tune.Callback):
             return
         self.sink.write_many([item for item, _ in fresh])
         for (trial_id, records), name in fresh:
+            self.tracker.training_finished(trial_id, records[0].status == "ok")
             self.line(trial_id, records, name)
         self.sink.maybe_compact(COMPACT_AT)
         if self.trace is not None:
@@ -200,10 +213,9 @@ class Progress(tune.Callback):
         clean = records[0]
         if clean.status != "ok":  # a ConfigError: recorded at once, not retried
             self.failed[trial_id] = clean.error or ""
-            print(
+            say(
                 f"[error] {self.label}{name} ({trial_id}): {clean.error} "
-                "(a bad spec fails the same way every time: recorded, not retried)",
-                flush=True,
+                "(a bad spec fails the same way every time: recorded, not retried)"
             )
             return
         self.written.add(trial_id)
@@ -213,20 +225,33 @@ class Progress(tune.Callback):
             f"{self.label}{name}".strip(),
             "mp=nan" if clean.mp is None else f"mp={clean.mp:.4f}",
             progress.ap_text(records),
-            f"{clean.train_seconds:.1f}s",
+            progress.seconds_text(records),
             f"({time.perf_counter() - self.start:.0f}s elapsed; id {trial_id[:8]})",
         ]
-        print(" ".join(w for w in words if w), flush=True)
+        say(" ".join(w for w in words if w))
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
+        cell = trial.config.get("cell")
+        if cell is None:  # a search trial: one training
+            what = f"{self.label}{self.describe(trial.config)}"
+            self.tracker.trial_started(trial.trial_id, "trial", what, ())
+            return
+        pack = self.packs.get(cell["pack_id"], ())
+        self.tracker.trial_started(trial.trial_id, "pack", f"pack {cell['pack_id']}", pack)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
+        self.tracker.trial_ended(trial.trial_id)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
         """A failed attempt that Tune retries (``run.max_failures``): say so, record nothing."""
         done = (trial.last_result or {}).get("n_reported")
-        where = "" if done is None else f" after {done} training(s); retrying from the next"
+        where = "" if done is None else f" after {plural(done, 'training')}; retrying from the next"
         text = f"[retry] {self.label}{self.describe(trial.config)} failed"
-        print(text + (where or "; retrying"), flush=True)
+        say(text + (where or "; retrying"))
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
-        print(f"[error] {self.label}{self.describe(trial.config)} failed after retries", flush=True)
+        self.tracker.trial_ended(trial.trial_id)
+        say(f"[error] {self.label}{self.describe(trial.config)} failed after retries")
 
     def describe(self, config: dict[str, Any]) -> str:
         """A grid training's varying axes, or a search trial's sampled parameters."""
@@ -249,7 +274,11 @@ def start_ray(address: str | None, num_cpus: int | None) -> None:
     START_CALLS += 1
     if ray.is_initialized():
         return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": quiet.log_to_driver(),
+        "logging_level": quiet.ray_logging_level(),
+    }
     if address is None and not os.environ.get("RAY_ADDRESS"):
         # "local": a fresh Ray of our own. None would join any cluster a `ray start` left
         # running on this machine (and then refuse num_cpus).
@@ -306,7 +335,7 @@ def run_config(plan: Plan, sweep_dir: Path, callback: Progress, tag: str) -> tun
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
         callbacks=[callback],
         stop=InterruptStopper(),
-        verbose=0,
+        verbose=quiet.tune_verbosity(),  # 0 prints nothing with quiet.py's legacy output
     )
 
 

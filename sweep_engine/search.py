@@ -23,12 +23,16 @@ import optuna
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-from sweep_engine import progress, runner
+from sweep_engine import progress, quiet, runner
+from sweep_engine.heartbeat import Tracker, say
 from sweep_engine.plan import Plan, Training
 from sweep_engine.sink import RecordSink, write_json_atomic
 from sweep_engine.space import SearchBlock, SearchParam
+from sweep_engine.words import plural
 from trainables.spec import TrialSpec
 from trainables.trial import actor_count
+
+quiet.configure(quiet.VERBOSE)  # Optuna set its logger's level as it was imported
 
 
 def distribution(param: SearchParam) -> optuna.distributions.BaseDistribution:
@@ -147,8 +151,11 @@ def write_summary(sweep_dir: Path, cell: Training, search: SearchBlock, sink: Re
     return write_json_atomic(sweep_dir / "search" / name, summary)
 
 
-def run_searches(plan: Plan, sweep_dir: Path, data_dir: str | None) -> tuple[int, int, int]:
-    """One study per cell; returns (trainings recorded, failed, skipped as already done)."""
+def run_searches(
+    plan: Plan, sweep_dir: Path, data_dir: str | None, tracker: Tracker | None = None
+) -> tuple[int, int, int]:
+    """One study per cell; returns (trainings recorded, failed, skipped as already done).
+    ``tracker``: the run's (heartbeat, progress.json), told of every study's trials."""
     search = plan.space.search
     assert search is not None
     sink = RecordSink(sweep_dir)
@@ -159,12 +166,15 @@ def run_searches(plan: Plan, sweep_dir: Path, data_dir: str | None) -> tuple[int
         remaining = search.n_trials - done
         skipped += min(done, search.n_trials)
         label = f"study {i + 1}/{len(plan.trainings)} " + (names[cell.trial_id] + " ").lstrip()
-        print(f"{label}{cell.cell}: {done} trials recorded, {max(remaining, 0)} to run", flush=True)
+        recorded_text = f"{plural(done, 'trial')} recorded, {max(remaining, 0)} to run"
+        say(f"{label}{cell.cell}: {recorded_text}")
         if remaining > 0:
-            w, f = _run_study(plan, sweep_dir, cell, search, remaining, done, data_dir, label)
+            w, f = _run_study(
+                plan, sweep_dir, cell, search, remaining, done, data_dir, label, tracker
+            )
             written, failed = written + w, failed + f
         path = write_summary(sweep_dir, cell, search, sink)
-        print(f"{label}summary: {path}", flush=True)
+        say(f"{label}summary: {path}")
         if runner.INTERRUPT.is_set():  # Ctrl-C: no further study starts
             break
     return written, failed, skipped
@@ -187,6 +197,7 @@ def _run_study(
     offset: int,
     data_dir: str | None,
     label: str,
+    tracker: Tracker | None = None,
 ) -> tuple[int, int]:
     metrics = [o.metric for o in search.objectives]
     modes = [o.mode for o in search.objectives]
@@ -199,7 +210,7 @@ def _run_study(
     )
     ctx = runner.context(plan, data_dir, cell.spec.model_dump(mode="json"), cell.attacks)
     sink = RecordSink(sweep_dir)
-    callback = runner.Progress(sink, n, label)
+    callback = runner.Progress(sink, n, label, tracker=tracker)
     tuner = tune.Tuner(
         runner.trainable(plan, ctx, n_parties=actor_count(cell.spec)),
         tune_config=tune.TuneConfig(

@@ -59,6 +59,7 @@ def test_search_report_has_importances_history_and_pareto(
 
     from analysis.cli import main as analysis_main
     from sweep_engine.cli import main as sweep_main
+    from sweep_engine.progress import vflsweep_command
     from sweep_engine.tracking import default_uri
 
     space = tmp_path / "twoobj.yaml"
@@ -82,8 +83,7 @@ def test_search_report_has_importances_history_and_pareto(
     assert all(re.search(r"lr=\S+ batch_size=(32|128) mp=", line) for line in trial_lines)
     assert re.search(r"study 1/1: best mp \(max\) \S+ at lr=\S+ batch_size=", out), out
     assert re.search(r"study 1/1: best rounds \(min\) \S+ at lr=", out), out
-    uri = default_uri(results)
-    assert f"mlflow: mlflow ui --backend-store-uri {uri}" in out
+    assert f"mlflow: {vflsweep_command()} ui --results {results}" in out
 
     sweep_dir = results / "twoobj"
     assert analysis_main([str(sweep_dir)]) == 0
@@ -105,7 +105,7 @@ def test_search_report_has_importances_history_and_pareto(
     ):
         assert (folder / name).stat().st_size > 1000, name
 
-    client = MlflowClient(uri)
+    client = MlflowClient(default_uri(results))
     exp = client.get_experiment_by_name("twoobj")
     (parent,) = client.search_runs([exp.experiment_id], "tags.`vflsweep.role` = 'parent'")
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report/optuna")}

@@ -93,7 +93,7 @@ def test_a_fault_in_a_pack_retries_from_the_training_that_failed(tmp_path: Path)
     out = _sweep(space, results, {FAULT_ENV: "fail_training:3"})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("[retry]") == 1, out.stdout[-3000:]
-    assert "after 2 training(s); retrying from the next" in out.stdout, out.stdout[-3000:]
+    assert "after 2 trainings; retrying from the next" in out.stdout, out.stdout[-3000:]
     assert "ran twice" not in out.stdout  # the two finished before the fault did not re-run
     rows = _rows(results, "faulty")
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)

@@ -17,6 +17,7 @@ from sweep_engine.lock import LOCK_NAME
 from sweep_engine.plan import expand
 from sweep_engine.sink import FAULT_ENV, check_file
 from sweep_engine.space import load_space
+from sweep_engine.words import plural
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +100,8 @@ def test_driver_killed_at_three_points_then_rerun_completes_exactly_once(
     assert proc.wait(timeout=300) == 0, log4.read_text()[-3000:]
     out = log4.read_text()
     assert f"{len(after2)} already recorded, {N - len(after2)} to run" in out
-    assert f"done: {N - len(after2)} trainings recorded, 0 failed" in out  # only the missing
+    # only the missing ones ran
+    assert f"done: {plural(N - len(after2), 'training')} recorded, 0 failed" in out
     assert {p: p.stat().st_mtime_ns for p in after2} == after2  # finished ones not re-run
     plan = expand(load_space(str(space)))
     assert [p.stem for p in finals()] == sorted(t.trial_id for t in plan.trainings)
@@ -153,6 +155,6 @@ def test_ctrl_c_stops_with_130_and_one_line_then_a_rerun_resumes(
     assert proc.wait(timeout=300) == 0, log2.read_text()[-3000:]
     out = log2.read_text()
     assert f"{len(kept)} already recorded, {n - len(kept)} to run" in out
-    assert f"done: {n - len(kept)} trainings recorded, 0 failed" in out
+    assert f"done: {plural(n - len(kept), 'training')} recorded, 0 failed" in out
     assert {p: p.stat().st_mtime_ns for p in kept} == before  # recorded ones not re-run
     assert len(finals()) == n and all(check_file(p) is None for p in finals())

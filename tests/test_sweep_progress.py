@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 from pathlib import Path
 
 import pytest
 
-from sweep_engine.progress import axis_text, cell_text, open_commands, varying_axes
+from sweep_engine.progress import (
+    axis_text,
+    cell_text,
+    open_commands,
+    varying_axes,
+    vflsweep_command,
+)
+from trainables.records import Record
 
 
 def test_only_the_axes_that_vary_are_named() -> None:
@@ -31,13 +40,15 @@ def test_mapping_values_read_as_their_leaves() -> None:
 
 
 def test_open_commands_name_the_store_used() -> None:
+    exe = vflsweep_command()
+    assert exe == "vflsweep" or Path(exe).exists() or exe.endswith("-m sweep_engine.vflsweep")
     lines = open_commands("results/x", "sqlite:////abs/mlflow.db", explicit=False)
-    assert lines == [
-        "report: python -m analysis results/x",
-        "mlflow: mlflow ui --backend-store-uri sqlite:////abs/mlflow.db",
-    ]
+    assert lines == [f"report: {exe} analyze results/x", f"mlflow: {exe} ui --results results"]
     served = open_commands("results/x", "http://127.0.0.1:5000", explicit=True)
-    assert served[0] == "report: python -m analysis results/x --mlflow-uri http://127.0.0.1:5000"
+    assert served[0] == f"report: {exe} analyze results/x --mlflow-uri http://127.0.0.1:5000"
+    assert served[1] == "mlflow: open http://127.0.0.1:5000 in a browser"
+    other = open_commands("results/x", "sqlite:////elsewhere/m.db", explicit=True)
+    assert other[1] == f"mlflow: {exe} ui --mlflow-uri sqlite:////elsewhere/m.db"
 
 
 @pytest.mark.ray
@@ -68,14 +79,113 @@ def test_defense_sweep_progress_lines_name_defense_and_strength(
     # each AP beside its advantage over a no-information guess
     pattern = r" mp=0\.\d{4} ap: ns=\d\.\d\d \(adv \d\.\d\d\) "
     assert all(re.search(pattern, line) for line in lines), lines
+    # the training's seconds and the attack's apart
+    assert all(re.search(r" train \d+\.\ds, attack ns \d+\.\ds \(", line) for line in lines)
     assert not any("dataset=" in line or "seed=" in line for line in lines)  # fixed: not named
     assert len({line.split(" mp=")[0] for line in lines}) == 3
     summary = out.split("done: 3 trainings recorded")[1].splitlines()[1:]
-    assert re.match(r"  best mean MP: 0\.\d{4} over 1 seed\(s\) at defense=", summary[0])
+    assert re.match(r"  best mean MP: 0\.\d{4} over 1 seed at defense=", summary[0])
     assert re.match(
         r"  lowest mean advantage of ns: \d\.\d{4} \(defended cell defense=gdp@", summary[1]
     )
     # the analysis' verdict: one seed, so no groups, said so
     assert "best chance-aware C-DCS" in summary[2] and "no groups" in summary[2], summary
-    at = summary.index(f"  report: python -m analysis {results / 'gdpsweep'}")
+    at = summary.index(f"  report: {vflsweep_command()} analyze {results / 'gdpsweep'}")
     assert summary[at + 1] == "  mlflow: off (--no-mlflow)"
+
+
+def test_plural_says_one_pack_and_two_packs() -> None:
+    from sweep_engine.words import duration, plural
+
+    assert plural(1, "pack") == "1 pack" and plural(2, "pack") == "2 packs"
+    assert plural(0, "training") == "0 trainings" and plural(1, "seed") == "1 seed"
+    assert plural(3, "study") == "3 studies" and plural(1, "study") == "1 study"
+    assert plural(2, "more study", "more studies") == "2 more studies"
+    assert [duration(s) for s in (0.4, 42, 185, 7620)] == ["0s", "42s", "3m 05s", "2h 07m"]
+
+
+def _record(attack: str, seconds: float, train: float = 0.5) -> Record:
+    from trainables.spec import TrialSpec
+
+    spec = TrialSpec.build(dataset="breast_cancer")
+    clean = Record.clean(spec, 0, mp=0.9, rounds=1, comm_bytes=0, train_seconds=train)
+    return dataclasses.replace(clean, attack=attack, attack_seconds=seconds)
+
+
+def test_seconds_text_shows_training_and_each_attack_apart() -> None:
+    from sweep_engine.progress import seconds_text
+
+    clean = _record("none", 0.0)
+    assert seconds_text([clean]) == "train 0.5s"
+    assert seconds_text([clean, _record("pmc", 11.94)]) == "train 0.5s, attack pmc 11.9s"
+    both = [clean, _record("pmc", 11.9), _record("ns", 0.4)]
+    assert seconds_text(both) == "train 0.5s, attacks 12.3s (pmc 11.9s, ns 0.4s)"
+
+
+def test_eta_is_the_rate_so_far_times_what_is_left() -> None:
+    from sweep_engine.heartbeat import eta_seconds, eta_text
+
+    assert eta_seconds(60.0, 3, 6) == 120.0  # 20 s a training, 6 left
+    assert eta_seconds(60.0, 0, 6) is None  # nothing done yet, no estimate handed in
+    assert eta_seconds(60.0, 0, 6, estimate_s=300.0) == 300.0  # the plan's estimate
+    assert eta_seconds(60.0, 8, 0) == 0.0
+    assert eta_text(None, False) == "ETA: no estimate yet"
+    assert eta_text(125.0, True) == "ETA ~2m 05s"
+    assert eta_text(300.0, False) == "ETA ~5m 00s (the plan's estimate)"
+
+
+def test_heartbeat_line_names_what_runs_for_how_long_done_left_and_eta() -> None:
+    from sweep_engine.heartbeat import Tracker
+
+    tracker = Tracker(5, recorded_before=1)
+    assert tracker.planned == 6
+    assert tracker.heartbeat_line(time.monotonic()).startswith(
+        "[still running] 0s: starting Ray; 0 of 5 trainings done, 5 left; ETA: no estimate yet"
+    )
+    tracker.labels.update({"a": "seed=0", "b": "seed=1", "c": "seed=2"})
+    tracker.set_phase("running")
+    tracker.trial_started("t1", "pack", "pack a+2", ("a", "b", "c"))
+    tracker.training_finished("a", ok=True)
+    tracker.first_start = tracker.started - 10  # the pack started 10 s ago
+    tracker.running["t1"].since = tracker.started - 10
+    line = tracker.heartbeat_line(tracker.started + 0.2)
+    assert "1 pack running for 10s (3 trainings, now: seed=1)" in line, line
+    assert "1 of 5 trainings done, 4 left; ETA ~41s" in line, line  # 10.2 s a training
+    snapshot = tracker.snapshot(tracker.started + 0.2)
+    assert snapshot["running"] == [{"kind": "pack", "trainings": 3, "now": "seed=1", "for_s": 10.2}]
+    assert (snapshot["done"], snapshot["left"], snapshot["eta_s"]) == (1, 4, 40.8)
+
+
+@pytest.mark.ray
+def test_heartbeat_fires_while_nothing_finishes(
+    tmp_path: Path,
+    ray_session: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a 1 s interval, a 2-training pack (its actors take seconds to start) gets
+    heartbeat lines before its first training line; a 1-pack sweep says "1 pack"."""
+    import ray
+
+    from sweep_engine.cli import main
+    from sweep_engine.heartbeat import HEARTBEAT_ENV
+
+    monkeypatch.setenv(HEARTBEAT_ENV, "1")
+    space = tmp_path / "beat.yaml"
+    space.write_text(
+        "name: beat\nbase: {dataset: breast_cancer, epochs: 5}\ngrid: {seed: [0, 1]}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+    )
+    address = ray.get_runtime_context().gcs_address
+    argv = ["--space", str(space), "--results", str(tmp_path / "r"), "--address", address]
+    assert main([*argv, "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert "2 trainings in 1 pack (run.pack=auto)" in out, out
+    beats = [line for line in out.splitlines() if line.startswith("[still running] ")]
+    assert beats and out.index(beats[0]) < out.index("[1/2] "), out
+    pattern = r"\[still running\] \d+s: .+; \d of 2 trainings done, \d left; ETA"
+    assert all(re.match(pattern, line) for line in beats), beats
+    assert any(
+        "1 pack running for" in line and "(2 trainings, now: seed=" in line for line in beats
+    )
+    assert "done: 2 trainings recorded, 0 failed" in out
