@@ -49,7 +49,28 @@ def default_uri(results: Path) -> str:
 def client_for(uri: str) -> MlflowClient:
     from mlflow.tracking import MlflowClient
 
+    create_store(uri)
     return MlflowClient(tracking_uri=uri)
+
+
+def create_store(uri: str) -> None:
+    """Create a new sqlite store with its artifact root beside it (``mlartifacts/``).
+
+    Why: a store MLflow's client creates gives its Default experiment the artifact root
+    ``./mlruns`` of whatever folder the command ran in (the project folder, typically), so
+    anything logged there lands outside the results. Our experiments set their own
+    location (``experiment_id``); this covers the one MLflow makes itself.
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri.removeprefix("sqlite:///"))  # sqlite:////abs/m.db -> /abs/m.db
+    if db.exists():
+        return
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    store = SqlAlchemyStore(uri, (db.parent / "mlartifacts").resolve().as_uri())
+    store.engine.dispose()
 
 
 def experiment_id(client: MlflowClient, name: str, uri: str, results: Path) -> str:

@@ -10,6 +10,13 @@ import pytest
 import torch
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# The machine's cost cache (sweep_engine/costs.py) is not the suite's to fill or read: a
+# test's tiny trainings would teach it wrong seconds. Dry runs do not probe unless a test
+# asks (tests/test_estimate.py does, with its own cache).
+os.environ["VFLSWEEP_CACHE"] = os.path.join(
+    os.environ.get("TMPDIR", "/tmp"), f"vflsweep-test-cache-{os.getpid()}"
+)
+os.environ["VFLSWEEP_PROBE_S"] = "0"
 
 # One torch thread in the test process, as in every party actor: the suite shares 2 cores
 # with Ray workers, and oversubscribed intra-op threads slow small models by 10-50x here.

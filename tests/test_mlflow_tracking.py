@@ -194,3 +194,17 @@ def test_smoke_sweep_and_analysis_on_a_real_server(
     assert {f"report/{n}" for n in expected} <= names
     local = client.download_artifacts(parent.info.run_id, "report/ranking.csv", str(tmp_path))
     pd.testing.assert_frame_equal(pd.read_csv(local), ranking)
+
+
+def test_a_new_store_keeps_default_experiment_artifacts_in_the_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow's own Default experiment must not point at ./mlruns of the working folder."""
+    from sweep_engine.tracking import client_for, default_uri
+
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "results"
+    client = client_for(default_uri(results))
+    location = client.get_experiment("0").artifact_location
+    assert location == (results / "mlartifacts" / "0").resolve().as_uri(), location
+    assert not (tmp_path / "mlruns").exists()

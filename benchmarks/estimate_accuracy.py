@@ -1,0 +1,84 @@
+"""``python -m benchmarks.estimate_accuracy [SPACE ...]``: does the wall-time estimate hold?
+
+For each space (default: four of different kinds — ``lr_sweep`` (plain NN), ``attacks``
+(NN with every attack), ``protocols`` (FedBCD / CELU / compressed codecs), ``ssl_iso``
+(SSL pretraining and fine-tuning)), with a *fresh, empty* cost cache so no earlier run of
+the space can inform its estimate:
+
+1. ``vflsweep plan SPACE --json``: the estimate, after the probe measures what it needs
+   (``plan_s``: how long planning and probing took);
+2. ``vflsweep run SPACE`` into a fresh results folder: the real wall time of the whole
+   command (``actual_s``; start-up, training, attacks, MLflow, summary);
+3. ``vflsweep plan SPACE`` again on the cache the run taught (``learned_s``): what a
+   second sweep of the same shapes would be told.
+
+Prints one JSON object: per space ``estimate_s``, ``actual_s``, ``error`` (estimate /
+actual - 1; the issue's target is within +-0.30), ``plan_s``, ``learned_s``.
+The machine must be otherwise idle: a shared 2-core machine makes both sides noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ("lr_sweep", "attacks", "protocols", "ssl_iso")
+
+
+def _vflsweep(args: list[str], env: dict[str, str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    cmd = [sys.executable, "-m", "sweep_engine.vflsweep", *args]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return time.perf_counter() - start, done.stdout
+
+
+def one(space: str, work: Path) -> dict[str, object]:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "VFLSWEEP_CACHE": str(work / "cache")}
+    env.pop("VFLSWEEP_PROBE_S", None)
+    results = work / "results"
+    plan_s, out = _vflsweep(["plan", space, "--json", "--results", str(results)], env)
+    planned = json.loads(out.strip().splitlines()[-1])
+    actual_s, _ = _vflsweep(["run", space, "--results", str(results)], env)
+    shutil.rmtree(results)  # the learned estimate is of the whole space again
+    _, out = _vflsweep(["plan", space, "--json", "--results", str(results)], env)
+    learned = json.loads(out.strip().splitlines()[-1])
+    estimate_s = planned["estimate_s"]
+    return {
+        "trainings": planned["trainings"],
+        "evaluations": planned["evaluations"],
+        "estimate_s": estimate_s,
+        "actual_s": round(actual_s, 1),
+        "error": round(estimate_s / actual_s - 1, 3) if estimate_s else None,
+        "plan_s": round(plan_s, 1),
+        "learned_s": learned["estimate_s"],
+        "estimate": planned["estimate"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    spaces = (sys.argv[1:] if argv is None else argv) or list(DEFAULT)
+    out: dict[str, object] = {"benchmark": "estimate_accuracy", "cpus": os.cpu_count()}
+    rows = {}
+    for space in spaces:
+        with tempfile.TemporaryDirectory(prefix=f"est-{space}-") as work:
+            rows[space] = one(space, Path(work))
+        print(f"{space}: {rows[space]}", file=sys.stderr, flush=True)
+    out["spaces"] = rows
+    errors = [abs(r["error"]) for r in rows.values() if r["error"] is not None]
+    out["within_30pct"] = sum(e <= 0.30 for e in errors)
+    out["max_abs_error"] = max(errors) if errors else None
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""What trainings and attack evaluations cost on this machine: a small cache the estimate reads.
+
+Why a cache per machine: a wall-time estimate is only as good as its per-part seconds, and
+those differ by an order of magnitude between a laptop and a cluster node, between digits
+and adult, between NS (milliseconds) and PMC (seconds). Guessing them from constants gave
+three estimates off by 2-6x (issue 30). So the parts are *measured here* and kept:
+
+- ``probe`` (``estimate.py``) times one short training of each training class and one
+  evaluation of each of its attacks, in this process, the first time a plan needs them;
+- every finished sweep adds what its records say (``learn``): the seconds each training
+  and each attack evaluation took on the actors, which the next estimate prefers.
+
+The file is ``$VFLSWEEP_CACHE/costs-<machine>.json`` (default ``~/.cache/vflsweep``), one per
+machine fingerprint (CPU model and count, memory, torch), so a copied home directory does not
+carry a laptop's numbers to a server. Delete it to measure afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "VFLSWEEP_CACHE"
+KEEP = 25  # observations kept per key (the newest): the median of these is the value
+VERSION = 1
+
+
+def fingerprint() -> str:
+    """What makes two machines' seconds comparable: CPU model, CPUs, memory, torch."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        model = platform.processor()
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**30
+    except (ValueError, OSError, AttributeError):
+        mem = 0
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch = version("torch")
+    except PackageNotFoundError:
+        torch = "none"
+    blob = f"{model}|{os.cpu_count()}|{mem}|{torch}|{platform.machine()}"
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def cache_path() -> Path:
+    root = os.environ.get(CACHE_ENV)
+    if root:
+        base = Path(root)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = (Path(xdg) if xdg else Path.home() / ".cache") / "vflsweep"
+    return base / f"costs-{fingerprint()}.json"
+
+
+@dataclass
+class Costs:
+    """Observed seconds by key; each value is the median of the newest ``KEEP`` samples.
+
+    ``train[key]``: ``{"fixed": [...], "epoch": [...]}`` (seconds without and per epoch);
+    ``attack[key]``: ``[...]`` seconds of one evaluation; ``source[key]``: ``sweep`` (from
+    records on the actors, preferred) or ``probe`` (in this process).
+    """
+
+    train: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    attack: dict[str, list[float]] = field(default_factory=dict)
+    source: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None
+
+    # -- reading ------------------------------------------------------------------------
+    def training(self, key: str) -> tuple[float, float] | None:
+        """(fixed seconds, seconds per epoch) of a training class, if measured."""
+        got = self.train.get(key)
+        if not got or not got.get("fixed"):
+            return None
+        return statistics.median(got["fixed"]), statistics.median(got.get("epoch") or [0.0])
+
+    def evaluation(self, key: str) -> float | None:
+        got = self.attack.get(key)
+        return statistics.median(got) if got else None
+
+    # -- writing ------------------------------------------------------------------------
+    def add_training(self, key: str, fixed: float, per_epoch: float, source: str) -> None:
+        if source == "probe" and self.source.get(f"train:{key}") == "sweep":
+            return  # the actors' own numbers stay
+        if source == "sweep" and self.source.get(f"train:{key}") == "probe":
+            self.train.pop(key, None)  # measured where it runs: the probe's guess goes
+        slot = self.train.setdefault(key, {"fixed": [], "epoch": []})
+        slot["fixed"] = [*slot["fixed"], max(0.0, fixed)][-KEEP:]
+        slot["epoch"] = [*slot["epoch"], max(0.0, per_epoch)][-KEEP:]
+        self.source[f"train:{key}"] = source
+
+    def add_evaluation(self, key: str, seconds: float, source: str) -> None:
+        if source == "probe" and self.source.get(f"attack:{key}") == "sweep":
+            return
+        if source == "sweep" and self.source.get(f"attack:{key}") == "probe":
+            self.attack.pop(key, None)
+        self.attack[key] = [*self.attack.get(key, []), max(0.0, seconds)][-KEEP:]
+        self.source[f"attack:{key}"] = source
+
+    def save(self) -> None:
+        """Atomically (a sweep and a plan may write at once; the last one wins whole)."""
+        path = self.path or cache_path()
+        data = {"version": VERSION, "train": self.train, "attack": self.attack}
+        data["source"] = self.source
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".costs-", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: the estimate still works, it just measures again
+
+
+def load(path: Path | None = None) -> Costs:
+    """The cache, or an empty one (missing, unreadable or another version: measure again)."""
+    path = path or cache_path()
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return Costs(path=path)
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return Costs(path=path)
+    return Costs(
+        train=dict(data.get("train", {})),
+        attack=dict(data.get("attack", {})),
+        source=dict(data.get("source", {})),
+        path=path,
+    )
+
+
+def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
+    """Add what the records of ``sweep_dir`` say each training and evaluation cost on the
+    actors; returns how many trainings were read. Error records are skipped."""
+    from sweep_engine.estimate import attack_key, train_key
+    from sweep_engine.sink import RecordSink
+    from trainables.spec import TrialSpec
+
+    cols = ["trial_id", "attack", "train_seconds", "attack_seconds", "status", "spec_json"]
+    try:
+        df = RecordSink(sweep_dir).read().select(cols).to_pandas()
+    except (OSError, ValueError, KeyError):
+        return 0
+    if df.empty:
+        return 0
+    df = df[df["status"] == "ok"]
+    costs = costs or load()
+    n = 0
+    for _, rows in df.groupby("trial_id", sort=False):
+        try:
+            spec = TrialSpec.model_validate_json(rows["spec_json"].iloc[0])
+        except ValueError:
+            continue
+        seconds = float(rows["train_seconds"].iloc[0])
+        epochs = int(spec.epochs or 0)
+        # a sweep sees one length per class: the whole run goes to the per-epoch part
+        costs.add_training(train_key(spec), 0.0 if epochs else seconds,
+                           seconds / epochs if epochs else 0.0, "sweep")  # fmt: skip
+        for attack, secs in zip(rows["attack"], rows["attack_seconds"], strict=True):
+            if attack != "none" and attack != spec.train_attack:
+                costs.add_evaluation(attack_key(attack, spec), float(secs), "sweep")
+        n += 1
+    costs.save()
+    return n

@@ -1,0 +1,124 @@
+"""``vflsweep``: the installed command, one subcommand per step from a question to its answer.
+
+Why a console script: a user of the wheel has no ``sweep.py`` or ``search_spaces/`` beside
+them; ``pip install .`` puts ``vflsweep`` on the PATH and the shipped spaces in the package.
+Each subcommand hands its arguments to the module that owns the step, so ``python sweep.py``
+and ``python -m analysis`` stay exact equivalents (same options, same exit codes)::
+
+    vflsweep run SPACE [sweep options]      = python sweep.py --space SPACE ...
+    vflsweep plan SPACE [--json ...]        = python sweep.py --space SPACE --dry-run ...
+    vflsweep analyze RESULTS/SWEEP [...]    = python -m analysis RESULTS/SWEEP ...
+    vflsweep status RESULTS/SWEEP [--json]  what a running or finished sweep has done
+    vflsweep ui [--results DIR]             MLflow's UI on 127.0.0.1
+    vflsweep spaces                         the shipped spaces and where they are
+
+Imports are deferred to the chosen subcommand: ``vflsweep --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+USAGE = """usage: vflsweep COMMAND [ARGS]
+
+  run SPACE [options]       run a sweep (SPACE: a YAML file or a shipped space's name)
+  plan SPACE [options]      print the plan and its wall-time estimate; run nothing
+  analyze SWEEP [options]   the answer tables, figures and report of RESULTS/SWEEP
+  status SWEEP [--json]     done / running / failed / left and an ETA of RESULTS/SWEEP
+  ui [--results DIR]        start MLflow's UI on 127.0.0.1 for DIR (default ./results)
+  spaces                    list the shipped spaces
+
+'vflsweep COMMAND --help' shows a command's options."""
+
+
+def _run(argv: list[str]) -> int:
+    from sweep_engine.cli import main
+
+    return main(_with_space(argv, "run"))
+
+
+def _plan(argv: list[str]) -> int:
+    from sweep_engine.cli import main
+
+    return main([*_with_space(argv, "plan"), "--dry-run"])
+
+
+def _with_space(argv: list[str], command: str) -> list[str]:
+    """``SPACE`` first (positional), else ``--space SPACE`` as sweep.py takes it."""
+    if argv and argv[0] in ("-h", "--help"):
+        return ["--help"]
+    if argv and not argv[0].startswith("-"):
+        return ["--space", argv[0], *argv[1:]]
+    if "--space" in argv or any(a.startswith("--space=") for a in argv):
+        return argv
+    print(f"usage: vflsweep {command} SPACE [options]  (see vflsweep {command} --help)")
+    raise SystemExit(2)
+
+
+def _analyze(argv: list[str]) -> int:
+    from analysis.cli import main
+
+    return main(argv)
+
+
+def _status(argv: list[str]) -> int:
+    from sweep_engine.status import main
+
+    return main(argv)
+
+
+def _ui(argv: list[str]) -> int:
+    from sweep_engine.ui import main
+
+    return main(argv)
+
+
+def _spaces(argv: list[str]) -> int:
+    import textwrap
+
+    import yaml
+
+    from sweep_engine.space import SPACES_DIR
+
+    if argv:
+        print("usage: vflsweep spaces  (no options)", file=sys.stderr)
+        return 2
+    for path in sorted(SPACES_DIR.glob("*.yaml")):
+        about = " ".join(str(yaml.safe_load(path.read_text()).get("description", "")).split())
+        print(f"{path.stem:<15} {textwrap.shorten(about, 84, placeholder=' ...')}")
+    print(f"(in {SPACES_DIR}; 'vflsweep plan NAME' shows one's trainings and wall time)")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "run": _run,
+    "plan": _plan,
+    "analyze": _analyze,
+    "status": _status,
+    "ui": _ui,
+    "spaces": _spaces,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    command = COMMANDS.get(args[0])
+    if command is None:
+        from difflib import get_close_matches
+
+        close = get_close_matches(args[0], list(COMMANDS), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        print(f"vflsweep: unknown command '{args[0]}'{hint}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        return command(args[1:])
+    except SystemExit as stop:  # argparse's --help (0) and usage errors (2)
+        return stop.code if isinstance(stop.code, int) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
