@@ -7,8 +7,9 @@ recorded, and shrank silently when a data file was missing.
 
 The estimate of what is left::
 
-    wall = start-up + sum over trainings not yet recorded of
-               (training seconds + seconds of each of its attack evaluations) / concurrency
+    wall = start-up + (sum over trainings not yet recorded of
+               (training seconds + seconds of each of its attack evaluations)
+               + the start of each pack's processes) / concurrency
 
 Each part comes from the per-machine cache of ``costs.py``: seconds the actors reported in
 an earlier sweep here, else a *probe* run now in this process (one- and two-epoch runs of one
@@ -22,7 +23,6 @@ keeps about one CPU busy (its parties take turns).
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import time
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweep_engine.costs import Costs, load
-from sweep_engine.packs import cost, slots
+from sweep_engine.packs import cost, make_packs, slots
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
 from trainables.trial import actor_count, run_trial
@@ -44,6 +44,15 @@ STARTUP_S = 12.0  # Ray start, Tune set-up, cold actors, MLflow at the end (smok
 PROBE_BUDGET_S = 30.0  # probing stops after this; the rest uses the scaled cost model
 PROBE_ENV = "VFLSWEEP_PROBE_S"  # another budget (0: never probe; the test suite sets 0)
 TRAINING_S = 0.15  # per training on the actors beyond its own seconds (reports, records)
+# CPU seconds each process of a pack costs before its first training: a Ray worker that
+# imports torch and the kinds, a placement group, first calls (issue 30's runs: attacks,
+# protocols and trust were 1.3-2.1 s of wall per pack at 2 concurrent trials above the
+# sum of their measured parts, i.e. 3-4 CPU-s for a trial process and two party actors)
+PROCESS_S = 1.5
+# CPU seconds each trial of a search costs beyond its training: one training per Tune trial
+# on reused actors (fitted on defense_pareto.yaml, the one shipped search: 72 trials ran
+# ~36 s of wall at 2 concurrent trials above their measured parts)
+SEARCH_TRIAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -248,17 +257,20 @@ def estimate(
     total += sum(cost(t, remote, data_dir).total * scale + TRAINING_S for t in rest)
     if plan.space.search is not None:  # each cell is a study of n_trials trainings
         trials = len(todo) * plan.space.search.n_trials
-        total *= max(0, trials - recorded) / max(1, trials)
+        left = max(0, trials - recorded)
+        total = total * plan.space.search.n_trials * left / max(1, trials)
+        total += left * SEARCH_TRIAL_S
+    elif known:  # each pack starts its processes: the trial's, and its party actors on ray
+        run = plan.space.run
+        packs = make_packs(known, run.pack, fit, run.pack_seconds, remote, data_dir)
+        total += sum(PROCESS_S * (1 + (p.n_parties if remote else 0)) for p in packs)
     concurrency = max(1, min(fit, cpus))
     seconds = STARTUP_S + total / concurrency if known else 0.0
+    per = plan.space.search.n_trials if plan.space.search is not None else 1  # per cell
+    n_todo = len(todo) * per - (recorded if per > 1 else 0)
+    if n_todo <= 0:
+        return Estimate(0.0, concurrency, 0, recorded)
+    unknown = min(n_todo, (len(todo) - len(known)) * per)
     return Estimate(
-        seconds, concurrency, len(todo), recorded, len(todo) - len(known), why, measured, probed_s
+        seconds, concurrency, n_todo, recorded, unknown, why, min(measured * per, n_todo), probed_s
     )
-
-
-def eta_seconds(plan: Plan, sweep_dir: Path, cpus: int | None = None) -> float | None:
-    """What is left of a sweep from the cache alone (no probe): for progress and status."""
-    guess = estimate(plan, cpus, probe=False, sweep_dir=sweep_dir)
-    if guess.todo == 0:
-        return 0.0
-    return None if math.isnan(guess.seconds) else max(0.0, guess.seconds - STARTUP_S)

@@ -37,14 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def free_port(preferred: int) -> int:
-    """``preferred`` if nothing listens there, else one the OS picks."""
+    """``preferred`` if nothing listens there, else (or for 0) one the OS picks."""
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", preferred))
-            return preferred
         except OSError:
             s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+        return int(s.getsockname()[1])
 
 
 def command(uri: str, port: int, artifacts: Path) -> list[str]:
