@@ -17,7 +17,7 @@ in-process and measures, per scenario:
 - the attacks at chance even undefended, and the printed answer (``lines``);
 - ``per_seed``: for ``--detail`` (a scenario, default adult / aggVFL), every attack row
   as (defense, strength, attack, seed, AP, advantage, collapse, VFLAIR's DCS): the rows
-  behind the README's example of the two rankings disagreeing.
+  behind docs/analysis.md's example of the two rankings disagreeing.
 """
 
 from __future__ import annotations

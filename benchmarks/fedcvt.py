@@ -11,7 +11,7 @@ finished run goes to stderr and, with ``--runs FILE``, is appended there as one 
 FedCVT with pseudo-labels off (``t_fed: 1.01``: no softmax reaches it) and FedSplitNN,
 and reports each one's accuracy and AUC, the class-1 share of FedCVT's last-epoch
 pseudo-labels against its share in A's own rows (computed by the experimenter), and
-FedCVT's B-only accuracy: the README's ablation table and diagnosis.
+FedCVT's B-only accuracy: docs/ssl.md's ablation table and diagnosis.
 
 ``--balance quota threshold`` (binary datasets, default adult; overlaps as given) runs, per
 seed and on the same rows, FedCVT with the paper's pseudo-label rule, FedCVT with each
@@ -219,7 +219,7 @@ def _gain(c: dict) -> str:
 
 
 def balance_table(cells: dict) -> list[str]:
-    """The README's markdown table of ``summarize_balance``'s cells."""
+    """docs/ssl.md's markdown table of ``summarize_balance``'s cells."""
     lines = [
         "| dataset | overlap | arm | acc | AUC | gain acc (p) | gain AUC (p) "
         "| pseudo class-1 share | A's class-1 share | pseudo count | pseudo acc "

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.fedssl [--seeds 3] [--labels 300] [--rounds 20] [--all-eps]
 [--no-tuned]`` prints ONE JSON object: per label budget, once at the paper's defaults and
-once ("<labels>_tuned") with the named options of ``TUNED`` (README), and per arm
+once ("<labels>_tuned") with the named options of ``TUNED`` (docs/ssl.md), and per arm
 (variant, ε), mean and std over seeds of
 the final test accuracy, ε spent, the round the budget stopped labeled access, and the
 paper's directions checked on those means (a "greater" needs a gap above 0.02 and FedSSL
@@ -37,7 +37,7 @@ ARMS: tuple[tuple[str, str, float | None], ...] = (
     ("fedssl_pseudo", "fedssl_pseudo", None),
     ("fedssl_lmix", "fedssl_lmix", None),
 )
-# The options beyond the paper (README): pseudo-labels only after 10 support-only rounds and
+# The options beyond the paper (docs/ssl.md): pseudo-labels only after 10 support-only rounds and
 # only where the global F is >= 0.9 sure (every pseudo-labelling arm gets both), G-MixUp
 # blending the real row with G's class-c2 sample, and S-agents also stepping F on CE.
 PSEUDO_FIX: dict[str, Any] = {"warmup": 10, "threshold": 0.9}

@@ -15,7 +15,7 @@ ft_lr / ft_mode of the ``hssl`` kind). The paper protocol's MP is the record's M
 ``run_trial`` on the same spec (tests/test_hssl.py checks it). Parties run in-process
 (``local`` placement: the same party code as the Ray actors). Every finished row is
 appended to ``--progress`` (JSONL) as it ends; ``--summarize FILES`` rebuilds the tables
-(``--markdown``: the README's tables).
+(``--markdown``: docs/ssl.md's tables).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""``python -m benchmarks.lr_sweep``: the README's hyperparameter walk-through, end to end.
+"""``python -m benchmarks.lr_sweep``: docs/analysis.md's hyperparameter walk-through, end to end.
 
 Runs ``search_spaces/lr_sweep.yaml`` (lr x optimizer x 4 seeds on breast_cancer) through
 ``sweep.py`` into a fresh results folder, then ``python -m analysis`` on it, and prints
 one JSON object: the best cell for MP from ``best.json`` with its mean and CI, the cells
 whose CI overlaps it, the rows of ``by_axis.csv`` (mean MP, CI, n per cell) and the wall
-seconds of the sweep and of the analysis. ``--keep DIR`` keeps the results (the README's
+seconds of the sweep and of the analysis. ``--keep DIR`` keeps the results (docs/analysis.md's
 figure is ``DIR/lr_sweep/report/axis_lr.png``).
 """
 

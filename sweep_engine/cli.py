@@ -311,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.estimate and not args.dry_run:
             raise ConfigError("--estimate goes with --dry-run (it measures, then runs nothing)")
         if args.dry_run:
+            try:  # a plan that this machine's Ray would refuse says so before anyone waits
+                check_fits_before_ray(plan, args)
+            except ConfigError as err:
+                print(f"warning: a real run here would stop: {err}", file=sys.stderr)
             print_plan(plan, args.json, args)
             return 0
         check_fits_before_ray(plan, args)

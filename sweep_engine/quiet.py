@@ -4,9 +4,10 @@ Each source silenced here, and why it tells a sweep's user nothing (Ray 2.60, ML
 
 - Ray's ``Token authentication is enabled for this Ray cluster`` WARNING
   (``ray/_private/authentication/authentication_token_setup.py``): token authentication is
-  on by design (README, "Isolation and Ray authentication"); Ray warns whenever it turns it
-  on by itself. Only that message is filtered: its "is disabled" warning (a cluster started
-  without a token) still shows, because that one the user should act on.
+  on by design (docs/fault-tolerance.md, "Isolation and Ray authentication"); Ray warns
+  whenever it turns it on by itself. Only that message is filtered: its "is disabled"
+  warning (a cluster started without a token) still shows, because that one the user
+  should act on.
 - Ray's INFO lines (``Started a local Ray instance.``, ``Connecting to existing Ray
   cluster``, Tune's ``Wrote the latest version of all result files and experiment state``):
   the ``ray`` logger is set to WARNING (``ray.init(logging_level=...)`` does the same at

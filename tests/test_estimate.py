@@ -98,3 +98,14 @@ def test_missing_data_is_unknown_not_free(tmp_path: Path, capsys: pytest.Capture
     assert sweep_main([*argv, "--data-dir", str(tmp_path)]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["estimate_s"] is None and summary["estimate_unknown"] == 3
+
+
+def test_a_plan_this_machine_would_refuse_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "big.yaml").write_text(SPACE + "resources: {cpu_per_party: 64}\n")
+    assert sweep_main(["--space", str(tmp_path / "big.yaml"), "--dry-run", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: a real run here would stop" in captured.err
+    assert "cpu_per_party=64" in captured.err
+    assert json.loads(captured.out)["trainings"] == 3
