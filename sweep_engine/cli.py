@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from sweep_engine.heartbeat import Tracker
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python sweep.py", description="Run a sweep of VFL trials.")
+def build_parser(prog: str = "python sweep.py") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run a sweep of VFL trials.")
     p.add_argument("--space", required=True, help="a space file, or a name in search_spaces/")
     p.add_argument("--results", default="results", help="results folder (default ./results)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
@@ -302,8 +302,8 @@ def print_end_summary(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> 
         print(f"  {line}", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python sweep.py") -> int:
+    args = build_parser(prog).parse_args(argv)
     quiet.configure(args.verbose)  # before Ray is imported and started
     try:
         # a dry run plans without the data files (a fresh clone); a real run needs them

@@ -35,13 +35,13 @@ USAGE = """usage: vflsweep COMMAND [ARGS]
 def _run(argv: list[str]) -> int:
     from sweep_engine.cli import main
 
-    return main(_with_space(argv, "run"))
+    return main(_with_space(argv, "run"), prog="vflsweep run")
 
 
 def _plan(argv: list[str]) -> int:
     from sweep_engine.cli import main
 
-    return main([*_with_space(argv, "plan"), "--dry-run"])
+    return main([*_with_space(argv, "plan"), "--dry-run"], prog="vflsweep plan")
 
 
 def _with_space(argv: list[str], command: str) -> list[str]:
