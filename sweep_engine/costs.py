@@ -25,7 +25,10 @@ import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainables.spec import TrialSpec
 
 CACHE_ENV = "VFLSWEEP_CACHE"
 KEEP = 25  # observations kept per key (the newest): the median of these is the value
@@ -126,6 +129,22 @@ class Costs:
             pass  # a read-only home: the estimate still works, it just measures again
 
 
+def train_key(spec: TrialSpec) -> str:
+    """What one training's seconds depend on, besides its epochs (not seeds, not the
+    strength of its defense): its kind's shape, the defense and any training-time attack."""
+    fields = ("dataset", "dataset_params", "model", "hidden", "n_parties", "partition")
+    more = ("protocol", "protocol_params", "batch_size", "ssl_variant", "aligned_ratio")
+    more += ("n_labeled", "defense", "train_attack", "optimizer", "kind")
+    dumped = spec.model_dump(mode="json")
+    return json.dumps({k: dumped.get(k) for k in fields + more}, sort_keys=True, default=str)
+
+
+def attack_key(attack: str, spec: TrialSpec) -> str:
+    """An evaluation's cost depends on the attack, the rows and columns it sees."""
+    params = json.dumps(dict(spec.dataset_params), sort_keys=True, default=str)
+    return f"{attack}|{spec.dataset}|{params}|{spec.n_parties}|{spec.partition}"
+
+
 def load(path: Path | None = None) -> Costs:
     """The cache, or an empty one (missing, unreadable or another version: measure again)."""
     path = path or cache_path()
@@ -146,7 +165,6 @@ def load(path: Path | None = None) -> Costs:
 def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
     """Add what the records of ``sweep_dir`` say each training and evaluation cost on the
     actors; returns how many trainings were read. Error records are skipped."""
-    from sweep_engine.estimate import attack_key, train_key
     from sweep_engine.sink import RecordSink
     from trainables.spec import TrialSpec
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweep_engine.costs import Costs, load
+from sweep_engine.costs import Costs, attack_key, load, train_key
 from sweep_engine.packs import cost, make_packs, slots
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
@@ -94,22 +94,6 @@ def human(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def train_key(spec: TrialSpec) -> str:
-    """What one training's seconds depend on, besides its epochs (not seeds, not the
-    strength of its defense): its kind's shape, the defense and any training-time attack."""
-    fields = ("dataset", "dataset_params", "model", "hidden", "n_parties", "partition")
-    more = ("protocol", "protocol_params", "batch_size", "ssl_variant", "aligned_ratio")
-    more += ("n_labeled", "defense", "train_attack", "optimizer", "kind")
-    dumped = spec.model_dump(mode="json")
-    return json.dumps({k: dumped.get(k) for k in fields + more}, sort_keys=True, default=str)
-
-
-def attack_key(attack: str, spec: TrialSpec) -> str:
-    """An evaluation's cost depends on the attack, the rows and columns it sees."""
-    params = json.dumps(dict(spec.dataset_params), sort_keys=True, default=str)
-    return f"{attack}|{spec.dataset}|{params}|{spec.n_parties}|{spec.partition}"
-
-
 _WARM: set[str] = set()  # datasets this process has trained on (first calls are slow)
 PROBE_LONG_S = 1.0  # the longer probe run lasts about this long (short ones drown in noise)
 
@@ -168,11 +152,15 @@ def _seconds(training: Training, costs: Costs, remote: bool) -> tuple[float, flo
     return train, attacks
 
 
+def _data_key(spec: TrialSpec) -> str:
+    return json.dumps([spec.dataset, dict(spec.dataset_params)], default=str)
+
+
 def _available(trainings: list[Training], data_dir: str | None) -> dict[str, str | None]:
     """Per dataset (with its parameters): None if it loads here, else why not."""
     out: dict[str, str | None] = {}
     for t in trainings:
-        key = json.dumps([t.spec.dataset, dict(t.spec.dataset_params)], default=str)
+        key = _data_key(t.spec)
         if key in out:
             continue
         try:
@@ -225,11 +213,7 @@ def estimate(
     missing = _available(todo, data_dir)
     why = tuple(sorted({m for m in missing.values() if m}))
 
-    def absent(t: Training) -> bool:
-        key = json.dumps([t.spec.dataset, dict(t.spec.dataset_params)], default=str)
-        return missing[key] is not None
-
-    known = [t for t in todo if not absent(t)]
+    known = [t for t in todo if missing[_data_key(t.spec)] is None]
     start = time.perf_counter()
     if probe and budget_s > 0:
         for t in known:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -17,7 +16,6 @@ from pydantic import TypeAdapter, ValidationError
 from sweep_engine.space import AttackEntry, Space, SpaceError, apply_value
 from trainables.errors import ConfigError, did_you_mean
 from trainables.kinds import ssl_variant_names
-from trainables.registry import Registry
 from trainables.spec import TrialSpec, format_validation_error, show
 from trainables.trial import check_names, takes_model_params
 
@@ -76,11 +74,10 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
     from trainables.data import DATASETS
     from trainables.defenses import DEFENSES
     from trainables.defenses.stack import entries
-    from trainables.models import BOTTOMS
     from trainables.protocols import PROTOCOLS
 
     out: list[tuple[str, Any, Any]] = [
-        ("dataset", spec.dataset, lambda: known(DATASETS, spec.dataset))
+        ("dataset", spec.dataset, lambda: DATASETS.get(spec.dataset))
     ]
     out.append(("split_scheme", spec.split_scheme, lambda: _split_scheme(spec.split_scheme)))
     if spec.ssl_variant not in ssl_variant_names():
@@ -89,13 +86,13 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
         out.append(("train_attack", spec.train_attack, lambda: _train_attack(spec)))
     own_models = takes_model_params(spec)  # trees, SSL kinds: their checks name the options
     if not own_models:
-        out.append(("model", spec.model, lambda: known(BOTTOMS, str(spec.model), _models())))
+        out.append(("model", spec.model, lambda: known_model(str(spec.model))))
     out += [
-        ("protocol", spec.protocol, lambda: known(PROTOCOLS, spec.protocol)),
+        ("protocol", spec.protocol, lambda: PROTOCOLS.get(spec.protocol)),
         (
             "protocol_params",
             dict(spec.protocol_params),
-            lambda: _create(PROTOCOLS, spec.protocol, dict(spec.protocol_params)),
+            lambda: PROTOCOLS.create(spec.protocol, **spec.protocol_params),
         ),
     ]
     refuse = not own_models and not {"model", "ssl_variant"} & varied
@@ -106,7 +103,7 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
         j = i - (1 if spec.defense != "none" else 0)
         if entry.name not in DEFENSES:
             path = "defense" if primary else f"stack[{j}].name"
-            out.append((path, entry.name, lambda n=entry.name: known(DEFENSES, n)))
+            out.append((path, entry.name, lambda n=entry.name: DEFENSES.get(n)))
             continue
         head = "" if primary else f"stack[{j}]."
         params, strength = dict(entry.params), entry.strength
@@ -114,9 +111,7 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
             (
                 "defense_params" if primary else f"{head}params",
                 params,
-                lambda e=entry, k=i: _create(
-                    DEFENSES, e.name, dict(e.params), seed=spec.seed, index=k
-                ),
+                lambda e=entry, k=i: DEFENSES.create(e.name, seed=spec.seed, index=k, **e.params),
             )
         )
         out.append(
@@ -134,7 +129,7 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
 def _train_attack(spec: TrialSpec) -> None:
     from trainables.attacks import ATTACKS
 
-    _create(ATTACKS, spec.train_attack, dict(spec.train_attack_params))
+    ATTACKS.create(spec.train_attack, **spec.train_attack_params)
     if not ATTACKS.get(spec.train_attack).info.training_time:
         allowed = [n for n in ATTACKS.names() if ATTACKS.get(n).info.training_time]
         raise ConfigError(
@@ -158,46 +153,22 @@ def _unknown_ssl(name: str) -> None:
     )
 
 
-def known(registry: Registry, name: str, similar: Iterable[str] = ()) -> None:
-    """Refuse a name ``registry`` does not know, with the closest known names suggested
-    (``similar``: more names of the same role in other registries, tree models say)."""
-    if name not in registry:
-        hint = did_you_mean(name, [*registry.names(), *similar])
-        names = ", ".join(registry.names())
-        other = sorted(set(similar) - set(registry.names()))
-        raise ConfigError(
-            f"unknown {registry.family} {name!r}; {hint}known: {names}"
-            + (f" (and {', '.join(other)})" if other else "")
-        )
-
-
-def _create(registry: Registry, name: str, params: dict[str, Any], **more: Any) -> object:
-    """``registry.create`` after refusing unknown parameters with the closest allowed one
-    suggested (the classes list the allowed ones but cannot guess which one was meant)."""
-    known(registry, name)
-    cls = registry.get(name)
-    defaults = getattr(cls, "defaults", None)
-    if isinstance(defaults, dict):
-        allowed = sorted(defaults) if registry.family == "attack" else list(defaults)
-        allowed = ["party", *allowed] if registry.family == "defense" else allowed
-        renamed = getattr(cls, "renamed", {})  # the class names their new names itself
-        unknown = sorted(set(params) - set(allowed) - set(renamed))
-        if unknown:
-            hint = did_you_mean(unknown[0], allowed) if len(unknown) == 1 else ""
-            raise ConfigError(
-                f"{registry.family} {name!r}: unknown parameter(s) {unknown}; "
-                f"{hint}allowed: {', '.join(allowed) or 'none'}"
-            )
-    return registry.create(name, **params, **more)
-
-
-def _models() -> list[str]:
-    """Every model name a spec may give: NN bottoms, tree models, Paillier LR."""
+def known_model(name: str) -> None:
+    """Refuse a model no kind knows, suggesting from every model name a spec may give (NN
+    bottoms, tree models, Paillier LR), while listing the NN bottoms this kind takes."""
     from trainables.models import BOTTOMS
     from trainables.trees import run as tree_run
 
+    if name in BOTTOMS:
+        return
     tree_run.load_models()
-    return [*BOTTOMS.names(), *tree_run.TREE_MODELS.names(), "paillier_lr"]
+    similar = [*tree_run.TREE_MODELS.names(), "paillier_lr"]
+    hint = did_you_mean(name, [*BOTTOMS.names(), *similar])
+    other = sorted(set(similar) - set(BOTTOMS.names()))
+    raise ConfigError(
+        f"unknown {BOTTOMS.family} {name!r}; {hint}known: {', '.join(BOTTOMS.names())}"
+        + (f" (and {', '.join(other)})" if other else "")
+    )
 
 
 def _no_model_params(spec: TrialSpec) -> None:
@@ -240,7 +211,6 @@ def check_attack_entry(space: Space, i: int, entry: AttackEntry) -> None:
 
     where = f"{space.source}: attacks[{i}]"
     try:
-        known(ATTACKS, entry.name)
         presets = ATTACKS.get(entry.name).presets
         if "preset" in entry.params:
             raise ConfigError("'preset' is not a parameter; give it as the entry's preset key")
@@ -253,7 +223,7 @@ def check_attack_entry(space: Space, i: int, entry: AttackEntry) -> None:
             f"{did_you_mean(entry.preset, presets)}allowed: {allowed}"
         )
     try:
-        _create(ATTACKS, entry.name, dict(entry.params), preset=entry.preset)
+        ATTACKS.create(entry.name, preset=entry.preset, **entry.params)
     except ConfigError as err:
         raise SpaceError(f"{where}={entry.name!r}: {err}") from None
     for j, name in enumerate(entry.datasets or []):

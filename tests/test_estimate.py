@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sweep_engine.cli import main as sweep_main
-from sweep_engine.costs import Costs, learn, load
-from sweep_engine.estimate import attack_key, estimate, train_key
+from sweep_engine.costs import Costs, attack_key, learn, load, train_key
+from sweep_engine.estimate import estimate
 from sweep_engine.plan import expand
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import load_space

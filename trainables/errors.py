@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class ConfigError(ValueError):
@@ -28,3 +28,17 @@ def did_you_mean(value: object, allowed: Iterable[object]) -> str:
     if not close:
         return ""
     return "did you mean " + " or ".join(repr(names[c]) for c in close) + "? "
+
+
+def refuse_unknown(what: str, params: Iterable[str], allowed: Sequence[str]) -> None:
+    """ConfigError naming the parameters of ``what`` (``"defense 'gdp'"``) that are not in
+    ``allowed``, with the closest allowed name when exactly one is unknown (a typo).
+
+    Why one function: every attack, defense, protocol and codec refuses unknown parameters
+    the same way, so the message and its suggestion are written once."""
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        hint = did_you_mean(unknown[0], allowed) if len(unknown) == 1 else ""
+        raise ConfigError(
+            f"{what}: unknown parameter(s) {unknown}; {hint}allowed: {', '.join(allowed) or 'none'}"
+        )

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from torch import nn
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import BatchSchedule, Message
 from trainables.registry import Registry
 
@@ -134,12 +134,7 @@ class Attack:
             raise ConfigError(
                 f"attack {self.name!r}: unknown preset {preset!r}; allowed: {allowed}"
             )
-        unknown = sorted(set(params) - set(self.defaults))
-        if unknown:
-            allowed = ", ".join(sorted(self.defaults)) or "none"
-            raise ConfigError(
-                f"attack {self.name!r}: unknown parameter(s) {unknown}; allowed: {allowed}"
-            )
+        refuse_unknown(f"attack {self.name!r}", params, sorted(self.defaults))
         self.preset = preset
         chosen = self.presets[preset] if preset is not None else {}
         self.params = {**self.defaults, **chosen, **params}

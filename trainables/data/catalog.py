@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainables.data.dataset import Dataset
-from trainables.errors import ConfigError, MissingDataError
+from trainables.errors import ConfigError, MissingDataError, did_you_mean
 from trainables.registry import Registry
 
 DATA_ENV = "VFLSWEEP_DATA"
@@ -114,7 +114,8 @@ def reject_params(dataset: str, params: dict[str, object], allowed: tuple[str, .
     extra = sorted(set(params) - set(allowed))
     if extra:
         allowed_text = ", ".join(allowed) if allowed else "none"
+        hint = did_you_mean(extra[0], allowed) if len(extra) == 1 else ""
         raise ConfigError(
             f"dataset {dataset!r} got unknown parameter(s) {', '.join(extra)}; "
-            f"allowed: {allowed_text}"
+            f"{hint}allowed: {allowed_text}"
         )

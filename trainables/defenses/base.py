@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import Message
 from trainables.registry import Registry
 
@@ -73,12 +73,7 @@ class Defense:
             raise ConfigError(
                 f"defense {self.name!r}: party={party!r}; allowed: {', '.join(self.info.parties)}"
             )
-        unknown = sorted(set(params) - set(self.defaults))
-        if unknown:
-            allowed = ", ".join(["party", *self.defaults])
-            raise ConfigError(
-                f"defense {self.name!r}: unknown parameter(s) {unknown}; allowed: {allowed}"
-            )
+        refuse_unknown(f"defense {self.name!r}", params, ["party", *self.defaults])
         self.party = str(party)
         self.params = {**self.defaults, **params}
         self.strength = float(self.info.grid[0] if strength is None else strength)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from trainables.errors import ConfigError
+from trainables.errors import refuse_unknown
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty
 from trainables.registry import Registry
@@ -69,12 +69,7 @@ class Protocol:
     defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **params: Any) -> None:
-        unknown = sorted(set(params) - set(self.defaults))
-        if unknown:
-            allowed = ", ".join(self.defaults) or "none"
-            raise ConfigError(
-                f"protocol {self.name!r}: unknown parameter(s) {unknown}; allowed: {allowed}"
-            )
+        refuse_unknown(f"protocol {self.name!r}", params, list(self.defaults))
         self.params = {**self.defaults, **params}
         self.validate()
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import Message
 from trainables.registry import Registry
 
@@ -197,12 +197,7 @@ class Codec:
     defaults: ClassVar[dict[str, Any]] = {"gradients": 0}
 
     def __init__(self, **params: Any) -> None:
-        unknown = sorted(set(params) - set(self.defaults))
-        if unknown:
-            raise ConfigError(
-                f"codec {self.name!r}: unknown parameter(s) {unknown}; "
-                f"allowed: {', '.join(self.defaults)}"
-            )
+        refuse_unknown(f"codec {self.name!r}", params, list(self.defaults))
         self.params = {**self.defaults, **params}
         gradients = self.params["gradients"]
         if gradients not in (0, 1):  # True/False compare equal to 1/0
