@@ -20,7 +20,7 @@ from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import BatchSchedule, Message
 from trainables.registry import Registry
 
-ATTACKS: Registry = Registry("attack")
+ATTACKS: Registry = Registry("attack", "vflsweep.attacks", "trainables.attacks")
 
 AttackType = Literal["LI", "FR", "TB", "NTB"]
 

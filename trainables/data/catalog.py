@@ -24,7 +24,7 @@ SIBLING_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 
 Loader = Callable[..., Dataset]
 
-DATASETS: Registry[Loader] = Registry("dataset")
+DATASETS: Registry[Loader] = Registry("dataset", "vflsweep.datasets", "trainables.data")
 
 
 def builtin(loader: Loader) -> Loader:

@@ -38,7 +38,7 @@ from trainables.registry import Registry
 if TYPE_CHECKING:
     from trainables.party import Party
 
-DEFENSES: Registry = Registry("defense")
+DEFENSES: Registry = Registry("defense", "vflsweep.defenses", "trainables.defenses")
 
 PARTIES = ("active", "passive")
 

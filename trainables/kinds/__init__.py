@@ -18,7 +18,7 @@ from trainables.kinds.tree import TreeKind
 from trainables.registry import Registry
 from trainables.spec import TrialSpec
 
-TRIAL_KINDS: Registry[TrialKind] = Registry("trial kind")
+TRIAL_KINDS: Registry[TrialKind] = Registry("trial kind", "vflsweep.kinds", "trainables.kinds")
 TRIAL_KINDS.register("nn", NNKind())
 TRIAL_KINDS.register("hssl", HSSLKind())
 TRIAL_KINDS.register("fedcvt", FedCVTKind())
