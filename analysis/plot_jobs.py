@@ -158,6 +158,11 @@ class Figures:
             for attack, part in ap_mp_points(value).groupby("attack", observed=True):
                 path = self.folder / f"ap_mp_{attack}.png"
                 self.pool.submit("analysis.plots:plot_ap_mp", part, str(attack), path)
+            if "split_importance" in value and value["split_importance"].notna().any():
+                columns = ["dataset", "attack", "defense", "defense_param", "status"]
+                points = value[[*columns, "split_importance", "ap_advantage"]]
+                path = self.folder / "split_leakage.png"
+                self.pool.submit("analysis.split_leakage:plot", points, path)
         elif name == "beta":
             assert isinstance(value, pd.DataFrame)
             if len(value.dropna(subset=["rank"])):

@@ -233,6 +233,11 @@ def write_tables(report: Report, folder: Path) -> None:
     for axis, pairs in report.gaps.items():
         write_csv(pairs, folder / f"dcs_gap_{axis}.csv")
         write_csv(gap_summary(pairs), folder / f"dcs_gap_{axis}_summary.csv")
+    if "split_importance" in dcs.columns and dcs["split_importance"].notna().any():
+        from analysis import split_leakage  # VertiBench splits: leakage vs measured importance
+
+        write_csv(split_leakage.bins(dcs), folder / "split_leakage_bins.csv")
+        write_csv(split_leakage.slopes(dcs), folder / "split_leakage_slopes.csv")
 
 
 def write_index(report: Report, folder: Path) -> None:

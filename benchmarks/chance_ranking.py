@@ -24,24 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import run_space
 
 
 def run_sweep(results: Path) -> float:
-    """The trust sweep (resumes: only missing trainings run); its wall seconds."""
-    start = time.perf_counter()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    cmd = [sys.executable, "sweep.py", "--space", "trust", "--results", str(results)]
-    subprocess.run([*cmd, "--no-mlflow"], cwd=ROOT, env=env, check=True, capture_output=True)
-    return time.perf_counter() - start
+    return run_space("trust", results)
 
 
 def measure(sweep_dir: Path, detail: str) -> dict[str, object]:

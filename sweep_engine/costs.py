@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainables.data.cache import cache_root
+
 if TYPE_CHECKING:
     from trainables.spec import TrialSpec
 
-CACHE_ENV = "VFLSWEEP_CACHE"
 KEEP = 25  # observations kept per key (the newest): the median of these is the value
 VERSION = 1
 
@@ -60,13 +61,7 @@ def fingerprint() -> str:
 
 
 def cache_path() -> Path:
-    root = os.environ.get(CACHE_ENV)
-    if root:
-        base = Path(root)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "vflsweep"
-    return base / f"costs-{fingerprint()}.json"
+    return cache_root() / f"costs-{fingerprint()}.json"
 
 
 @dataclass

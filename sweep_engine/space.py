@@ -35,7 +35,13 @@ from trainables.spec import (
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 # grid axes may be dotted into these: "protocol_params.q", "model_params.n_trees"
-NESTED_FIELDS = ("protocol_params", "dataset_params", "model_params", "defense_params")
+NESTED_FIELDS = (
+    "protocol_params",
+    "dataset_params",
+    "model_params",
+    "defense_params",
+    "split_params",
+)
 METRICS = ("mp", "rounds", "comm_bytes", "train_seconds")
 MAX_CELLS = 100_000  # default of run.max_cells
 MAX_NAME = 100  # characters of a space's name (a file name, with room for suffixes)

@@ -80,6 +80,7 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
         ("dataset", spec.dataset, lambda: DATASETS.get(spec.dataset))
     ]
     out.append(("split_scheme", spec.split_scheme, lambda: _split_scheme(spec.split_scheme)))
+    out += _split_params_checks(spec, varied)
     if spec.ssl_variant not in ssl_variant_names():
         out.append(("ssl_variant", spec.ssl_variant, lambda: _unknown_ssl(spec.ssl_variant)))
     if spec.train_attack != "none":
@@ -144,6 +145,33 @@ def _split_scheme(scheme: str) -> None:
     if scheme not in SCHEMES:
         hint = did_you_mean(scheme, SCHEMES)
         raise ConfigError(f"unknown split scheme; {hint}allowed: {', '.join(SCHEMES)}")
+
+
+def _split_params_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any]]:
+    """One check per ``split_params`` key of a VertiBench scheme; a fixed scheme given any
+    is refused here unless an axis varies the scheme (those cells are dropped instead)."""
+    from trainables.data.vertibench_split import PARAMS, check_param
+
+    def scheme_of(key: str) -> str:  # a varied scheme: the VertiBench scheme taking ``key``
+        if spec.split_scheme in PARAMS:
+            return spec.split_scheme
+        return next((s for s in PARAMS if key in PARAMS[s]), next(iter(PARAMS)))
+
+    if spec.split_scheme in PARAMS or "split_scheme" in varied:
+        return [
+            (f"split_params.{k}", v, lambda k=k, v=v: check_param(scheme_of(k), k, v))
+            for k, v in spec.split_params.items()
+        ]
+    if not spec.split_params:
+        return []
+
+    def refuse() -> None:
+        raise ConfigError(
+            f"split_scheme {spec.split_scheme!r} takes no parameters; allowed: split_params "
+            "only with split_scheme importance (alpha) or correlation (beta, n_gen)"
+        )
+
+    return [("split_params", dict(spec.split_params), refuse)]
 
 
 def _unknown_ssl(name: str) -> None:

@@ -69,6 +69,26 @@ CASES: dict[str, tuple[str, list[str]]] = {
         GOOD + "grid: {n_parties: [31, 40]}\n",
         ["every cell was dropped", "n_parties=31", "[2, 30]"],
     ),
+    "split_alpha_not_positive": (
+        GOOD + "grid: {split_scheme: [importance], split_params.alpha: [1.0, 0]}\n",
+        ["grid.split_params.alpha[1]", "alpha=0", "a number > 0"],
+    ),
+    "split_beta_out_of_range": (
+        "name: x\nbase: {split_scheme: correlation, split_params: {beta: 1.5}}\n",
+        ["base.split_params.beta=1.5", "[0, 1]"],
+    ),
+    "split_param_unknown": (
+        "name: x\nbase: {split_scheme: importance, split_params: {beta: 0.5}}\n",
+        ["base.split_params.beta", "unknown for split_scheme 'importance'", "allowed: alpha"],
+    ),
+    "split_params_on_fixed_scheme": (
+        "name: x\nbase: {split_scheme: blocks, split_params: {alpha: 1.0}}\n",
+        ["base.split_params", "'blocks' takes no parameters", "importance (alpha)"],
+    ),
+    "split_more_parties_than_fields": (
+        "name: x\nbase: {split_scheme: importance}\ngrid: {n_parties: [31]}\n",
+        ["every cell was dropped", "n_parties=31", "[2, 30]"],
+    ),
     "aligned_ratio_out_of_range": (
         GOOD + "grid: {aligned_ratio: [0.5, 1.5]}\n",
         ["grid.aligned_ratio[1]", "1.5", "less than or equal to 1"],

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
+from trainables.data.split import split_record
 from trainables.spec import TrialSpec
 
 ENGINE_VERSION = "0.1.0"
@@ -32,6 +33,10 @@ RECORD_SCHEMA = pa.schema(
         ("attack_type", pa.string()),
         ("attacker_party", pa.int32()),
         ("ssl_variant", pa.string()),
+        ("split_scheme", pa.string()),
+        ("split_param", pa.float64()),
+        ("split_importance", pa.float64()),
+        ("split_correlation", pa.float64()),
         ("aligned_ratio", pa.float64()),
         ("n_labeled", pa.int64()),
         ("seed", pa.int64()),
@@ -100,6 +105,12 @@ class Record:
     epsilon: float | None = None  # DP privacy spent at delta=1e-5, where a defense accounts it
     rounds_to_target: int | None = None  # first round whose MP reached spec.target_mp
     extra: str = "{}"  # JSON: measurements particular to a model, protocol or defense
+    # the column split: scheme, its α or β, and what a VertiBench split measured (the
+    # passive parties' share of the Shapley importance; β of a correlation split)
+    split_scheme: str = "auto"
+    split_param: float | None = None
+    split_importance: float | None = None
+    split_correlation: float | None = None
     status: str = "ok"
     error: str = ""
     engine_version: str = ENGINE_VERSION
@@ -107,7 +118,16 @@ class Record:
 
     @classmethod
     def clean(cls, spec: TrialSpec, n_labeled: int, **measured: object) -> Record:
-        """The ``attack='none'`` row of ``spec`` with the measured values."""
+        """The ``attack='none'`` row of ``spec`` with the measured values (and its split's,
+        from ``split_record``; the per-party importance shares go to ``extra``)."""
+        split = split_record(spec)
+        shares = split.pop("split_party_importance", None)
+        if shares is not None:
+            extra = json.loads(str(measured.get("extra", "{}")))
+            measured = {
+                **measured,
+                "extra": json.dumps({**extra, "split_party_importance": shares}),
+            }
         return cls(
             config_hash=spec.config_hash,
             setting_hash=setting_hash(spec),
@@ -122,6 +142,7 @@ class Record:
             n_labeled=n_labeled,
             seed=spec.seed,
             spec_json=spec.model_dump_json(),
+            **split,
             **{"defense": defense_label(spec), "defense_param": spec.defense_param, **measured},  # type: ignore[arg-type]
         )
 

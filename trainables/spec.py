@@ -141,6 +141,11 @@ class DefenseEntry(BaseModel):
     params: Params = Field(default_factory=dict)
 
 
+# Fields added after records existed: at their default they are left out of config_hash,
+# so a sweep started before them resumes and golden records keep their ids.
+NEW_AT_DEFAULT_UNHASHED = ("split_params",)
+
+
 class TrialSpec(BaseModel):
     """Everything that determines a trial's records (with the seed); nothing about where it runs."""
 
@@ -149,7 +154,8 @@ class TrialSpec(BaseModel):
     dataset: str = "breast_cancer"
     dataset_params: Params = Field(default_factory=dict)
     n_parties: Int = Field(2, ge=2)
-    split_scheme: str = "auto"
+    split_scheme: str = "auto"  # trainables/data/split.py SCHEMES
+    split_params: Params = Field(default_factory=dict)  # importance: alpha; correlation: beta
     partition: Literal["agg", "split"] = "agg"
     model: str | None = None  # None -> the dataset's VFLAIR default
     model_params: Params = Field(default_factory=dict)  # e.g. tree depth
@@ -198,7 +204,11 @@ class TrialSpec(BaseModel):
     @property
     def config_hash(self) -> str:
         """Stable 16-hex-digit id of this spec: same fields, same hash, on any machine."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        fields = self.model_dump(mode="json")
+        for name in NEW_AT_DEFAULT_UNHASHED:  # old specs keep their hashes (and records)
+            if fields[name] == TrialSpec.model_fields[name].get_default(call_default_factory=True):
+                del fields[name]
+        blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def __hash__(self) -> int:  # dict fields are not hashable; the content hash is

@@ -14,13 +14,21 @@ from trainables.data.catalog import DATASETS, default_data_dir, load_dataset
 from trainables.data.dataset import Dataset
 from trainables.data.mnist import read_idx
 from trainables.data.scaling import Scaler, default_scaler_kind
-from trainables.data.split import SampleSplit, split_samples, vertical_split
+from trainables.data.split import (
+    SampleSplit,
+    check_columns,
+    columns_for,
+    split_samples,
+    vertical_split,
+)
 
 __all__ = [
     "DATASETS",
     "Dataset",
     "SampleSplit",
     "Scaler",
+    "check_columns",
+    "columns_for",
     "default_data_dir",
     "default_scaler_kind",
     "load_dataset",

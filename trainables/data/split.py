@@ -10,14 +10,17 @@ do with MNIST).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from trainables.data.dataset import Dataset
 from trainables.errors import ConfigError
 
-SCHEMES = ("auto", "blocks", "halves", "quarters", "stripes")
+FIXED = ("auto", "blocks", "halves", "quarters", "stripes")  # a function of the data alone
+SCHEMES = (*FIXED, "importance", "correlation")  # the last two: VertiBench's, seeded
 
 
 def _cols(indices: np.ndarray | list[int]) -> np.ndarray:
@@ -66,8 +69,11 @@ def vertical_split(ds: Dataset, n_parties: int, scheme: str = "auto") -> list[np
     if isinstance(n_parties, bool) or not isinstance(n_parties, int | np.integer):
         raise ConfigError(f"n_parties={n_parties!r} must be an integer >= 2")
     n_parties = int(n_parties)
-    if scheme not in SCHEMES:
-        raise ConfigError(f"unknown split scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    if scheme not in FIXED:
+        raise ConfigError(
+            f"unknown split scheme {scheme!r} here; known: {', '.join(FIXED)} "
+            f"({', '.join(SCHEMES[len(FIXED) :])} need a trial spec: use columns_for)"
+        )
     shape = ds.image_shape
     if scheme == "auto":
         scheme = (
@@ -93,6 +99,95 @@ def vertical_split(ds: Dataset, n_parties: int, scheme: str = "auto") -> list[np
     if min(shape) < 2:
         raise ConfigError(f"split scheme {scheme!r} needs an image at least 2x2, got {shape}")
     return _stripes(shape, 2) if scheme == "halves" else _quarters(shape)
+
+
+class SpecLike(Protocol):
+    """The fields of a trial spec that decide its column split."""
+
+    dataset: str
+    dataset_params: Mapping[str, Any]
+    n_parties: int
+    split_scheme: str
+    split_params: Mapping[str, Any]
+    seed: int
+
+
+def columns_for(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> list[np.ndarray]:
+    """Column indices per party for ``spec``: the one place every kind divides columns.
+
+    ``split_scheme`` picks the scheme, ``split_params`` its parameters, ``seed`` its draw
+    (VertiBench's schemes); ``n_parties`` overrides the spec's for kinds with a fixed count.
+    What a seeded split measured is kept for the trial's records (``split_record``).
+    """
+    n = spec.n_parties if n_parties is None else n_parties
+    if spec.split_scheme in FIXED:
+        if spec.split_params:
+            keys = ", ".join(sorted(spec.split_params))
+            raise ConfigError(
+                f"split_params ({keys}) given, but split_scheme {spec.split_scheme!r} takes "
+                "none; allowed: split_params only with importance (alpha) or correlation "
+                "(beta, n_gen)"
+            )
+        return vertical_split(ds, n, spec.split_scheme)
+    from trainables.data import vertibench_split
+
+    check_columns(spec, ds, n)
+    columns, measured = vertibench_split.split(
+        ds, n, spec.split_scheme, spec.split_params, spec.seed
+    )
+    _MEASURED[_split_key(spec, n)] = measured
+    return columns
+
+
+def check_columns(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> None:
+    """``columns_for``'s refusals without its work (a planner's cheap check): bad scheme,
+    bad parameters, more parties than the scheme can give columns to."""
+    n = spec.n_parties if n_parties is None else n_parties
+    if spec.split_scheme in FIXED:
+        if spec.split_params:
+            columns_for(spec, ds, n)  # raises: a fixed scheme takes no parameters
+        vertical_split(ds, n, spec.split_scheme)
+        return
+    from trainables.data import vertibench_split
+
+    if spec.split_scheme not in SCHEMES:
+        raise ConfigError(
+            f"unknown split scheme {spec.split_scheme!r}; known: {', '.join(SCHEMES)}"
+        )
+    vertibench_split.params_of(spec.split_scheme, spec.split_params)
+    _check_parties(ds, n, len(ds.feature_groups), "feature groups (fields)")
+
+
+_MEASURED: dict[tuple[Any, ...], Any] = {}
+
+
+def _split_key(spec: SpecLike, n_parties: int) -> tuple[Any, ...]:
+    data = tuple(sorted(spec.dataset_params.items()))
+    params = tuple(sorted(spec.split_params.items()))
+    return (spec.dataset, data, n_parties, spec.split_scheme, params, spec.seed)
+
+
+def split_record(spec: SpecLike, n_parties: int | None = None) -> dict[str, Any]:
+    """The record columns of ``spec``'s split: scheme, its parameter (α or β), and, when
+    this process made a seeded split for it, the passive parties' share of the Shapley
+    importance (the active party is the last) and the correlation β it measured; the
+    per-party shares go to ``extra``."""
+    n = spec.n_parties if n_parties is None else n_parties
+    param = None
+    if spec.split_scheme in SCHEMES and spec.split_scheme not in FIXED:
+        from trainables.data.vertibench_split import MAIN_PARAM, params_of
+
+        param = params_of(spec.split_scheme, spec.split_params)[MAIN_PARAM[spec.split_scheme]]
+    out: dict[str, Any] = {
+        "split_scheme": spec.split_scheme,
+        "split_param": None if param is None else float(param),
+    }
+    measured = _MEASURED.get(_split_key(spec, n))
+    if measured is not None:
+        out["split_importance"] = float(sum(measured.importance[:-1]))
+        out["split_correlation"] = measured.correlation
+        out["split_party_importance"] = [round(x, 6) for x in measured.importance]
+    return out
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,11 @@ class FedSSLKind(TrialKind):
         reason = option_incompatibility(spec)
         if reason is not None:
             return reason
+        if spec.split_scheme != "auto" or spec.split_params:
+            return (
+                f"split_scheme={spec.split_scheme!r}: FedSSL is horizontal (every agent holds "
+                "whole images), so no column split applies; leave split_scheme at auto"
+            )
         from trainables.fedssl.data import split_rows
 
         ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)

@@ -21,10 +21,11 @@ import numpy as np
 from trainables.data import (
     Dataset,
     Scaler,
+    check_columns,
+    columns_for,
     default_scaler_kind,
     load_dataset,
     split_samples,
-    vertical_split,
 )
 from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError, MissingDataError
@@ -96,7 +97,7 @@ def prepare_parties(
 ) -> PreparedTrial:
     """Split ``ds`` into party inits for ``spec``; raises ConfigError on impossible specs."""
     protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    columns = vertical_split(ds, spec.n_parties, spec.split_scheme)
+    columns = columns_for(spec, ds)
     samples = split_samples(
         len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
         n_aligned=spec.n_aligned,
@@ -276,7 +277,7 @@ def records_of(
 def rows_incompatibility(spec: TrialSpec, ds: Dataset) -> str | None:
     """Why ``ds`` cannot host ``spec``'s parties and rows (too few columns or rows), or None."""
     try:
-        vertical_split(ds, spec.n_parties, spec.split_scheme)
+        check_columns(spec, ds)
         split_samples(
             len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed,
             n_aligned=spec.n_aligned,

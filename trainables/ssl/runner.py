@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from trainables.data import Dataset, Scaler, default_scaler_kind, split_samples, vertical_split
+from trainables.data import (
+    Dataset,
+    Scaler,
+    check_columns,
+    columns_for,
+    default_scaler_kind,
+    split_samples,
+)
 from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError
 from trainables.kinds.base import AttackSpec
@@ -100,7 +107,7 @@ def party_inits(
     the attacker party a message log / training-time attack as the ``attacks`` need."""
     from trainables.kinds.nn import _attack_needs, _aux_for
 
-    columns = vertical_split(ds, 2, spec.split_scheme)
+    columns = columns_for(spec, ds, n_parties=2)
     rows = choose_rows(spec, ds, opts.n_local)
     kind = default_scaler_kind(ds)
     parts = []
@@ -192,7 +199,7 @@ def check_cvt(spec: TrialSpec) -> None:
 def rows_incompatibility(spec: TrialSpec, ds: Dataset) -> str | None:
     """Why the dataset cannot host this spec (too few rows), or None."""
     try:
-        vertical_split(ds, spec.n_parties, spec.split_scheme)
+        check_columns(spec, ds)
         rows = choose_rows(spec, ds, cvt_options(spec, True).n_local)
     except ConfigError as err:
         return str(err)

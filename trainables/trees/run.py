@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from trainables.data import Dataset, load_dataset, split_samples, vertical_split
+from trainables.data import Dataset, check_columns, columns_for, load_dataset, split_samples
 from trainables.errors import ConfigError
 from trainables.records import Record
 from trainables.registry import Registry
@@ -92,10 +92,11 @@ def encrypt_flag(spec: TrialSpec, default: bool) -> bool:
 
 
 def tree_data(spec: TrialSpec, ds: Dataset) -> TreeData:
-    columns = vertical_split(ds, spec.n_parties, spec.split_scheme)
+    columns = columns_for(spec, ds)
     samples = split_samples(
-        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train
-    )
+        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
+        n_aligned=spec.n_aligned,
+    )  # fmt: skip
     rows = samples.labeled
     return TreeData(
         X_train=tuple(np.ascontiguousarray(ds.X_train[rows][:, c]) for c in columns),
@@ -123,8 +124,11 @@ def refusal(spec: TrialSpec, messages: str) -> str | None:
 def rows_refusal(spec: TrialSpec, ds: Dataset) -> str | None:
     """Why ``ds`` cannot host ``spec``'s parties and rows, or None."""
     try:
-        vertical_split(ds, spec.n_parties, spec.split_scheme)
-        split_samples(len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed)
+        check_columns(spec, ds)
+        split_samples(
+            len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed,
+            n_aligned=spec.n_aligned,
+        )  # fmt: skip
     except ConfigError as err:
         return str(err)
     return None

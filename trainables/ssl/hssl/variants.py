@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from trainables.data import Dataset, Scaler, default_scaler_kind, split_samples, vertical_split
+from trainables.data import Dataset, Scaler, columns_for, default_scaler_kind, split_samples
 from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
@@ -222,6 +222,12 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
             f"augmentation, but dataset {spec.dataset!r} is tabular (its views are corrupted "
             "rows); leave image_aug out"
         )
+    if ds.image_shape is not None and spec.split_scheme in ("importance", "correlation"):
+        return (
+            f"split_scheme={spec.split_scheme!r} scatters image pixels among parties, but "
+            f"HSSL's image views crop and flip each party's image region; use auto, halves, "
+            "quarters or stripes on an image dataset"
+        )
     return rows_incompatibility(spec, ds)
 
 
@@ -260,7 +266,7 @@ def prepare(spec: TrialSpec, ds: Dataset, record: bool = False) -> HSSLData:
     """The pretraining inits (active last, no labels anywhere) and the fine-tuning rows."""
     plan = parse_variant(spec.ssl_variant)
     cfg = hssl_config(spec, plan, options(spec))
-    columns = vertical_split(ds, spec.n_parties, spec.split_scheme)
+    columns = columns_for(spec, ds)
     s = split_samples(
         len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
         n_aligned=spec.n_aligned,

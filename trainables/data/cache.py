@@ -1,0 +1,50 @@
+"""The engine's per-machine cache folder, and small JSON files kept in it.
+
+Why one place: the cost cache (``sweep_engine/costs.py``) and the per-dataset measurements
+of VertiBench splits (``trainables/data/vertibench_split.py``) both keep results that are
+slow to compute and the same on every run; ``$VFLSWEEP_CACHE`` moves all of them (the test
+suite points it at a temporary folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "VFLSWEEP_CACHE"
+
+
+def cache_root() -> Path:
+    """``$VFLSWEEP_CACHE``, else ``$XDG_CACHE_HOME/vflsweep``, else ``~/.cache/vflsweep``."""
+    root = os.environ.get(CACHE_ENV)
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "vflsweep"
+
+
+def cached_json(name: str, compute: Callable[[], Any]) -> Any:
+    """The JSON value stored as ``<cache>/<name>.json``, computing and storing it if absent.
+
+    Writes are atomic (a temporary file renamed over), so workers that compute the same
+    value at once both end with a whole file; an unreadable file is computed again.
+    """
+    path = cache_root() / f"{name}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    value = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(value, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home still computes; it only computes again next time
+    return value
