@@ -174,3 +174,35 @@ def _breast_cancer() -> Dataset:
     from trainables.data import load_dataset
 
     return load_dataset("breast_cancer")
+
+
+def test_leakage_slope_recovers_a_known_trend_and_names_collapse() -> None:
+    """analysis/split_leakage.py on rows with a planted trend (advantage = 0.2 + 0.6 x,
+    small noise) and on rows at chance everywhere."""
+    import pandas as pd
+
+    from analysis import split_leakage
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, 24)
+    base = {"dataset": "d", "status": "ok", "ap_advantage_se": 0.01}
+    rows = [
+        {**base, "attack": "pmc", "defense": "none", "defense_param": np.nan,
+         "split_importance": v, "ap_advantage": 0.2 + 0.6 * v + rng.normal(0, 0.02)}
+        for v in x
+    ] + [
+        {**base, "attack": "pmc", "defense": "gdp", "defense_param": 0.01,
+         "split_importance": v, "ap_advantage": 0.0}
+        for v in x
+    ]  # fmt: skip
+    records = pd.DataFrame(rows)
+    slopes = split_leakage.slopes(records).set_index("defense_label")
+    trend = slopes.loc["none"]
+    assert trend["lo"] < 0.6 < trend["hi"] and trend["lo"] > 0.5 and trend["rho"] > 0.9
+    assert "leaks more" in split_leakage.verdict(trend)
+    assert split_leakage.verdict(slopes.loc["gdp 0.01"]).startswith("at chance")
+    bins = split_leakage.bins(records)
+    top = bins[(bins["defense_label"] == "none") & (bins["importance_bin"] == "[0.8, 1.0]")]
+    low = bins[(bins["defense_label"] == "none") & (bins["importance_bin"] == "[0.0, 0.2)")]
+    assert float(top["mean"].iloc[0]) > float(low["mean"].iloc[0]) + 0.3
+    assert int(bins["trainings"].sum()) == 48
