@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.dataset as pads
@@ -61,51 +59,9 @@ def test_smoke_records_exactly_the_plan_and_a_rerun_adds_nothing(tmp_path: Path)
     assert len(read_records(results, "smoke")) == 8
 
 
-def test_killed_driver_then_rerun_records_every_training_once(
-    tmp_path: Path, ray_session: None
-) -> None:
-    import ray
-
-    address = ray.get_runtime_context().gcs_address
-    space = write_space(
-        tmp_path,
-        "killed",
-        "base: {dataset: digits, epochs: 15}\n"
-        "grid: {seed: [0, 1, 2, 3, 4, 5], partition: [agg, split]}\n"
-        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
-        "run: {max_concurrent_trials: 2, pack: 1}\n",
-    )
-    results = tmp_path / "results"
-    records = results / "killed" / "records"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "sweep.py",
-            "--space",
-            str(space),
-            "--results",
-            str(results),
-            "--address",
-            address,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 240
-    while time.time() < deadline and len(list(records.glob("*.parquet"))) < 3:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    before = len(list(records.glob("*.parquet")))
-    assert 3 <= before < 12, before
-
-    rerun = sweep("--space", str(space), "--results", str(results), "--address", address)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"{before} already recorded, {12 - before} to run" in rerun.stdout
-    rows = read_records(results, "killed")
-    assert len(rows) == 12 and len({r["trial_id"] for r in rows}) == 12
-    assert not list(records.glob(".*"))  # no temporary file left behind
+# A driver SIGKILLed mid-sweep and the rerun recording every training exactly once (no
+# temporary left, only the missing ones run) is tests/test_reliability_driver.py's
+# test_driver_killed_at_three_points_then_rerun_completes_exactly_once (steps 2 and 4).
 
 
 def test_sweep_on_a_multi_node_cluster_through_address(tmp_path: Path) -> None:
