@@ -18,6 +18,7 @@ attack's no-information baseline):
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +52,9 @@ def bins(records: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     index = np.clip(np.digitize(rows["split_importance"], EDGES[1:-1]), 0, len(EDGES) - 2)
-    rows["importance_bin"] = [f"[{EDGES[i]:.1f}, {EDGES[i + 1]:.1f})" for i in index]
-    rows["importance_bin"] = rows["importance_bin"].str.replace("[0.8, 1.0)", "[0.8, 1.0]")
+    labels = [f"[{lo:.1f}, {hi:.1f})" for lo, hi in pairwise(EDGES)]
+    labels[-1] = labels[-1][:-1] + "]"  # the last bin holds 1.0 too
+    rows["importance_bin"] = [labels[i] for i in index]
     out = cell_stats(rows, [*KEYS, "importance_bin"], "ap_advantage", "ap_advantage_se")
     out = out.rename(columns={"n": "trainings"})
     return out.sort_values([*KEYS, "importance_bin"]).reset_index(drop=True)

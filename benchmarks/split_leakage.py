@@ -69,6 +69,7 @@ def first_use(datasets: tuple[str, ...] = ("breast_cancer", "digits")) -> dict[s
     from trainables.data import vertibench_split as vs
 
     out: dict[str, object] = {}
+    before = os.environ.get("VFLSWEEP_CACHE")
     with tempfile.TemporaryDirectory() as cache:
         os.environ["VFLSWEEP_CACHE"] = cache
         for name in datasets:
@@ -83,6 +84,10 @@ def first_use(datasets: tuple[str, ...] = ("breast_cancer", "digits")) -> dict[s
                 "importance": round(middle - start, 1),
                 "icor_range": round(end - middle, 1),
             }
+    if before is None:
+        os.environ.pop("VFLSWEEP_CACHE")
+    else:
+        os.environ["VFLSWEEP_CACHE"] = before
     return out
 
 

@@ -150,7 +150,7 @@ def _split_scheme(scheme: str) -> None:
 def _split_params_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any]]:
     """One check per ``split_params`` key of a VertiBench scheme; a fixed scheme given any
     is refused here unless an axis varies the scheme (those cells are dropped instead)."""
-    from trainables.data.vertibench_split import PARAMS, check_param
+    from trainables.data.vertibench_split import PARAMS, check_param, refuse_params
 
     def scheme_of(key: str) -> str:  # a varied scheme: the VertiBench scheme taking ``key``
         if spec.split_scheme in PARAMS:
@@ -164,14 +164,8 @@ def _split_params_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, A
         ]
     if not spec.split_params:
         return []
-
-    def refuse() -> None:
-        raise ConfigError(
-            f"split_scheme {spec.split_scheme!r} takes no parameters; allowed: split_params "
-            "only with split_scheme importance (alpha) or correlation (beta, n_gen)"
-        )
-
-    return [("split_params", dict(spec.split_params), refuse)]
+    params = dict(spec.split_params)
+    return [("split_params", params, lambda: refuse_params(spec.split_scheme, params))]
 
 
 def _unknown_ssl(name: str) -> None:

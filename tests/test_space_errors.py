@@ -83,7 +83,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "split_params_on_fixed_scheme": (
         "name: x\nbase: {split_scheme: blocks, split_params: {alpha: 1.0}}\n",
-        ["base.split_params", "'blocks' takes no parameters", "importance (alpha)"],
+        ["base.split_params", "'blocks' takes none", "importance (alpha)"],
     ),
     "split_more_parties_than_fields": (
         "name: x\nbase: {split_scheme: importance}\ngrid: {n_parties: [31]}\n",

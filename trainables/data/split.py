@@ -120,18 +120,11 @@ def columns_for(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> li
     What a seeded split measured is kept for the trial's records (``split_record``).
     """
     n = spec.n_parties if n_parties is None else n_parties
+    check_columns(spec, ds, n)
     if spec.split_scheme in FIXED:
-        if spec.split_params:
-            keys = ", ".join(sorted(spec.split_params))
-            raise ConfigError(
-                f"split_params ({keys}) given, but split_scheme {spec.split_scheme!r} takes "
-                "none; allowed: split_params only with importance (alpha) or correlation "
-                "(beta, n_gen)"
-            )
         return vertical_split(ds, n, spec.split_scheme)
     from trainables.data import vertibench_split
 
-    check_columns(spec, ds, n)
     columns, measured = vertibench_split.split(
         ds, n, spec.split_scheme, spec.split_params, spec.seed
     )
@@ -142,13 +135,14 @@ def columns_for(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> li
 def check_columns(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> None:
     """``columns_for``'s refusals without its work (a planner's cheap check): bad scheme,
     bad parameters, more parties than the scheme can give columns to."""
+    from trainables.data import vertibench_split
+
     n = spec.n_parties if n_parties is None else n_parties
     if spec.split_scheme in FIXED:
         if spec.split_params:
-            columns_for(spec, ds, n)  # raises: a fixed scheme takes no parameters
+            vertibench_split.refuse_params(spec.split_scheme, spec.split_params)
         vertical_split(ds, n, spec.split_scheme)
         return
-    from trainables.data import vertibench_split
 
     if spec.split_scheme not in SCHEMES:
         raise ConfigError(
@@ -175,9 +169,9 @@ def split_record(spec: SpecLike, n_parties: int | None = None) -> dict[str, Any]
     n = spec.n_parties if n_parties is None else n_parties
     param = None
     if spec.split_scheme in SCHEMES and spec.split_scheme not in FIXED:
-        from trainables.data.vertibench_split import MAIN_PARAM, params_of
+        from trainables.data.vertibench_split import params_of
 
-        param = params_of(spec.split_scheme, spec.split_params)[MAIN_PARAM[spec.split_scheme]]
+        param = next(iter(params_of(spec.split_scheme, spec.split_params).values()))
     out: dict[str, Any] = {
         "split_scheme": spec.split_scheme,
         "split_param": None if param is None else float(param),

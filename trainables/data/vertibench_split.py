@@ -34,7 +34,8 @@ from trainables.data.dataset import Dataset
 from trainables.errors import ConfigError
 
 SCHEMES = ("importance", "correlation")
-# parameter -> (default, check, what is allowed); VertiBench's defaults
+# scheme -> parameter -> (VertiBench's default, what is allowed); the first one is the
+# knob a record names as split_param
 PARAMS: dict[str, dict[str, tuple[float, str]]] = {
     "importance": {"alpha": (1.0, "a number > 0 (Dirichlet concentration per party)")},
     "correlation": {
@@ -42,7 +43,6 @@ PARAMS: dict[str, dict[str, tuple[float, str]]] = {
         "n_gen": (100, "an integer >= 1 (BRKGA generations of the min/max Icor search)"),
     },
 }
-MAIN_PARAM = {"importance": "alpha", "correlation": "beta"}  # the record's split_param
 IMPORTANCE_SAMPLE_RATE = 0.01  # VertiBench's ImportanceEvaluator default
 XGB_TREES = 100  # the model whose Shapley values measure importance (xgboost's default)
 _MEMO: dict[str, Any] = {}  # this process's copy of the cached values, by file name
@@ -73,6 +73,16 @@ def check_param(scheme: str, key: str, value: Any) -> float:
     if bad[key]:
         raise ConfigError(f"allowed: {rule}")
     return float(value)
+
+
+def refuse_params(scheme: str, given: Mapping[str, Any]) -> None:
+    """A fixed scheme (``blocks``, ``auto``, ...) given ``split_params``: ConfigError saying
+    which schemes take which."""
+    takes = "; ".join(f"{s} ({', '.join(p)})" for s, p in PARAMS.items())
+    raise ConfigError(
+        f"split_params ({', '.join(sorted(given))}) given, but split_scheme {scheme!r} takes "
+        f"none; allowed: split_params only with split_scheme {takes}"
+    )
 
 
 def params_of(scheme: str, given: Mapping[str, Any]) -> dict[str, float]:
@@ -200,10 +210,7 @@ def icor_range(ds: Dataset, n_parties: int, n_gen: int) -> tuple[float, float]:
     """VertiBench's min and max Icor over field splits into equal parts (BRKGA with its
     default population, ``n_gen`` generations, seed 0); cached per data and settings."""
     name = f"vertibench-icor-{_data_key(ds)}-{n_parties}p-{n_gen}g-{_version()}"
-    return tuple(_icor_range(name, ds, n_parties, n_gen))  # type: ignore[return-value]
 
-
-def _icor_range(name: str, ds: Dataset, n_parties: int, n_gen: int) -> list[float]:
     def compute() -> list[float]:
         F = _field_matrix(ds)
         with _quiet_global_rng(0):
@@ -217,7 +224,8 @@ def _icor_range(name: str, ds: Dataset, n_parties: int, n_gen: int) -> list[floa
                 evaluator.pool.close()
         return [float(evaluator.min_icor), float(evaluator.max_icor)]
 
-    return _memo(name, compute)
+    low, high = _memo(name, compute)
+    return low, high
 
 
 def field_importance(ds: Dataset) -> list[float]:
