@@ -1,0 +1,156 @@
+"""``python -m benchmarks.vflair_side_by_side``: our LRB, NSB and dCor beside VFLAIR's own code.
+
+VFLAIR's numbers are not re-run here: they were measured once by
+``benchmarks/vflair_code/run_vflair.py`` (VFLAIR's own classes on our MNIST rows; commands,
+VFLAIR commit, stubs and wall times in ``benchmarks/vflair_code/measured.json`` and its
+README) and are read from that file. Ours are re-run now with the same settings on the same
+rows (``mnist`` from ``../shared/datasets``: the 10k-row file split 8,000 / 2,000, as the
+export for VFLAIR was made), the same seeds and target class 0:
+
+- LRB (ReplacementBackdoor): no defense, FedSGD, 30 epochs, lr 0.005, batch 1024
+  (VFLAIR's ``mnist_test_attack_nodefense.json`` with Q = 1). AP compared: the share of
+  the 1 % triggered test rows of other classes that the final model puts in the target
+  class (ours as recorded; VFLAIR's recomputed on its final model). VFLAIR's own report
+  (mean over epochs, target-class rows counted) is printed beside it.
+- LRB at batch 128 (``lrb_batch128``): the same, with 63 batches per epoch on our rows
+  (VFLAIR's procedure takes one poison step per batch: 8 per epoch at batch 1024 here,
+  ~59 on the 60k rows of its table; ours one per known target row: 10 per epoch).
+- NSB (NoisySample, N(0, 2) on 1 % of test rows): same training settings. AP = MP on all
+  clean test rows minus accuracy on the noisy rows, both of the final model (VFLAIR's
+  ``attack_metric``, there averaged over epochs: printed beside).
+- dCor (λ = 0.3 and 1e-4): FedSGD, 70 epochs, lr 0.01, batch 1024
+  (``mnist_test_attack_dcor.json``): final MP, and BLI's recovery rate on the first batch
+  (VFLAIR's ``first_epoch_state``; ours inverts the first round too), each with our exact
+  dCor gradient and with ``distances: vflair`` (VFLAIR's float32 distance formula,
+  ``trainables/defenses/dcor.py``).
+
+``agree`` is |mean ours − mean VFLAIR| ≤ the larger of the two standard deviations
+(over seeds): the issue's "within one std". ``--seeds`` defaults to the measured ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from trainables.defenses.dcor import DISTANCES
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.trial import run_trial
+
+MEASURED = Path(__file__).resolve().parent / "vflair_code" / "measured.json"
+
+
+def stats(values: list[float]) -> dict[str, Any]:
+    """mean, std (n-1; 0 for one value), n and the values, rounded."""
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": round(statistics.fmean(values), 4), "std": round(std, 4), "n": len(values),
+            "values": [round(v, 4) for v in values]}  # fmt: skip
+
+
+def side(ours: list[float], theirs: list[float], **extra: Any) -> dict[str, Any]:
+    """One compared quantity: both sides' stats and whether they agree within one std."""
+    a, b = stats(ours), stats(theirs)
+    gap = abs(a["mean"] - b["mean"])
+    return {"ours": a, "vflair": b, "abs_gap": round(gap, 4),
+            "agree": bool(gap <= max(a["std"], b["std"])), **extra}  # fmt: skip
+
+
+def row(records: list[Record], attack: str) -> Record:
+    return next(r for r in records if r.attack == attack)
+
+
+def settings_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """The training settings VFLAIR's run used (one seed's entry), as spec fields."""
+    return {"epochs": int(entry["epochs"]), "lr": float(entry["lr"]),
+            "batch_size": int(entry["batch_size"])}  # fmt: skip
+
+
+def lrb(measured: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    theirs = {s["seed"]: s for s in measured["seeds"]}
+    ap, mp = [], []
+    for seed in seeds:
+        spec = TrialSpec.build(
+            dataset="mnist", seed=seed, train_attack="lrb", train_attack_params={"target": 0},
+            **settings_of(theirs[seed]),
+        )  # fmt: skip
+        rec = row(run_trial(spec), "lrb")
+        ap.append(float(rec.ap))
+        mp.append(float(rec.mp))
+    t = [theirs[s] for s in seeds]
+    return {
+        "ap_final_nontarget": side(ap, [s["final_backdoor_acc_nontarget"] for s in t]),
+        "mp_final": side(mp, [s["final_test_acc"] for s in t]),
+        "vflair_reported_ap_mean_over_epochs": stats(
+            [s["vflair_reported_backdoor_acc_mean_over_epochs"] for s in t]
+        ),
+    }
+
+
+def nsb(measured: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    theirs = {s["seed"]: s for s in measured["seeds"]}
+    ap, mp = [], []
+    for seed in seeds:
+        spec = TrialSpec.build(dataset="mnist", seed=seed, **settings_of(theirs[seed]))
+        records = run_trial(spec, attacks=[("nsb", {})])
+        ap.append(float(row(records, "nsb").ap))
+        mp.append(float(row(records, "none").mp))
+    t = [theirs[s] for s in seeds]
+    return {
+        "ap_final": side(ap, [s["final_test_acc"] - s["final_noisy_sample_acc"] for s in t]),
+        "mp_final": side(mp, [s["final_test_acc"] for s in t]),
+        "vflair_reported_ap_mean_over_epochs": stats(
+            [s["vflair_reported_attack_metric_acc_loss"] for s in t]
+        ),
+    }
+
+
+def dcor(measured: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    """Per λ and per distance form (``exact``, ours; ``vflair``, VFLAIR's float32 formula):
+    final MP and BLI's AP on the first batch (BLI inverts the first round only)."""
+    out: dict[str, Any] = {}
+    for lam, entry in measured["by_lambda"].items():
+        theirs = {s["seed"]: s for s in entry["seeds"]}
+        their_mp = [theirs[s]["final_test_acc"] for s in seeds]
+        their_bli = [theirs[s]["bli_recovery_rate"] for s in seeds]
+        out[lam] = {}
+        for how in DISTANCES:
+            mp, bli = [], []
+            for seed in seeds:
+                spec = TrialSpec.build(
+                    dataset="mnist", seed=seed, defense="dcor", defense_param=float(lam),
+                    defense_params={"distances": how}, **settings_of(theirs[seed]),
+                )  # fmt: skip
+                records = run_trial(spec, attacks=[("bli", {})])
+                mp.append(float(row(records, "none").mp))
+                bli.append(float(row(records, "bli").ap))
+            out[lam][how] = {"mp_final": side(mp, their_mp), "bli_ap": side(bli, their_bli)}
+    return out
+
+
+RUNS = {"lrb": lrb, "lrb_batch128": lrb, "nsb": nsb, "dcor": dcor}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--only", nargs="+", choices=[*RUNS], default=None)
+    args = parser.parse_args()
+    measured = json.loads(MEASURED.read_text())
+    seeds = args.seeds or [s["seed"] for s in measured["lrb"]["seeds"]]
+    start = time.perf_counter()
+    result: dict[str, Any] = {"benchmark": "vflair_side_by_side", "seeds": seeds,
+                              "vflair_commit": measured["meta"]["vflair_commit"]}  # fmt: skip
+    for name, fn in RUNS.items():
+        if (args.only is None or name in args.only) and name in measured:
+            result[name] = fn(measured[name], seeds)
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
