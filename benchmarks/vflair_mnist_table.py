@@ -134,7 +134,7 @@ def summary(table: pd.DataFrame, differ: list[dict[str, object]]) -> dict[str, o
 def rounded(table: pd.DataFrame) -> list[dict[str, object]]:
     keep = ["defense", "strength"] + [
         c for t in TYPES for c in (f"tdcs_{t}", f"ca_tdcs_{t}", f"vflair_{t}")
-    ] + ["cdcs", "rank", "vflair_cdcs", "vflair_rank"]  # fmt: skip
+    ] + ["cdcs", "rank", "ca_cdcs", "vflair_cdcs", "vflair_rank"]  # fmt: skip
     out = table.reindex(columns=keep)
     values = [c for c in keep if c not in ("defense", "strength")]
     out[values] = out[values].astype("float64").round(4)  # strengths keep 1e-8

@@ -9,9 +9,10 @@ Option ``distances``: ``exact`` (default) takes pairwise distances with ``torch.
 ``vflair`` takes them as VFLAIR's ``pairwise_dist`` does, sqrt(max(|a|^2 - 2 a.b + |b|^2
 + 1e-20, 0)) in float32. The two give the same dCor, not the same gradient: on the
 diagonal the expanded square is rounding noise, half of it slightly negative, half
-slightly positive, and through the sqrt there a third of a batch's rows get no dCor
-gradient at all and the others tens of percent off it; in float64 the two forms agree
-(``tests/test_defense_dcor.py`` shows all three on a batch of untrained-scale logits).
+slightly positive, and through the sqrt there many rows get no dCor gradient at all
+(209 of 512 in the test's batch) and the others tens of percent off it; in float64 the
+two forms agree (``tests/test_defense_dcor.py`` shows all three on a batch of
+untrained-scale logits).
 Against VFLAIR's own code on the same MNIST rows at alpha = 0.3
 (``benchmarks.vflair_side_by_side``, 3 seeds): final MP 0.886 exact, 0.913 ``vflair``,
 0.933 VFLAIR's code; batch label inference on the first batch 0.24, 0.29 and 0.49. So
