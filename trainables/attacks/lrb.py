@@ -29,8 +29,8 @@ active party's batches nor its labels. On the same 8,000 MNIST rows at VFLAIR's 
 (batch 1024: 8 batches per epoch) both stay near chance: final AP 0.07 ± 0.08 here,
 0.09 ± 0.03 VFLAIR's code (3 seeds). At batch 128 (63 batches per epoch, about what the
 60k rows of VFLAIR's table give at 1024) VFLAIR's code reaches 0.48 ± 0.26, ours
-0.15 ± 0.13: its published LRB success comes from that per-batch injection on 7.5x more
-rows, which a passive party alone could not do.
+0.15 ± 0.13. So the per-batch injection, on 7.5x more rows, is what the published LRB
+success rests on, and a passive party alone could not do it.
 """
 
 from __future__ import annotations
