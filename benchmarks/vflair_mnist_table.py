@@ -93,6 +93,9 @@ def compare(ranking: pd.DataFrame) -> tuple[pd.DataFrame, list[dict[str, object]
     ours = ranking.copy()
     ours["strength"] = ours["strength"].astype("float64")
     table = published_frame().merge(ours, on=["defense", "strength"], how="left")
+    ranked = table["vflair_rank"].notna()  # ranks among the points the paper ranks
+    for col, name in (("cdcs", "rank_of_published"), ("ca_cdcs", "ca_rank_of_published")):
+        table[name] = table[col].where(ranked).rank(ascending=False, method="min")
     differ = []
     for _, row in table.iterrows():
         for t in TYPES:
@@ -110,19 +113,19 @@ def summary(table: pd.DataFrame, differ: list[dict[str, object]]) -> dict[str, o
     """Per type: mean |ours - VFLAIR's| and the count over TOLERANCE; rank agreement."""
     per_type = {}
     for t in TYPES:
-        both = table[[f"vflair_{t}", f"tdcs_{t}", f"ca_tdcs_{t}"]].dropna(
-            subset=[f"vflair_{t}", f"tdcs_{t}"]
-        )
-        gap = (both[f"tdcs_{t}"] - both[f"vflair_{t}"]).to_numpy()
+        both = table.dropna(subset=[f"vflair_{t}", f"tdcs_{t}"])
+
+        def mean(values: pd.Series) -> float | None:
+            return round(float(values.mean()), 4) if len(values) else None
+
+        gap = both[f"tdcs_{t}"] - both[f"vflair_{t}"]
         per_type[t] = {
             "cells": len(both),
-            "mean_vflair": round(float(both[f"vflair_{t}"].mean()), 4) if len(both) else None,
-            "mean_ours": round(float(both[f"tdcs_{t}"].mean()), 4) if len(both) else None,
-            "mean_ours_chance_aware": round(float(both[f"ca_tdcs_{t}"].mean()), 4)
-            if len(both)
-            else None,
-            "mean_ours_minus_vflair": round(float(gap.mean()), 4) if len(gap) else None,
-            "mean_abs_gap": round(float(np.abs(gap).mean()), 4) if len(gap) else None,
+            "mean_vflair": mean(both[f"vflair_{t}"]),
+            "mean_ours": mean(both[f"tdcs_{t}"]),
+            "mean_ours_chance_aware": mean(both[f"ca_tdcs_{t}"]),
+            "mean_ours_minus_vflair": mean(gap),
+            "mean_abs_gap": mean(gap.abs()),
             "over_tolerance": sum(1 for d in differ if d["type"] == t),
         }
     ranked = table.dropna(subset=["vflair_rank", "cdcs"])
@@ -134,7 +137,8 @@ def summary(table: pd.DataFrame, differ: list[dict[str, object]]) -> dict[str, o
 def rounded(table: pd.DataFrame) -> list[dict[str, object]]:
     keep = ["defense", "strength"] + [
         c for t in TYPES for c in (f"tdcs_{t}", f"ca_tdcs_{t}", f"vflair_{t}")
-    ] + ["cdcs", "rank", "ca_cdcs", "vflair_cdcs", "vflair_rank"]  # fmt: skip
+    ] + ["cdcs", "rank", "rank_of_published", "ca_cdcs", "ca_rank_of_published", "ca_group",
+         "vflair_cdcs", "vflair_rank"]  # fmt: skip
     out = table.reindex(columns=keep)
     values = [c for c in keep if c not in ("defense", "strength")]
     out[values] = out[values].astype("float64").round(4)  # strengths keep 1e-8

@@ -546,14 +546,21 @@ def _poison_lists(args: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------- runs
 
 
-def run_lrb(
-    v: Vflair, seed: int, epochs: int | None, batch_size: int | None = None
-) -> dict[str, Any]:
+def fedsgd_changes(epochs: int | None) -> dict[str, Any]:
+    """Config changes for the no-defense runs: FedSGD (the file ships FedBCD_p, Q=5), and
+    ``epochs`` when given."""
     changes: dict[str, Any] = {
         "communication": {"communication_protocol": "FedSGD", "iteration_per_aggregation": 1}
     }
     if epochs is not None:
         changes["epochs"] = epochs
+    return changes
+
+
+def run_lrb(
+    v: Vflair, seed: int, epochs: int | None, batch_size: int | None = None
+) -> dict[str, Any]:
+    changes = fedsgd_changes(epochs)
     name = "vflsweep_lrb_fedsgd"
     if batch_size is not None:
         # config "batch_size"; LoadConfigs.py:60-61 makes test_batch_size follow it
@@ -598,11 +605,7 @@ def run_lrb(
 
 
 def run_nsb(v: Vflair, seed: int, epochs: int | None) -> dict[str, Any]:
-    changes: dict[str, Any] = {
-        "communication": {"communication_protocol": "FedSGD", "iteration_per_aggregation": 1}
-    }
-    if epochs is not None:
-        changes["epochs"] = epochs
+    changes = fedsgd_changes(epochs)
     config = v.write_config("vflsweep_nsb_fedsgd", NODEFENSE_CONFIG, **changes)
     v.reset()
     args = v.basic_args(config, seed)
