@@ -89,8 +89,8 @@ class InjectedFault(RuntimeError):
 
 
 def _fault_at() -> int | None:
-    """With ``VFLSWEEP_FAULT=fail_training:N``, a pack's first attempt fails as its N-th
-    training starts (tests: the retry must start at that training, not at the pack's)."""
+    """With ``VFLSWEEP_FAULT=fail_training:N``, a pack's first attempt fails once N - 1 of
+    its trainings have finished (tests: the retry must start there, not at the pack's)."""
     return fault_at("fail_training")
 
 
@@ -144,12 +144,12 @@ def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.O
     failing = False
     try:
         _inject(fault, 0)
-        for j, outcome in outcomes:
+        for finished, (j, outcome) in enumerate(outcomes, start=1):
             i = todo[j]
             if isinstance(outcome, Exception):  # deterministic: recorded, never retried
                 outcome = [error_record(jobs[i].spec, ids[i], ctx.sweep, error_text(outcome))]
             outbox.append((ids[i], outcome))
-            _inject(fault, j + 1)
+            _inject(fault, finished)  # trainings may finish out of order (stacked)
             now = time.perf_counter()
             if now - last >= REPORT_EVERY_S:
                 checkpoint = now - last_checkpoint >= CHECKPOINT_EVERY_S

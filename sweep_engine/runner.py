@@ -311,7 +311,11 @@ def context(
     return SweepContext(
         sweep=plan.space.name,
         placement=Placement(
-            run.transport, res.cpu_per_party, res.gpu_per_party, reuse_actors=run.reuse_actors
+            run.transport,
+            res.cpu_per_party,
+            res.gpu_per_party,
+            reuse_actors=run.reuse_actors,
+            vectorize=run.vectorize,
         ),
         data_dir=data_dir,
         cell=cell or {},

@@ -72,6 +72,9 @@ class RunSettings(_Strict):
     # pack_seconds each by the cost model); searches keep one training per trial
     pack: Any = "auto"
     pack_seconds: Float = Field(5.0, gt=0)
+    # a pack's same-shape NN trainings as one stacked training (``kinds/vectorized.py``);
+    # records say which ran (``extra.vectorized``)
+    vectorize: Bool = True
 
     @field_validator("pack", mode="before")
     @classmethod

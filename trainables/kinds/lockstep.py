@@ -145,11 +145,7 @@ def _train_stacked(
     n_parties = len(ready[0].prepared.inits)
     stacks = [StackInit(tuple(r.prepared.inits[k] for r in ready)) for k in range(n_parties)]
     with open_parties(stacks, placement) as group:
-        errors: dict[int, BaseException] = {}
-        for stack_errors in group.call_all("build_errors"):
-            for slot, err in stack_errors.items():
-                errors.setdefault(slot, err)
-        slots = [s for s in range(len(ready)) if s not in errors]
+        errors, slots = stack_errors(group, len(ready))
         run = LockstepRun(
             protocols=[r.prepared.protocol for r in ready],
             epochs=[int(jobs[r.index].spec.epochs) for r in ready],  # type: ignore[arg-type]
@@ -161,10 +157,19 @@ def _train_stacked(
         for s in slots:
             if isinstance(results[s], BaseException):
                 errors[s] = results[s]
-        return _collect(group, ready, results, errors)
+        return collect_trained(group, ready, results, errors)
 
 
-def _collect(
+def stack_errors(group: PartyGroup, n: int) -> tuple[dict[int, BaseException], list[int]]:
+    """The slots whose build raised at some party (the first error each), and the rest."""
+    errors: dict[int, BaseException] = {}
+    for per_stack in group.call_all("build_errors"):
+        for slot, err in per_stack.items():
+            errors.setdefault(slot, err)
+    return errors, [s for s in range(n) if s not in errors]
+
+
+def collect_trained(
     group: PartyGroup,
     ready: Sequence[_Prepared],
     results: list[Any],

@@ -331,6 +331,20 @@ class NNKind(TrialKind):
     def run_many(
         self, jobs: Sequence[Job], ds: Dataset, placement: Placement
     ) -> Iterator[tuple[int, Outcome]]:
+        """Trainings that stack run vectorized (``kinds/vectorized.py``: one batched
+        step per round for all of them; records equal one-at-a-time's up to float
+        summation order and say ``vectorized``) unless the placement turns it off; the
+        rest run unstacked (``run_unstacked``)."""
+        if placement.vectorize and len(jobs) >= 2:
+            from trainables.kinds.vectorized import run_vectorized
+
+            yield from run_vectorized(jobs, ds, placement, self.run_unstacked)
+        else:
+            yield from self.run_unstacked(jobs, ds, placement)
+
+    def run_unstacked(
+        self, jobs: Sequence[Job], ds: Dataset, placement: Placement
+    ) -> Iterator[tuple[int, Outcome]]:
         """On actors, a pack runs in lockstep (``kinds/lockstep.py``): party k of every
         training in one actor, one call per round; records equal one-at-a-time's."""
         from trainables.kinds.lockstep import eligible, run_lockstep

@@ -19,13 +19,16 @@ TRANSPORTS = ("local", "ray")
 class Placement:
     """``local``: parties are objects in this process; ``ray``: each party in its own actor
     reserving ``cpu_per_party`` / ``gpu_per_party``, on the cluster at ``address``; with
-    ``reuse_actors`` the actors are kept warm for the next trial of the same shape."""
+    ``reuse_actors`` the actors are kept warm for the next trial of the same shape;
+    ``vectorize``: a pack's trainings that stack run as one batched training."""
 
     transport: str = "local"
     cpu_per_party: float = 1.0
     gpu_per_party: float = 0.0
     address: str | None = None
     reuse_actors: bool = False
+    # stack a pack's same-shape NN trainings into one batched training (``kinds/vectorized.py``)
+    vectorize: bool = True
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:

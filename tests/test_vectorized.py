@@ -1,0 +1,201 @@
+"""Vectorized packs (``kinds/vectorized.py``, ``kinds/vec_stack.py``, ``stacked.py``): K
+same-shape trainings as one stacked training give each training the records it gets
+alone, on this process and on a real local Ray; what cannot stack runs unstacked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from trainables.data import Dataset, load_dataset
+from trainables.kinds.base import Job, Outcome
+from trainables.kinds.lockstep import _Prepared
+from trainables.kinds.nn import NNKind, attacks_of, prepare_parties, train_local_parties
+from trainables.kinds.vec_stack import VecStack, VecStackInit
+from trainables.kinds.vectorized import _train_stacked, stack_key
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.stacked import StackedOptimizer
+from trainables.transport.group import open_parties
+from trainables.transport.placement import LOCAL, Placement
+
+WARM = Placement("ray", cpu_per_party=0.5, reuse_actors=True)
+TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None, "extra": ""}
+PMC = ("pmc", {"preset": "fast"})
+DLI = ("dli", {})
+
+
+def _job(seed: int, attacks: Sequence[tuple[str, dict]] = (), **fields: object) -> Job:
+    base: dict[str, object] = {"dataset": "breast_cancer", "epochs": 3, "batch_size": 128}
+    return Job(TrialSpec.build(**{**base, "seed": seed, **fields}), tuple(attacks))
+
+
+def _pack() -> list[Job]:
+    """Stackable groups (two or more trainings each): seeds, agg and split, SGD and Adam,
+    FedSGD and FedBCD's Q steps, a target MP evaluated mid-training, different labeled
+    rows, attacks reading the model (PMC) and the message log (DLI); and what must fall
+    back: a defense (message hooks), a lone shape and a training-time attack."""
+    return [
+        _job(0), _job(1), _job(2, attacks=[DLI]),
+        _job(0, partition="split"), _job(1, partition="split", attacks=[PMC]),
+        _job(0, optimizer="sgd", lr=0.1), _job(1, optimizer="sgd", lr=0.1),
+        _job(0, protocol="fedbcd"), _job(1, protocol="fedbcd", attacks=[DLI]),
+        _job(0, epochs=4, target_mp=0.9), _job(1, epochs=4, target_mp=0.9),
+        _job(0, n_labeled=200), _job(1, n_labeled=200),
+        _job(0, defense="gdp", defense_param=0.1), _job(1, epochs=5),
+        _job(2, train_attack="amc", train_attack_params={"preset": "fast"}),
+    ]  # fmt: skip
+
+
+def _bare(outcome: Outcome) -> list[Record] | tuple[type, str]:
+    if isinstance(outcome, Exception):
+        return type(outcome), str(outcome)
+    return [dataclasses.replace(r, **TIMING) for r in outcome]  # type: ignore[arg-type]
+
+
+def _vectorized(outcome: Outcome) -> bool:
+    assert not isinstance(outcome, Exception), outcome
+    return all(json.loads(r.extra or "{}").get("vectorized") is True for r in outcome)
+
+
+@pytest.fixture(scope="module")
+def data() -> Dataset:
+    return load_dataset("breast_cancer")
+
+
+def _compare(jobs: list[Job], data: Dataset, placement: Placement) -> dict[int, Outcome]:
+    got = dict(NNKind().run_many(jobs, data, placement))
+    assert sorted(got) == list(range(len(jobs))), "every job yields exactly once"
+    for i, job in enumerate(jobs):
+        alone = NNKind().run(job.spec, data, placement, job.attacks)
+        assert _bare(got[i]) == _bare(alone), f"job {i}: {job.spec}"
+    return got
+
+
+def test_vectorized_records_equal_one_at_a_time_in_process(data: Dataset) -> None:
+    jobs = _pack()
+    got = _compare(jobs, data, LOCAL)
+    stacked = [i for i in range(len(jobs)) if _vectorized(got[i])]
+    assert stacked == list(range(13)), "every group of two or more stacks, nothing else"
+    assert [r.attack for r in got[2]] == ["none", "dli"]  # type: ignore[union-attr]
+    assert got[9][0].rounds_to_target is not None  # type: ignore[index,union-attr]
+
+
+@pytest.mark.ray
+def test_vectorized_records_equal_one_at_a_time_on_warm_actors(
+    ray_session: None, data: Dataset
+) -> None:
+    jobs = _pack()[:11]
+    got = _compare(jobs, data, WARM)
+    assert all(_vectorized(got[i]) for i in range(len(jobs)))
+
+
+def test_turned_off_nothing_stacks(data: Dataset) -> None:
+    jobs = [_job(0), _job(1)]
+    got = dict(NNKind().run_many(jobs, data, dataclasses.replace(LOCAL, vectorize=False)))
+    assert not any(json.loads(r.extra or "{}").get("vectorized") for o in got.values() for r in o)  # type: ignore[union-attr]
+
+
+def _trained(jobs: list[Job], data: Dataset) -> tuple[list[list], list[list]]:
+    """Each job's trained parties: stacked, and alone."""
+    ready = []
+    for i, job in enumerate(jobs):
+        evaluated = attacks_of(job.spec, [PMC])
+        ready.append(_Prepared(i, prepare_parties(job.spec, data, evaluated), evaluated))
+    out = _train_stacked(jobs, ready, LOCAL)
+    assert all(err is None for _, err in out), out
+    stacked = [t.parties for t, _ in out]  # type: ignore[union-attr]
+    alone = [
+        train_local_parties(prepare_parties(j.spec, data), int(j.spec.epochs))[1] for j in jobs
+    ]  # type: ignore[arg-type]
+    return stacked, alone
+
+
+def _max_gap(a: list, b: list) -> float:
+    gap = 0.0
+    for pa, pb in zip(a, b, strict=True):
+        for x, y in zip(pa.trainable_parameters(), pb.trainable_parameters(), strict=True):
+            gap = max(gap, float((x - y).detach().abs().max()))
+    return gap
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_weights_within_1e_5_even_with_a_learning_rate_per_training(
+    data: Dataset, optimizer: str
+) -> None:
+    """Different learning rates in one stack take the vector-rate path of the optimizer."""
+    jobs = [
+        _job(s, partition="split", optimizer=optimizer, lr=lr, epochs=5)
+        for s, lr in enumerate((0.01, 0.03, 0.1))
+    ]
+    stacked, alone = _trained(jobs, data)
+    gaps = [_max_gap(s, a) for s, a in zip(stacked, alone, strict=True)]
+    assert max(gaps) < 1e-5, gaps
+    moved = _max_gap(alone[0], alone[1])
+    assert moved > 1e-2  # the trainings really differ
+
+
+def test_stacked_adam_with_one_rate_is_torch_adam_element_for_element() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(4, 3, 5)
+    stacked = w.clone().requires_grad_()
+    alone = [w[k].clone().requires_grad_() for k in range(4)]
+    opt = StackedOptimizer("adam", [stacked], [0.01] * 4)
+    ref = [torch.optim.Adam([p], lr=0.01) for p in alone]
+    for _ in range(5):
+        g = torch.randn(4, 3, 5)
+        stacked.grad = g.clone()
+        opt.step()
+        for k in range(4):
+            alone[k].grad = g[k].clone()
+            ref[k].step()
+    assert all(torch.equal(stacked[k].detach(), alone[k].detach()) for k in range(4))
+
+
+def test_a_passive_stack_holds_no_label_of_any_training(data: Dataset) -> None:
+    inits = [prepare_parties(_job(s).spec, data).inits for s in range(3)]
+    stacks = [VecStackInit(tuple(i[k] for i in inits)) for k in range(2)]
+    with open_parties(stacks, LOCAL) as group:
+        group.call_all("stack", [0, 1, 2])
+        passive, active = group.snapshot()  # type: ignore[misc]
+        assert isinstance(passive, VecStack) and not passive.is_active
+        assert not hasattr(passive, "y_train") and not hasattr(passive, "y_test")
+        assert all(not hasattr(p, "y_train") for p in passive.parties)
+        assert active.y_train.shape[0] == 3
+
+
+def test_what_cannot_stack_has_no_key(data: Dataset) -> None:
+    plain = _job(0).spec
+    assert stack_key(plain, prepare_parties(plain, data)) is not None
+    for fields in (
+        {"defense": "gdp", "defense_param": 0.1},
+        {"protocol": "celu"},
+        {"protocol": "quantize", "protocol_params": {"bits": 8}},
+    ):
+        spec = _job(0, **fields).spec
+        assert stack_key(spec, prepare_parties(spec, data)) is None, fields
+    a, b = _job(0).spec, _job(0, epochs=5).spec
+    assert stack_key(a, prepare_parties(a, data)) != stack_key(b, prepare_parties(b, data))
+
+
+def test_one_vstep_per_round_for_the_whole_stack(data: Dataset) -> None:
+    """Every passive stack is called once per round (plus the last gradient and one
+    evaluation), however many trainings it holds."""
+    jobs = [_job(s, epochs=2) for s in range(5)]
+    calls: list[str] = []
+    original = VecStack.vstep
+
+    def counted(self: VecStack, grad: np.ndarray | None, ref: object) -> object:
+        calls.append("vstep")
+        return original(self, grad, ref)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VecStack, "vstep", counted)
+        got = dict(NNKind().run_many(jobs, data, LOCAL))
+    rounds = got[0][0].rounds  # type: ignore[index,union-attr]
+    assert len(calls) == rounds + 1

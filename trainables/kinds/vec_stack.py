@@ -1,0 +1,341 @@
+"""Party k of K same-shape NN trainings as one stacked party, and the rounds that drive them.
+
+Why: lockstep (``transport/hub.py``) sends one message per round for a pack, but every
+training still runs its own forward, backward and optimizer step, ~3.5 ms of Python per
+round for an MLP-2. A ``VecStack`` holds the K bottoms (and, at the active party, the K
+tops) as stacked parameters (``trainables/stacked.py``) and runs one batched forward,
+backward and optimizer step per round for all K; ``VecRun`` is ``Protocol.run``'s round
+loop (FedSGD, FedBCD's Q local steps) over those stacks.
+
+What stays per training: its own rows (each training's ``BatchSchedule``, gathered as a
+(K, B) index), its own data, init, learning rate and labels; its slice of every message
+((K, B, C) payloads, one slice per training); its own counts (rounds and bytes exactly as
+its one-at-a-time transport counts them: ``_Counts``), its message log when an attack
+reads one (per-training ``Message`` objects, as ``MessageLog`` records them), and its
+``Party`` objects, into which the trained weights are written back for the attack
+harness. Only float summation order differs from training alone.
+
+No Ray here: the actors host a ``VecStack`` as they host any party (``PartyActor``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainables.hooks import MessageLog
+from trainables.messages import BatchRef, Message
+from trainables.party import ActiveParty, PartyInit, binary_auc
+from trainables.protocols import TrainResult
+from trainables.stacked import StackedMLP, StackedOptimizer, StackedSplitTop, agg_top
+from trainables.transport.base import CommStats, Transport
+
+
+@dataclass(frozen=True)
+class VecStackInit:
+    """Party k of K trainings; ``build`` gives the ``VecStack`` an actor hosts."""
+
+    inits: tuple[PartyInit, ...]
+
+    def build(self) -> VecStack:
+        return VecStack(self.inits)
+
+
+class VecStack:
+    """The same party of K trainings: built one by one (each exactly as ``Party`` builds
+    it), then stacked over the slots that built (``stack``)."""
+
+    def __init__(self, inits: Sequence[PartyInit]) -> None:
+        self.parties: list[Any] = []
+        self.errors: dict[int, BaseException] = {}
+        for slot, init in enumerate(inits):
+            try:
+                self.parties.append(init.build())
+            except Exception as err:  # the caller decides per slot
+                self.parties.append(None)
+                self.errors[slot] = err
+        first = next((p for p in self.parties if p is not None), None)
+        self.party_id = None if first is None else first.party_id  # PartyActor.where
+        self.slots: list[int] = []
+
+    def build_errors(self) -> dict[int, BaseException]:
+        return dict(self.errors)
+
+    # -- stacking ----------------------------------------------------------------------
+    def stack(self, slots: Sequence[int]) -> bool:
+        """Stack the parties of ``slots`` (every party of the pack stacks the same ones)."""
+        self.slots = list(slots)
+        ps = [self.parties[s] for s in self.slots]
+        p0 = ps[0]
+        self.device = p0.device
+        self.config = p0.config
+        self.active_id = p0.active_id
+        self.is_active = isinstance(p0, ActiveParty)
+        self.k = torch.arange(len(ps), device=self.device).unsqueeze(1)  # (K, 1)
+        self.X_train = torch.stack([p.X_train for p in ps])  # (K, n, d)
+        self.X_test = torch.stack([p.X_test for p in ps])  # (K, n_test, d)
+        self.logs = [next((h for h in p.hooks if isinstance(h, MessageLog)), None) for p in ps]
+        self.bottom = StackedMLP([p.bottom for p in ps], self.device)
+        params = list(self.bottom.params)
+        if self.is_active:
+            self.y_train = torch.stack([p.y_train for p in ps])  # (K, n)
+            self.y_test = torch.stack([p.y_test for p in ps])  # (K, n_test)
+            self.top = (
+                StackedSplitTop([p.top.base.fc for p in ps], self.device)
+                if getattr(p0.top.base, "trainable", False)
+                else None
+            )
+            params += [] if self.top is None else self.top.params
+            self.losses = torch.full((len(ps),), float("nan"))
+        self.optimizer = StackedOptimizer(self.config.optimizer, params, [p.config.lr for p in ps])
+        self._pending: tuple[BatchRef, torch.Tensor, torch.Tensor] | None = None
+        self._stash: tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]] | None = None
+        return True
+
+    def rows(self, ref: BatchRef) -> torch.Tensor:
+        """(K, B) each training's row positions of ``ref`` (its own schedule)."""
+        rows = np.stack([self.parties[s].schedule.rows(ref) for s in self.slots])
+        return torch.from_numpy(rows).to(self.device)
+
+    def _log(
+        self, sent: bool, kind: str, src: int, dst: int, payload: np.ndarray, ref: Any
+    ) -> None:
+        """Training j's slice as the ``Message`` its one-at-a-time party would log."""
+        for j, log in enumerate(self.logs):
+            if log is not None:
+                msg = Message.of(kind, src, dst, payload[j], ref)
+                (log.sent if sent else log.received).append(msg)
+
+    # -- what every party does ---------------------------------------------------------
+    def forward(self, ref: BatchRef) -> np.ndarray:
+        """H = G(X[rows]) : (K, B, C), kept with its graph until the gradient comes back."""
+        rows = self.rows(ref)
+        h = self.bottom.forward(self.X_train[self.k, rows])
+        self._pending = (ref, h, rows)
+        out = h.detach().cpu().numpy()
+        self._log(True, "embedding", self.config_party_id, self.active_id, out, ref)
+        return out
+
+    @property
+    def config_party_id(self) -> int:
+        assert self.party_id is not None
+        return int(self.party_id)
+
+    def backward(self, grad: np.ndarray) -> None:
+        """Apply dL/dH (K, B, C): one step, then Q-1 more with the same gradient (FedBCD)."""
+        assert self._pending is not None, "a gradient without a forward"
+        ref, h, rows = self._pending
+        self._pending = None
+        self._log(False, "gradient", self.active_id, self.config_party_id, grad, ref)
+        g = torch.from_numpy(np.array(grad, dtype=np.float32)).to(self.device)
+        for step in range(self.config.local_steps):
+            if step > 0:
+                h = self.bottom.forward(self.X_train[self.k, rows])
+            self.optimizer.zero_grad()
+            h.backward(g)
+            self.optimizer.step()
+
+    def vstep(self, grad: np.ndarray | None, ref: BatchRef | None) -> np.ndarray | None:
+        """``Party.step`` for the stack: round t's gradient in, round t+1's H out."""
+        if grad is not None:
+            self.backward(grad)
+        return None if ref is None else self.forward(ref)
+
+    @torch.no_grad()
+    def vembed(self, split: str = "test") -> np.ndarray:
+        x = self.X_test if split == "test" else self.X_train
+        h = self.bottom.forward(x).cpu().numpy()  # (K, n, C)
+        self._log(True, f"{split}_embedding", self.config_party_id, self.active_id, h, None)
+        return h
+
+    # -- the active party --------------------------------------------------------------
+    def _logits(self, h: Sequence[torch.Tensor]) -> torch.Tensor:
+        return agg_top(h) if self.top is None else self.top(h)  # (K, B, C)
+
+    def _loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(K,) each training's mean cross-entropy over its batch."""
+        k, b, c = logits.shape
+        ce = F.cross_entropy(logits.reshape(k * b, c), y.reshape(k * b), reduction="none")
+        return ce.view(k, b).mean(dim=1)
+
+    def passive_gradients(self, ref: BatchRef, embeddings: Sequence[Any]) -> list[np.ndarray]:
+        """Each training's loss and dL/dH_k per passive party (``ActiveParty``'s order)."""
+        if self._pending is None or self._pending[0] != ref:
+            self.forward(ref)
+        assert self._pending is not None
+        _, h_own, rows = self._pending
+        self._pending = None
+        for src, emb in enumerate(embeddings):
+            self._log(False, "embedding", src, self.active_id, emb, ref)
+        h_passive = [
+            torch.from_numpy(np.array(e, dtype=np.float32)).to(self.device).requires_grad_()
+            for e in embeddings
+        ]  # (P-1) x (K, B, C)
+        y = self.y_train[self.k, rows]  # (K, B)
+        losses = self._loss(self._logits([*h_passive, h_own]), y)
+        total = losses.sum()  # d(total)/d(slice k) = training k's own gradient
+        grads = list(torch.autograd.grad(total, h_passive, retain_graph=True)) if h_passive else []
+        self._stash = (rows, losses, [h.detach() for h in h_passive])
+        out = [g.cpu().numpy() for g in grads]
+        for dst, g in enumerate(out):
+            self._log(True, "gradient", self.active_id, dst, g, ref)
+        return out
+
+    def update(self) -> None:
+        """Own bottom and top: the step on this batch, then Q-1 FedBCD steps."""
+        assert self._stash is not None
+        rows, losses, h_passive = self._stash
+        for step in range(self.config.local_steps):
+            if step > 0:
+                h_own = self.bottom.forward(self.X_train[self.k, rows])
+                losses = self._loss(self._logits([*h_passive, h_own]), self.y_train[self.k, rows])
+            self.optimizer.zero_grad()
+            losses.sum().backward(inputs=self.optimizer.params)
+            self.optimizer.step()
+        self.losses = losses.detach().cpu()
+        self._stash = None
+
+    @torch.no_grad()
+    def evaluate(self, test_embeddings: Sequence[np.ndarray]) -> list[float]:
+        """Each training's test MP (accuracy, or AUC where ``config.metric`` says so)."""
+        for src, emb in enumerate(test_embeddings):
+            self._log(False, "test_embedding", src, self.active_id, emb, None)
+        h = [
+            torch.from_numpy(np.array(e, dtype=np.float32)).to(self.device) for e in test_embeddings
+        ]
+        logits = self._logits([*h, self.bottom.forward(self.X_test)])  # (K, n_test, C)
+        if self.config.metric == "auc":
+            return [binary_auc(logits[j], self.y_test[j]) for j in range(len(self.slots))]
+        hits = (logits.argmax(dim=2) == self.y_test).double().mean(dim=1)
+        return [float(v) for v in hits]
+
+    # -- after training ----------------------------------------------------------------
+    def defense_applied(self) -> list[Any]:
+        return [None if p is None else p.defense_applied() for p in self.parties]
+
+    def parties_of(self, slots: Sequence[int]) -> list[Any]:
+        """The trained parties of ``slots``: stacked weights written back into each."""
+        self.bottom.write_back([p.bottom for p in self.parties], self.slots)
+        if self.is_active:
+            if self.top is not None:
+                self.top.mlp.write_back([p.top.base.fc for p in self.parties], self.slots)
+            for j, s in enumerate(self.slots):
+                self.parties[s].last_loss = float(self.losses[j])
+        return [self.parties[s] for s in slots]
+
+
+@dataclass
+class _Counts:
+    """One training's ``CommStats``, counted as its one-at-a-time transport counts them."""
+
+    stats: CommStats = field(default_factory=CommStats)
+
+    def sent(
+        self, arrays: Sequence[np.ndarray | None], k: int, training: bool, new_round: bool
+    ) -> None:
+        nbytes = sum(a.nbytes // k for a in arrays if a is not None)
+        if training:
+            self.stats.bytes_down += nbytes
+            self.stats.rounds += int(new_round)
+        else:
+            self.stats.eval_bytes += nbytes
+
+    def received(self, arrays: Sequence[np.ndarray], k: int, training: bool) -> None:
+        nbytes = sum(a.nbytes // k for a in arrays)
+        if training:
+            self.stats.bytes_up += nbytes
+        else:
+            self.stats.eval_bytes += nbytes
+
+
+@dataclass
+class VecRun:
+    """What ``PartyGroup.train`` runs at the active ``VecStack``: ``Protocol.run``'s rounds
+    for every stacked training at once. Returns one ``TrainResult`` per slot of the pack
+    (None where a slot was not stacked); ``train_seconds`` is each training's share."""
+
+    epochs: int
+    targets: list[float | None]  # per slot of the pack
+    slots: list[int]
+
+    def run(
+        self, active: VecStack, transport: Transport, epochs: int = 0, target: Any = None
+    ) -> list[Any]:
+        start = time.perf_counter()
+        k, peers = len(self.slots), transport.n_peers
+        counts = [_Counts() for _ in self.slots]
+        schedule = active.parties[self.slots[0]].schedule  # every slot has its batch count
+        per_epoch = [schedule.refs(e) for e in range(self.epochs)]
+        refs = [ref for epoch_refs in per_epoch for ref in epoch_refs]
+        epoch_ends = {sum(len(r) for r in per_epoch[: e + 1]) - 1 for e in range(self.epochs - 1)}
+        targets = [self.targets[s] for s in self.slots]
+        curves: list[list[float]] = [[] for _ in self.slots]
+        reached: list[int | None] = [None] * k
+        eval_seconds = 0.0
+
+        def send(grads: Sequence[np.ndarray | None], nxt: BatchRef | None) -> Any:
+            for c in counts:
+                c.sent(grads, k, True, nxt is not None)
+            return transport.submit(
+                "vstep", [(g, nxt) for g in grads], training=False, new_round=False
+            )
+
+        def evaluate(counted: Sequence[int]) -> list[float]:
+            """Every training's MP; eval traffic counted for the ``counted`` ones (a
+            training alone evaluates at epoch ends only when it has a target)."""
+            test = transport.call("vembed", [("test",)] * peers, training=False)
+            for j in counted:
+                counts[j].received(test, k, False)
+            return active.evaluate(test)
+
+        pending = send([None] * peers, refs[0])
+        for i, ref in enumerate(refs):
+            active.forward(ref)
+            embeddings = transport.gather(pending)
+            for c in counts:
+                c.received(embeddings, k, True)
+            grads = active.passive_gradients(ref, embeddings)
+            pending = send(grads, refs[i + 1] if i + 1 < len(refs) else None)
+            active.update()
+            if any(t is not None for t in targets) and i in epoch_ends:
+                eval_start = time.perf_counter()
+                with_target = [j for j, t in enumerate(targets) if t is not None]
+                self._curve(evaluate(with_target), targets, curves, reached, i + 1)
+                eval_seconds += time.perf_counter() - eval_start
+        transport.gather(pending)
+        seconds = time.perf_counter() - start - eval_seconds
+        mps = evaluate(range(k))
+        self._curve(mps, targets, curves, reached, len(refs))
+        out: list[Any] = [None] * len(self.targets)
+        for j, s in enumerate(self.slots):
+            out[s] = TrainResult.from_stats(
+                counts[j].stats,
+                mp=mps[j],
+                train_seconds=seconds / k,
+                final_loss=float(active.losses[j]),
+                rounds_to_target=reached[j],
+                mp_by_epoch=tuple(curves[j]),
+            )
+        return out
+
+    @staticmethod
+    def _curve(
+        mps: list[float],
+        targets: list[float | None],
+        curves: list[list[float]],
+        reached: list[int | None],
+        rounds: int,
+    ) -> None:
+        """Per training with a target: its curve point and the first round count reaching it."""
+        for j, t in enumerate(targets):
+            if t is None:
+                continue
+            curves[j].append(mps[j])
+            if reached[j] is None and mps[j] >= t:
+                reached[j] = rounds

@@ -1,0 +1,163 @@
+"""Vectorized packs: K same-shape NN trainings of a pack as one stacked training.
+
+``run_vectorized`` prepares every job as ``NNKind.run`` would, groups the jobs that can
+stack (``stack_key``: same model, data shapes, batch size, epochs, optimizer, partition,
+FedSGD or FedBCD with the same Q, no message hooks but a message log), and trains each
+group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor per party as
+the placement says. What cannot stack goes to ``fallback`` (lockstep, or one at a time),
+so a pack always runs whole. Vectorized records say so: ``extra.vectorized`` is true
+(records of the other paths have no such key).
+
+Seeds, learning rates, aligned and labeled rows (the data of each training) may differ
+inside a group: each training keeps its own. Message hooks (defenses, codecs,
+training-time attacks) do not stack yet: a spec with any runs unstacked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from functools import cache
+from typing import Any
+
+from trainables.data import Dataset
+from trainables.kinds.base import Job, Outcome
+from trainables.kinds.lockstep import (
+    DETERMINISTIC,
+    STACK_BYTES,
+    _Prepared,
+    collect_trained,
+    stack_errors,
+)
+from trainables.kinds.nn import PreparedTrial, Trained, attacks_of, prepare_parties
+from trainables.kinds.nn import records_of as nn_records_of
+from trainables.kinds.vec_stack import VecRun, VecStackInit
+from trainables.protocols import FedBCD, FedSGD
+from trainables.spec import TrialSpec
+from trainables.transport.group import open_parties
+from trainables.transport.placement import Placement
+
+Fallback = Callable[[Sequence[Job], Dataset, Placement], Iterator[tuple[int, Outcome]]]
+OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
+
+
+@cache
+def _stackable_bottom(model: str, hidden: tuple[int, ...] | None, dataset: str, n_in: int) -> bool:
+    from trainables.models import build_bottom
+    from trainables.stacked import stackable_module
+
+    return stackable_module(build_bottom(model, n_in, 2, hidden, dataset))
+
+
+def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
+    """What the trainings of one stacked run share, or None when ``spec`` cannot stack."""
+    protocol = prepared.protocol
+    if type(protocol) not in (FedSGD, FedBCD) or protocol.codec_hooks():
+        return None
+    if any(i.hooks or i.install or i.bottom is not None for i in prepared.inits):
+        return None
+    cfg = prepared.inits[-1].config
+    if cfg.optimizer not in OPTIMIZERS:
+        return None
+    if not all(
+        _stackable_bottom(cfg.model, cfg.hidden, cfg.dataset, i.X_train.shape[1])
+        for i in prepared.inits
+    ):
+        return None
+    shapes = tuple((i.X_train.shape, i.X_test.shape) for i in prepared.inits)
+    return (
+        cfg.model, cfg.hidden, cfg.partition, cfg.n_parties, cfg.n_classes, cfg.batch_size,
+        cfg.optimizer, cfg.local_steps, cfg.device, cfg.metric, cfg.emb_dim, int(spec.epochs),  # type: ignore[arg-type]
+        shapes,
+    )  # fmt: skip
+
+
+def run_vectorized(
+    jobs: Sequence[Job], ds: Dataset, placement: Placement, fallback: Fallback
+) -> Iterator[tuple[int, Outcome]]:
+    """Train ``jobs``: groups that stack as stacked runs, the rest through ``fallback``;
+    yield ``(index, records or deterministic error)``; a fault is raised at the end."""
+    faults: list[BaseException] = []
+    groups: dict[tuple[Any, ...], list[_Prepared]] = {}
+    rest: list[int] = []
+    for i, job in enumerate(jobs):
+        evaluated = attacks_of(job.spec, job.attacks)
+        try:
+            prepared = prepare_parties(job.spec, ds, evaluated)
+        except DETERMINISTIC as err:
+            yield i, err
+            continue
+        key = stack_key(job.spec, prepared)
+        if key is None:
+            rest.append(i)
+        else:
+            groups.setdefault(key, []).append(_Prepared(i, prepared, evaluated))
+    for group in groups.values():
+        if len(group) < 2:
+            rest += [item.index for item in group]
+            continue
+        for chunk in _chunks(group):
+            yield from _run_chunk(jobs, chunk, placement, faults)
+    if rest:
+        try:
+            for j, outcome in fallback([jobs[i] for i in sorted(rest)], ds, placement):
+                yield sorted(rest)[j], outcome
+        except Exception as err:  # a fault of the unstacked rest: after the stacked ones
+            faults.append(err)
+    if faults:
+        raise faults[0]
+
+
+def _chunks(group: list[_Prepared]) -> Iterator[list[_Prepared]]:
+    """Runs whose party data stay under ``STACK_BYTES`` (a stack holds them all at once)."""
+    chunk: list[_Prepared] = []
+    for item in group:
+        if chunk and sum(c.nbytes for c in chunk) + item.nbytes > STACK_BYTES:
+            yield chunk
+            chunk = []
+        chunk.append(item)
+    if chunk:
+        yield chunk
+
+
+def _run_chunk(
+    jobs: Sequence[Job],
+    chunk: Sequence[_Prepared],
+    placement: Placement,
+    faults: list[BaseException],
+) -> Iterator[tuple[int, Outcome]]:
+    for item, (trained, error) in zip(chunk, _train_stacked(jobs, chunk, placement), strict=True):
+        if isinstance(error, DETERMINISTIC):
+            yield item.index, error
+        elif error is not None:
+            faults.append(error)
+        else:
+            assert trained is not None
+            try:
+                yield item.index, nn_records_of(
+                    jobs[item.index].spec, trained, item.prepared.n_labeled, item.attacks,
+                    extra={"vectorized": True},
+                    y_test=item.prepared.y_test, metric=item.prepared.metric,
+                )  # fmt: skip
+            except DETERMINISTIC as err:
+                yield item.index, err
+
+
+def _train_stacked(
+    jobs: Sequence[Job], ready: Sequence[_Prepared], placement: Placement
+) -> list[tuple[Trained | None, BaseException | None]]:
+    """Every ready job trained as one stack per party: per job, what it left or the error
+    its build or training raised. A lost actor is raised."""
+    n_parties = len(ready[0].prepared.inits)
+    stacks = [VecStackInit(tuple(r.prepared.inits[k] for r in ready)) for k in range(n_parties)]
+    with open_parties(stacks, placement) as group:
+        errors, slots = stack_errors(group, len(ready))
+        results: list[Any] = [None] * len(ready)
+        if slots:
+            group.call_all("stack", slots)
+            run = VecRun(
+                epochs=int(jobs[ready[0].index].spec.epochs),  # type: ignore[arg-type]
+                targets=[r.prepared.target_mp for r in ready],
+                slots=slots,
+            )
+            results = group.train(run, 0)
+        return collect_trained(group, ready, results, errors)
