@@ -38,8 +38,9 @@ def _job(seed: int, attacks: Sequence[tuple[str, dict]] = (), **fields: object) 
 def _pack() -> list[Job]:
     """Stackable groups (two or more trainings each): seeds, agg and split, SGD and Adam,
     FedSGD and FedBCD's Q steps, a target MP evaluated mid-training, different labeled
-    rows, attacks reading the model (PMC) and the message log (DLI); and what must fall
-    back: a defense (message hooks), a lone shape and a training-time attack."""
+    rows, attacks reading the model (PMC) and the message log (DLI), a defense on the
+    messages (G-DP: stacks with the undefended ones); and what must fall back: a lone
+    shape, a training-time attack and a defense on the loss's gradients (GPer)."""
     return [
         _job(0), _job(1), _job(2, attacks=[DLI]),
         _job(0, partition="split"), _job(1, partition="split", attacks=[PMC]),
@@ -49,6 +50,7 @@ def _pack() -> list[Job]:
         _job(0, n_labeled=200), _job(1, n_labeled=200),
         _job(0, defense="gdp", defense_param=0.1), _job(1, epochs=5),
         _job(2, train_attack="amc", train_attack_params={"preset": "fast"}),
+        _job(3, defense="gper", defense_param=0.5),
     ]  # fmt: skip
 
 
@@ -81,7 +83,7 @@ def test_vectorized_records_equal_one_at_a_time_in_process(data: Dataset) -> Non
     jobs = _pack()
     got = _compare(jobs, data, LOCAL)
     stacked = [i for i in range(len(jobs)) if _vectorized(got[i])]
-    assert stacked == list(range(13)), "every group of two or more stacks, nothing else"
+    assert stacked == list(range(14)), "every group of two or more stacks, nothing else"
     assert [r.attack for r in got[2]] == ["none", "dli"]  # type: ignore[union-attr]
     assert got[9][0].rounds_to_target is not None  # type: ignore[index,union-attr]
 
@@ -90,7 +92,7 @@ def test_vectorized_records_equal_one_at_a_time_in_process(data: Dataset) -> Non
 def test_vectorized_records_equal_one_at_a_time_on_warm_actors(
     ray_session: None, data: Dataset
 ) -> None:
-    jobs = _pack()[:11]
+    jobs = _pack()[:14]
     got = _compare(jobs, data, WARM)
     assert all(_vectorized(got[i]) for i in range(len(jobs)))
 
@@ -173,9 +175,9 @@ def test_what_cannot_stack_has_no_key(data: Dataset) -> None:
     plain = _job(0).spec
     assert stack_key(plain, prepare_parties(plain, data)) is not None
     for fields in (
-        {"defense": "gdp", "defense_param": 0.1},
+        {"defense": "gper", "defense_param": 0.1},
+        {"defense": "mid", "defense_param": 0.1},
         {"protocol": "celu"},
-        {"protocol": "quantize", "protocol_params": {"bits": 8}},
     ):
         spec = _job(0, **fields).spec
         assert stack_key(spec, prepare_parties(spec, data)) is None, fields
@@ -199,3 +201,36 @@ def test_one_vstep_per_round_for_the_whole_stack(data: Dataset) -> None:
         got = dict(NNKind().run_many(jobs, data, LOCAL))
     rounds = got[0][0].rounds  # type: ignore[index,union-attr]
     assert len(calls) == rounds + 1
+
+
+def _conformance() -> list[tuple[str, str]]:
+    from trainables.defenses import DEFENSES
+    from trainables.protocols import PROTOCOLS
+
+    return [(d, p) for d in ("none", *DEFENSES) for p in PROTOCOLS]
+
+
+@pytest.mark.parametrize(("defense", "protocol"), _conformance())
+def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
+    data: Dataset, defense: str, protocol: str
+) -> None:
+    """Conformance: a pack of two seeds (one attacked through the message log) both ways.
+    Where the pair stacks, the records say so; where it cannot, it runs unstacked."""
+    from trainables.defenses import DEFENSES
+    from trainables.kinds.vectorized import message_only
+
+    fields: dict[str, object] = {"protocol": protocol, "epochs": 2}
+    if defense != "none":
+        grid = DEFENSES.get(defense).info.grid
+        fields.update(defense=defense, defense_param=grid[len(grid) // 2])
+    jobs = [_job(0, **fields), _job(1, attacks=[DLI], **fields)]
+    off = dict(NNKind().run_many(jobs, data, dataclasses.replace(LOCAL, vectorize=False)))
+    on = dict(NNKind().run_many(jobs, data, LOCAL))
+    assert [_bare(on[i]) for i in range(2)] == [_bare(off[i]) for i in range(2)]
+    spec = jobs[0].spec
+    stacks = stack_key(spec, prepare_parties(spec, data)) is not None
+    assert stacks == (
+        protocol != "celu" and (defense == "none" or message_only("defense", defense))
+    )
+    if not isinstance(on[0], Exception):
+        assert _vectorized(on[0]) == stacks and _vectorized(on[1]) == stacks

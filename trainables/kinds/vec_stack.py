@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,10 +31,13 @@ import torch.nn.functional as F
 
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
-from trainables.party import ActiveParty, PartyInit, binary_auc
+from trainables.party import ActiveParty, PartyInit, binary_auc, receive_through, send_through
 from trainables.protocols import TrainResult
 from trainables.stacked import StackedMLP, StackedOptimizer, StackedSplitTop, agg_top
 from trainables.transport.base import CommStats, Transport
+
+# A stacked message: the (K, ...) array, or one ``Message`` per training where hooks act
+Payload = np.ndarray | list[Message]
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,10 @@ class VecStack:
         self.k = torch.arange(len(ps), device=self.device).unsqueeze(1)  # (K, 1)
         self.X_train = torch.stack([p.X_train for p in ps])  # (K, n, d)
         self.X_test = torch.stack([p.X_test for p in ps])  # (K, n_test, d)
+        self.members = ps
         self.logs = [next((h for h in p.hooks if isinstance(h, MessageLog)), None) for p in ps]
+        # any hook but a log: every message goes through each training's own stack
+        self.hooked = any(not isinstance(h, MessageLog) for p in ps for h in p.hooks)
         self.bottom = StackedMLP([p.bottom for p in ps], self.device)
         params = list(self.bottom.params)
         if self.is_active:
@@ -112,28 +118,61 @@ class VecStack:
                 msg = Message.of(kind, src, dst, payload[j], ref)
                 (log.sent if sent else log.received).append(msg)
 
+    def _send(
+        self, kind: str, src: int, dst: int, out: np.ndarray, ref: BatchRef | None
+    ) -> Payload:
+        """What leaves: the (K, ...) stack as is when no training hooks its messages, else
+        each training's ``Message`` through its own party's hook stack (its defenses'
+        own random streams and counts, its codecs' encodings, its log)."""
+        if not self.hooked:
+            self._log(True, kind, src, dst, out, ref)
+            return out
+        return [
+            send_through(p.hooks, p, Message.of(kind, src, dst, out[j], ref))
+            for j, p in enumerate(self.members)
+        ]
+
+    def _receive(
+        self, kind: str, src: int, dst: int, payload: Payload, ref: BatchRef | None
+    ) -> np.ndarray:
+        """What arrives, as the (K, ...) stack of what each training's hooks let in."""
+        if isinstance(payload, np.ndarray) and not self.hooked:
+            self._log(False, kind, src, dst, payload, ref)
+            return payload
+        msgs = (
+            payload
+            if isinstance(payload, list)
+            else [Message.of(kind, src, dst, payload[j], ref) for j in range(len(self.members))]
+        )
+        return np.stack(
+            [
+                np.asarray(receive_through(p.hooks, p, m).payload)
+                for p, m in zip(self.members, msgs, strict=True)
+            ]
+        )
+
     # -- what every party does ---------------------------------------------------------
-    def forward(self, ref: BatchRef) -> np.ndarray:
+    def forward(self, ref: BatchRef) -> Payload:
         """H = G(X[rows]) : (K, B, C), kept with its graph until the gradient comes back."""
         rows = self.rows(ref)
         h = self.bottom.forward(self.X_train[self.k, rows])
         self._pending = (ref, h, rows)
-        out = h.detach().cpu().numpy()
-        self._log(True, "embedding", self.config_party_id, self.active_id, out, ref)
-        return out
+        return self._send(
+            "embedding", self.config_party_id, self.active_id, h.detach().cpu().numpy(), ref
+        )
 
     @property
     def config_party_id(self) -> int:
         assert self.party_id is not None
         return int(self.party_id)
 
-    def backward(self, grad: np.ndarray) -> None:
+    def backward(self, grad: Payload) -> None:
         """Apply dL/dH (K, B, C): one step, then Q-1 more with the same gradient (FedBCD)."""
         assert self._pending is not None, "a gradient without a forward"
         ref, h, rows = self._pending
         self._pending = None
-        self._log(False, "gradient", self.active_id, self.config_party_id, grad, ref)
-        g = torch.from_numpy(np.array(grad, dtype=np.float32)).to(self.device)
+        received = self._receive("gradient", self.active_id, self.config_party_id, grad, ref)
+        g = torch.from_numpy(np.array(received, dtype=np.float32)).to(self.device)
         for step in range(self.config.local_steps):
             if step > 0:
                 h = self.bottom.forward(self.X_train[self.k, rows])
@@ -141,18 +180,17 @@ class VecStack:
             h.backward(g)
             self.optimizer.step()
 
-    def vstep(self, grad: np.ndarray | None, ref: BatchRef | None) -> np.ndarray | None:
+    def vstep(self, grad: Payload | None, ref: BatchRef | None) -> Payload | None:
         """``Party.step`` for the stack: round t's gradient in, round t+1's H out."""
         if grad is not None:
             self.backward(grad)
         return None if ref is None else self.forward(ref)
 
     @torch.no_grad()
-    def vembed(self, split: str = "test") -> np.ndarray:
+    def vembed(self, split: str = "test") -> Payload:
         x = self.X_test if split == "test" else self.X_train
         h = self.bottom.forward(x).cpu().numpy()  # (K, n, C)
-        self._log(True, f"{split}_embedding", self.config_party_id, self.active_id, h, None)
-        return h
+        return self._send(f"{split}_embedding", self.config_party_id, self.active_id, h, None)
 
     # -- the active party --------------------------------------------------------------
     def _logits(self, h: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -164,28 +202,29 @@ class VecStack:
         ce = F.cross_entropy(logits.reshape(k * b, c), y.reshape(k * b), reduction="none")
         return ce.view(k, b).mean(dim=1)
 
-    def passive_gradients(self, ref: BatchRef, embeddings: Sequence[Any]) -> list[np.ndarray]:
+    def passive_gradients(self, ref: BatchRef, embeddings: Sequence[Payload]) -> list[Payload]:
         """Each training's loss and dL/dH_k per passive party (``ActiveParty``'s order)."""
         if self._pending is None or self._pending[0] != ref:
             self.forward(ref)
         assert self._pending is not None
         _, h_own, rows = self._pending
         self._pending = None
-        for src, emb in enumerate(embeddings):
-            self._log(False, "embedding", src, self.active_id, emb, ref)
         h_passive = [
             torch.from_numpy(np.array(e, dtype=np.float32)).to(self.device).requires_grad_()
-            for e in embeddings
+            for e in (
+                self._receive("embedding", src, self.active_id, emb, ref)
+                for src, emb in enumerate(embeddings)
+            )
         ]  # (P-1) x (K, B, C)
         y = self.y_train[self.k, rows]  # (K, B)
         losses = self._loss(self._logits([*h_passive, h_own]), y)
         total = losses.sum()  # d(total)/d(slice k) = training k's own gradient
         grads = list(torch.autograd.grad(total, h_passive, retain_graph=True)) if h_passive else []
         self._stash = (rows, losses, [h.detach() for h in h_passive])
-        out = [g.cpu().numpy() for g in grads]
-        for dst, g in enumerate(out):
-            self._log(True, "gradient", self.active_id, dst, g, ref)
-        return out
+        return [
+            self._send("gradient", self.active_id, dst, g.cpu().numpy(), ref)
+            for dst, g in enumerate(grads)
+        ]
 
     def update(self) -> None:
         """Own bottom and top: the step on this batch, then Q-1 FedBCD steps."""
@@ -202,12 +241,14 @@ class VecStack:
         self._stash = None
 
     @torch.no_grad()
-    def evaluate(self, test_embeddings: Sequence[np.ndarray]) -> list[float]:
+    def evaluate(self, test_embeddings: Sequence[Payload]) -> list[float]:
         """Each training's test MP (accuracy, or AUC where ``config.metric`` says so)."""
-        for src, emb in enumerate(test_embeddings):
-            self._log(False, "test_embedding", src, self.active_id, emb, None)
         h = [
-            torch.from_numpy(np.array(e, dtype=np.float32)).to(self.device) for e in test_embeddings
+            torch.from_numpy(np.array(e, dtype=np.float32)).to(self.device)
+            for e in (
+                self._receive("test_embedding", src, self.active_id, emb, None)
+                for src, emb in enumerate(test_embeddings)
+            )
         ]
         logits = self._logits([*h, self.bottom.forward(self.X_test)])  # (K, n_test, C)
         if self.config.metric == "auc":
@@ -230,28 +271,38 @@ class VecStack:
         return [self.parties[s] for s in slots]
 
 
+def sizes(payload: Payload | None, k: int) -> list[int]:
+    """Each training's bytes of one stacked message, as its own transport counts them."""
+    if payload is None:
+        return [0] * k
+    if isinstance(payload, list):
+        return [m.nbytes for m in payload]
+    return [payload.nbytes // k] * k
+
+
 @dataclass
 class _Counts:
-    """One training's ``CommStats``, counted as its one-at-a-time transport counts them."""
+    """The trainings' ``CommStats``, counted as each one-at-a-time transport counts."""
 
-    stats: CommStats = field(default_factory=CommStats)
+    stats: list[CommStats]
 
-    def sent(
-        self, arrays: Sequence[np.ndarray | None], k: int, training: bool, new_round: bool
-    ) -> None:
-        nbytes = sum(a.nbytes // k for a in arrays if a is not None)
-        if training:
-            self.stats.bytes_down += nbytes
-            self.stats.rounds += int(new_round)
-        else:
-            self.stats.eval_bytes += nbytes
+    def sent(self, payloads: Sequence[Payload | None], new_round: bool) -> None:
+        k = len(self.stats)
+        for payload in payloads:
+            for stats, n in zip(self.stats, sizes(payload, k), strict=True):
+                stats.bytes_down += n
+        for stats in self.stats:
+            stats.rounds += int(new_round)
 
-    def received(self, arrays: Sequence[np.ndarray], k: int, training: bool) -> None:
-        nbytes = sum(a.nbytes // k for a in arrays)
-        if training:
-            self.stats.bytes_up += nbytes
-        else:
-            self.stats.eval_bytes += nbytes
+    def received(self, payloads: Sequence[Payload], training: bool, only: Sequence[int]) -> None:
+        k = len(self.stats)
+        for payload in payloads:
+            n = sizes(payload, k)
+            for j in only:
+                if training:
+                    self.stats[j].bytes_up += n[j]
+                else:
+                    self.stats[j].eval_bytes += n[j]
 
 
 @dataclass
@@ -269,7 +320,7 @@ class VecRun:
     ) -> list[Any]:
         start = time.perf_counter()
         k, peers = len(self.slots), transport.n_peers
-        counts = [_Counts() for _ in self.slots]
+        counts = _Counts([CommStats() for _ in self.slots])
         schedule = active.parties[self.slots[0]].schedule  # every slot has its batch count
         per_epoch = [schedule.refs(e) for e in range(self.epochs)]
         refs = [ref for epoch_refs in per_epoch for ref in epoch_refs]
@@ -279,9 +330,8 @@ class VecRun:
         reached: list[int | None] = [None] * k
         eval_seconds = 0.0
 
-        def send(grads: Sequence[np.ndarray | None], nxt: BatchRef | None) -> Any:
-            for c in counts:
-                c.sent(grads, k, True, nxt is not None)
+        def send(grads: Sequence[Payload | None], nxt: BatchRef | None) -> Any:
+            counts.sent(grads, nxt is not None)
             return transport.submit(
                 "vstep", [(g, nxt) for g in grads], training=False, new_round=False
             )
@@ -290,16 +340,14 @@ class VecRun:
             """Every training's MP; eval traffic counted for the ``counted`` ones (a
             training alone evaluates at epoch ends only when it has a target)."""
             test = transport.call("vembed", [("test",)] * peers, training=False)
-            for j in counted:
-                counts[j].received(test, k, False)
+            counts.received(test, False, counted)
             return active.evaluate(test)
 
         pending = send([None] * peers, refs[0])
         for i, ref in enumerate(refs):
             active.forward(ref)
             embeddings = transport.gather(pending)
-            for c in counts:
-                c.received(embeddings, k, True)
+            counts.received(embeddings, True, range(k))
             grads = active.passive_gradients(ref, embeddings)
             pending = send(grads, refs[i + 1] if i + 1 < len(refs) else None)
             active.update()
@@ -315,7 +363,7 @@ class VecRun:
         out: list[Any] = [None] * len(self.targets)
         for j, s in enumerate(self.slots):
             out[s] = TrainResult.from_stats(
-                counts[j].stats,
+                counts.stats[j],
                 mp=mps[j],
                 train_seconds=seconds / k,
                 final_loss=float(active.losses[j]),

@@ -2,15 +2,18 @@
 
 ``run_vectorized`` prepares every job as ``NNKind.run`` would, groups the jobs that can
 stack (``stack_key``: same model, data shapes, batch size, epochs, optimizer, partition,
-FedSGD or FedBCD with the same Q, no message hooks but a message log), and trains each
+a protocol that keeps ``Protocol.run``'s loop with the same Q, message-only hooks), and trains each
 group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor per party as
 the placement says. What cannot stack goes to ``fallback`` (lockstep, or one at a time),
 so a pack always runs whole. Vectorized records say so: ``extra.vectorized`` is true
 (records of the other paths have no such key).
 
 Seeds, learning rates, aligned and labeled rows (the data of each training) may differ
-inside a group: each training keeps its own. Message hooks (defenses, codecs,
-training-time attacks) do not stack yet: a spec with any runs unstacked.
+inside a group: each training keeps its own. Defenses and codecs that act on messages
+only (``message_only``: G-DP, L-DP, GS, ISO, Quantize, Top-k) run per training on
+its slice, with its own random stream and counts; hooks that reach into the model, the
+loss or its gradients (MID, CAE, DCAE, dCor, GPer), CELU-VFL's workset and training-time
+attacks do not stack: such a spec runs unstacked.
 """
 
 from __future__ import annotations
@@ -31,13 +34,41 @@ from trainables.kinds.lockstep import (
 from trainables.kinds.nn import PreparedTrial, Trained, attacks_of, prepare_parties
 from trainables.kinds.nn import records_of as nn_records_of
 from trainables.kinds.vec_stack import VecRun, VecStackInit
-from trainables.protocols import FedBCD, FedSGD
+from trainables.protocols import Protocol
 from trainables.spec import TrialSpec
 from trainables.transport.group import open_parties
 from trainables.transport.placement import Placement
 
 Fallback = Callable[[Sequence[Job], Dataset, Placement], Iterator[tuple[int, Outcome]]]
 OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
+# ``Protocol.run``'s pieces that ``VecRun`` replaces: a protocol that overrides one does
+# not stack (FedSGD, FedBCD and the compressed protocols override none; their Q local
+# steps and codecs are what the stack runs)
+LOOP_HOOKS = ("run", "update", "send", "evaluate")
+
+
+# What a stacked party cannot hand to a hook: the model (MID's bottleneck, CAE's decoder
+# via ``attach``), the loss and its gradients (``loss_term``, ``soft_targets``,
+# ``gradients``: dCor, MID, CAE, GPer) and local steps on cached exchanges (CELU-VFL)
+MODEL_HOOKS = ("attach", "loss_term", "soft_targets", "gradients")
+
+
+@cache
+def message_only(family: str, name: str) -> bool:
+    """Whether hook ``name`` of ``family`` (a defense or a codec) acts on messages only
+    (``on_send`` / ``on_receive``): then each training's own hook runs on its own slice
+    of a stacked message, and the stack needs nothing else from it."""
+    from trainables.defenses.base import Defense
+    from trainables.party import hook_registry
+    from trainables.protocols.codecs import Codec
+
+    cls = hook_registry(family).get(name)
+    if not isinstance(cls, type) or hasattr(cls, "after_backward"):
+        return False
+    base = Defense if issubclass(cls, Defense) else Codec if issubclass(cls, Codec) else None
+    if base is None:
+        return False
+    return all(getattr(cls, m, None) is getattr(base, m, None) for m in MODEL_HOOKS)
 
 
 @cache
@@ -51,9 +82,11 @@ def _stackable_bottom(model: str, hidden: tuple[int, ...] | None, dataset: str, 
 def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
     """What the trainings of one stacked run share, or None when ``spec`` cannot stack."""
     protocol = prepared.protocol
-    if type(protocol) not in (FedSGD, FedBCD) or protocol.codec_hooks():
+    if any(getattr(type(protocol), m) is not getattr(Protocol, m) for m in LOOP_HOOKS):
         return None
-    if any(i.hooks or i.install or i.bottom is not None for i in prepared.inits):
+    if any(i.install or i.bottom is not None for i in prepared.inits):
+        return None
+    if not all(message_only(family, name) for i in prepared.inits for family, name, _ in i.hooks):
         return None
     cfg = prepared.inits[-1].config
     if cfg.optimizer not in OPTIMIZERS:
