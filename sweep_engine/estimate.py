@@ -246,7 +246,9 @@ def estimate(
         total += left * SEARCH_TRIAL_S
     elif known:  # each pack starts its processes: the trial's, and its party actors on ray
         run = plan.space.run
-        packs = make_packs(known, run.pack, fit, run.pack_seconds, remote, data_dir)
+        packs = make_packs(
+            known, run.pack, fit, run.pack_seconds, remote, data_dir, vectorize=run.vectorize
+        )
         total += sum(PROCESS_S * (1 + (p.n_parties if remote else 0)) for p in packs)
     concurrency = max(1, min(fit, cpus))
     seconds = STARTUP_S + total / concurrency if known else 0.0

@@ -186,7 +186,9 @@ def plan_packs(plan: Plan, todo: list[Training], data_dir: str | None) -> list[P
     n = max((actor_count(t.spec) for t in todo), default=2)
     fit = slots(plan, n, available.get("CPU", 1.0), available.get("GPU", 0.0))
     remote = run.transport == "ray"
-    return make_packs(todo, run.pack, fit, run.pack_seconds, remote, data_dir)
+    return make_packs(
+        todo, run.pack, fit, run.pack_seconds, remote, data_dir, vectorize=run.vectorize
+    )
 
 
 def _trainable(plan: Plan, ctx: SweepContext, packs: list[Pack]) -> Any:

@@ -60,6 +60,9 @@ def test_packs_hold_one_shape_and_auto_spreads_them_over_the_slots(tmp_path: Pat
     per = cost(digits[0]).total
     spread = make_packs(digits, "auto", slots=2, target_s=per * 6.5)  # 6 fit, 7 do not
     assert [len(p.trainings) for p in spread] == [4, 3]  # both slots busy, not 6 + 1
+    # stacked (vectorized) packs cost a third: the seven now fit the target in one pack
+    stacked = make_packs(digits, "auto", slots=2, target_s=per * 6.5, vectorize=True)
+    assert [len(p.trainings) for p in stacked] == [7]
 
 
 def _sweep(space: Path, results: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -234,3 +234,14 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
     )
     if not isinstance(on[0], Exception):
         assert _vectorized(on[0]) == stacks and _vectorized(on[1]) == stacks
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the blind run is for CPU machines")
+def test_the_gpu_check_runs_blind_without_cuda(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import gpu_check
+
+    monkeypatch.setattr("sys.argv", ["gpu_check"])
+    gpu_check.main()
+    assert json.loads(capsys.readouterr().out) == {"cuda": False}
