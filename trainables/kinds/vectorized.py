@@ -2,11 +2,11 @@
 
 ``run_vectorized`` prepares every job as ``NNKind.run`` would, groups the jobs that can
 stack (``stack_key``: same model, data shapes, batch size, epochs, optimizer, partition,
-a protocol that keeps ``Protocol.run``'s loop with the same Q, message-only hooks), and trains each
-group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor per party as
-the placement says. What cannot stack goes to ``fallback`` (lockstep, or one at a time),
-so a pack always runs whole. Vectorized records say so: ``extra.vectorized`` is true
-(records of the other paths have no such key).
+a protocol that keeps ``Protocol.run``'s loop, the same Q, message-only hooks), and
+trains each group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor
+per party as the placement says. What cannot stack goes to ``fallback`` (lockstep, or
+one at a time), so a pack always runs whole. Vectorized records say so:
+``extra.vectorized`` is true (records of the other paths have no such key).
 
 Seeds, learning rates, aligned and labeled rows (the data of each training) may differ
 inside a group: each training keeps its own. Defenses and codecs that act on messages
@@ -131,9 +131,10 @@ def run_vectorized(
         for chunk in _chunks(group):
             yield from _run_chunk(jobs, chunk, placement, faults)
     if rest:
+        rest.sort()
         try:
-            for j, outcome in fallback([jobs[i] for i in sorted(rest)], ds, placement):
-                yield sorted(rest)[j], outcome
+            for j, outcome in fallback([jobs[i] for i in rest], ds, placement):
+                yield rest[j], outcome
         except Exception as err:  # a fault of the unstacked rest: after the stacked ones
             faults.append(err)
     if faults:
