@@ -17,7 +17,7 @@ from trainables.kinds.base import Job, Outcome
 from trainables.kinds.lockstep import _Prepared
 from trainables.kinds.nn import NNKind, attacks_of, prepare_parties, train_local_parties
 from trainables.kinds.vec_stack import VecStack, VecStackInit
-from trainables.kinds.vectorized import _train_stacked, stack_key
+from trainables.kinds.vectorized import _train_stacked, stack_key, stacks
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer
@@ -174,13 +174,14 @@ def test_a_passive_stack_holds_no_label_of_any_training(data: Dataset) -> None:
 def test_what_cannot_stack_has_no_key(data: Dataset) -> None:
     plain = _job(0).spec
     assert stack_key(plain, prepare_parties(plain, data)) is not None
+    assert stacks(plain, [DLI, PMC])
     for fields in (
         {"defense": "gper", "defense_param": 0.1},
         {"defense": "mid", "defense_param": 0.1},
         {"protocol": "celu"},
     ):
-        spec = _job(0, **fields).spec
-        assert stack_key(spec, prepare_parties(spec, data)) is None, fields
+        assert not stacks(_job(0, **fields).spec, ()), fields
+    assert not stacks(plain, [("amc", {"preset": "fast"})])  # a training-time attack
     a, b = _job(0).spec, _job(0, epochs=5).spec
     assert stack_key(a, prepare_parties(a, data)) != stack_key(b, prepare_parties(b, data))
 
@@ -228,12 +229,12 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
     on = dict(NNKind().run_many(jobs, data, LOCAL))
     assert [_bare(on[i]) for i in range(2)] == [_bare(off[i]) for i in range(2)]
     spec = jobs[0].spec
-    stacks = stack_key(spec, prepare_parties(spec, data)) is not None
-    assert stacks == (
+    stacked = stacks(spec, jobs[1].attacks) and stack_key(spec, prepare_parties(spec, data))
+    assert bool(stacked) == (
         protocol != "celu" and (defense == "none" or message_only("defense", defense))
     )
     if not isinstance(on[0], Exception):
-        assert _vectorized(on[0]) == stacks and _vectorized(on[1]) == stacks
+        assert _vectorized(on[0]) == bool(stacked) and _vectorized(on[1]) == bool(stacked)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the blind run is for CPU machines")

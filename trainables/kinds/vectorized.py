@@ -1,7 +1,7 @@
 """Vectorized packs: K same-shape NN trainings of a pack as one stacked training.
 
 ``run_vectorized`` prepares every job as ``NNKind.run`` would, groups the jobs that can
-stack (``stack_key``: same model, data shapes, batch size, epochs, optimizer, partition,
+stack (``stacks``, ``stack_key``: same model, data shapes, batch size, epochs, optimizer, partition,
 a protocol that keeps ``Protocol.run``'s loop, the same Q, message-only hooks), and
 trains each group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor
 per party as the placement says. What cannot stack goes to ``fallback`` (lockstep, or
@@ -23,7 +23,7 @@ from functools import cache
 from typing import Any
 
 from trainables.data import Dataset
-from trainables.kinds.base import Job, Outcome
+from trainables.kinds.base import AttackSpec, Job, Outcome
 from trainables.kinds.lockstep import (
     DETERMINISTIC,
     STACK_BYTES,
@@ -34,7 +34,7 @@ from trainables.kinds.lockstep import (
 from trainables.kinds.nn import PreparedTrial, Trained, attacks_of, prepare_parties
 from trainables.kinds.nn import records_of as nn_records_of
 from trainables.kinds.vec_stack import VecRun, VecStackInit
-from trainables.protocols import Protocol
+from trainables.protocols import PROTOCOLS, Protocol
 from trainables.spec import TrialSpec
 from trainables.transport.group import open_parties
 from trainables.transport.placement import Placement
@@ -79,18 +79,31 @@ def _stackable_bottom(model: str, hidden: tuple[int, ...] | None, dataset: str, 
     return stackable_module(build_bottom(model, n_in, 2, hidden, dataset))
 
 
-def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
-    """What the trainings of one stacked run share, or None when ``spec`` cannot stack."""
-    protocol = prepared.protocol
+def stacks(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> bool:
+    """Whether ``spec``, evaluating ``attacks``, may stack at all, from the spec alone (so a
+    job that cannot is never prepared twice): a protocol that keeps ``Protocol.run``'s
+    loop, message-only codecs and defenses, no training-time attack, a stacked optimizer."""
+    from trainables.attacks import ATTACKS
+    from trainables.defenses.stack import entries
+
+    protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
     if any(getattr(type(protocol), m) is not getattr(Protocol, m) for m in LOOP_HOOKS):
-        return None
-    if any(i.install or i.bottom is not None for i in prepared.inits):
-        return None
-    if not all(message_only(family, name) for i in prepared.inits for family, name, _ in i.hooks):
+        return False
+    if not all(message_only(family, name) for family, name, _ in protocol.codec_hooks()):
+        return False
+    if not all(message_only("defense", e.name) for e in entries(spec)):
+        return False
+    if any(ATTACKS.get(name).info.training_time for name, _ in attacks):
+        return False
+    return spec.optimizer in OPTIMIZERS
+
+
+def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
+    """What the trainings of one stacked run share (given ``stacks``), or None when the
+    prepared parties cannot stack (a pretrained bottom, one that is not a plain MLP)."""
+    if any(i.bottom is not None for i in prepared.inits):
         return None
     cfg = prepared.inits[-1].config
-    if cfg.optimizer not in OPTIMIZERS:
-        return None
     if not all(
         _stackable_bottom(cfg.model, cfg.hidden, cfg.dataset, i.X_train.shape[1])
         for i in prepared.inits
@@ -114,6 +127,9 @@ def run_vectorized(
     rest: list[int] = []
     for i, job in enumerate(jobs):
         evaluated = attacks_of(job.spec, job.attacks)
+        if not stacks(job.spec, evaluated):
+            rest.append(i)
+            continue
         try:
             prepared = prepare_parties(job.spec, ds, evaluated)
         except DETERMINISTIC as err:
