@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sweep_engine.manifest import flat_spec
+from trainables.results.manifest import flat_spec
 
 # Not axes: a training-time attack is an attack row (``ap:<attack>``), not a setting.
 NOT_AXES = ("train_attack", "train_attack_params")

@@ -20,8 +20,8 @@ from analysis.load import read_records
 from analysis.plot_jobs import PlotPool
 from analysis.ranking import parse_weights
 from analysis.report import Report, make
-from sweep_engine.manifest import read_manifest
 from trainables.errors import ConfigError
+from trainables.results.manifest import read_manifest
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
         summary["optuna"] = write_studies(sweep_dir, out / "optuna", plots=not args.no_plots)
     uri = tracking_uri(args, sweep_dir)
     if uri is not None:
-        from sweep_engine.tracking import log_analysis
+        from analysis.tracking import log_analysis
 
         summary["mlflow"] = log_analysis(
             sweep_dir, uri, out, report.ranking, report.dcs, report.best
@@ -101,7 +101,7 @@ def tracking_uri(args: argparse.Namespace, sweep_dir: Path) -> str | None:
         return None
     if args.mlflow_uri:
         return str(args.mlflow_uri)
-    from sweep_engine.tracking import default_uri
+    from analysis.tracking import default_uri
 
     results = sweep_dir.resolve().parent
     return default_uri(results) if (results / "mlflow.db").exists() else None

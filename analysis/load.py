@@ -16,6 +16,9 @@ import pyarrow.compute as pc
 
 from trainables.errors import ConfigError
 from trainables.records import RECORD_SCHEMA
+from trainables.results.checks import read_checked
+from trainables.results.layout import read_live
+from trainables.results.manifest import read_manifest
 
 # Columns that identify a "scenario": VFLAIR ranks defenses within one dataset, partition,
 # protocol and model; a sweep over several of them gets one ranking per scenario.
@@ -54,17 +57,13 @@ CATEGORICAL = (
 def read_records(sweep_dir: Path, with_spec: bool = True) -> pd.DataFrame:
     """All records of ``sweep_dir/records`` (or of ``sweep_dir`` if it holds Parquet files),
     in the layout the sink writes: single files and compacted parts, each training once
-    (``sweep_engine/parts.py``), read while a compaction may run."""
-    from sweep_engine.parts import read_live
-
+    (``trainables/results/layout.py``), read while a compaction may run."""
     folder = sweep_dir / "records" if (sweep_dir / "records").is_dir() else sweep_dir
     columns = [n for n in RECORD_SCHEMA.names if with_spec or n != "spec_json"]
     try:
         table = read_live(folder, columns)
-    except (OSError, pa.ArrowException):  # a damaged file: the sink skips it with a warning
-        from sweep_engine.sink import RecordSink
-
-        table = RecordSink(folder.parent).read().select(columns)
+    except (OSError, pa.ArrowException):  # a damaged file: skipped with a warning
+        table = read_checked(folder).select(columns)
     if table.num_rows == 0:
         raise ConfigError(
             f"{sweep_dir}: no records (expected <sweep dir>/records/*.parquet); "
@@ -142,6 +141,5 @@ def read_flat(sweep_dir: Path) -> tuple[pd.DataFrame, list[str]]:
     ``manifest.json`` (analysis/axes.py); the Parquet files are not changed.
     """
     from analysis.axes import flatten
-    from sweep_engine.manifest import read_manifest
 
     return flatten(read_records(sweep_dir), read_manifest(sweep_dir))

@@ -90,9 +90,14 @@ def axis_jobs(long: pd.DataFrame, cell_axes: list[str], folder: Path) -> list[tu
 
 
 def _warm() -> None:
-    """Import matplotlib in a worker while the main process reads (about 0.4 s)."""
-    import analysis.axis_plots
-    import analysis.plots  # noqa: F401
+    """Import matplotlib in a worker while the main process reads (about 0.4 s, nearly
+    all of what importing the figure modules costs a forked worker). Not the figure
+    modules themselves: they build on this module's pool and jobs, which name them only
+    as strings (``analysis.plots:plot_beta``), so nothing here imports back up to them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
 
 
 def _timed(target: str, *args: object) -> float:

@@ -39,8 +39,8 @@ from benchmarks.attacks import dataset_of, nn_attacks
 from trainables.attacks import ATTACKS
 from trainables.attacks.harness import run_attacks
 from trainables.data import load_dataset
-from trainables.kinds.nn import prepare_parties, train_local_parties
 from trainables.spec import TrialSpec
+from trainables.vfl.training import prepare_parties, train_local_parties
 
 Setting = tuple[str, dict[str, Any]]  # (attack name, attack params)
 

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from sweep_engine.sink import RecordSink, check_file
+from sweep_engine.sink import RecordSink
 from trainables.records import Record
+from trainables.results.checks import check_file
 from trainables.spec import TrialSpec
 
 TRIAL_ID = "0123456789abcdef"

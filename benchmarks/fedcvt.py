@@ -269,7 +269,7 @@ def estimate_quality(
     from trainables.ssl import runner
     from trainables.ssl.cvt_protocol import CvtProtocol
     from trainables.ssl.fedcvt import attention_estimate, match_moments, std_ratio
-    from trainables.transport.group import open_parties
+    from trainables.transport.open import open_parties
     from trainables.transport.placement import LOCAL
 
     spec = TrialSpec.build(

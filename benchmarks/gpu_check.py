@@ -30,7 +30,7 @@ import torch
 import yaml
 
 from trainables.data import load_dataset
-from trainables.kinds.base import Job
+from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL

@@ -35,7 +35,7 @@ from trainables.spec import TrialSpec
 from trainables.ssl.hssl.finetune import finetune
 from trainables.ssl.hssl.trial import pretrained
 from trainables.ssl.hssl.variants import FAMILIES, options, parse_variant, prepare
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL
 
 STUDY = "splitnn,local_simsiam,cssl_simsiam,gssl_simsiam,hssl_simsiam"

@@ -27,13 +27,13 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import torch
 
 from trainables.data import Dataset, load_dataset
-from trainables.kinds.base import Job
-from trainables.kinds.lockstep import GROUP_SIZE, run_lockstep
+from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL, Placement
 from trainables.transport.ray_actors import ensure_ray, release_warm_actors
+from trainables.vfl.lockstep import GROUP_SIZE, run_lockstep
 
 WARM = Placement("ray", cpu_per_party=1.0, reuse_actors=True)
 Run = Callable[[Sequence[Job], Dataset], list[Record]]  # each job's clean record

@@ -5,7 +5,7 @@ batch 1024, Adam, ``--epochs`` 50) on breast_cancer and digits, the seconds to t
 and record the pack (no attacks), medians over ``--repeats``, all in this process:
 
 - ``vectorized_s``: ``NNKind.run_many`` on warm Ray actors (one per party, 0.5 CPU
-  each), stacked (``kinds/vectorized.py``);
+  each), stacked (``vfl/vectorized.py``);
 - ``lockstep_s``: the same call with ``vectorize`` off: the lockstep pack of before;
 - ``loop_s``: ``NNKind.run`` per training in this process (``transport: local``), the
   plain loop;
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from trainables.data import load_dataset
-from trainables.kinds.base import Job
+from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL, Placement

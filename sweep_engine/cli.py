@@ -269,7 +269,7 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
     wall = time.perf_counter() - start
     learn_costs(sweep_dir)
     if not args.no_mlflow:
-        from sweep_engine.tracking import sync_after_sweep
+        from analysis.tracking import sync_after_sweep
 
         sync_after_sweep(sweep_dir, args.mlflow_uri, Path(args.results))
     print(
@@ -294,8 +294,8 @@ def learn_costs(sweep_dir: Path) -> None:
 
 def print_end_summary(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> None:
     """Best cells from the records, then the commands that open the report and MLflow."""
+    from analysis.tracking import default_uri
     from sweep_engine.progress import end_summary
-    from sweep_engine.tracking import default_uri
 
     uri = None if args.no_mlflow else (args.mlflow_uri or default_uri(Path(args.results)))
     for line in end_summary(plan, sweep_dir, uri, explicit=bool(args.mlflow_uri)):

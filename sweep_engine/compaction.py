@@ -1,9 +1,9 @@
 """Compaction: fold single record files (and parts with dead or few rows) into new parts.
 
 The steps are ordered so that a kill anywhere leaves a folder every reader reads exactly
-once (``sweep_engine/parts.py`` gives the rule): write the parts under temporary names,
-fsync, rename; write the manifest; only then remove what was folded. Leftovers and orphans
-of a killed compaction are removed by the next one. ``fault`` is asked at each of those
+once (``trainables/results/layout.py`` gives the rule): write the parts under temporary
+names, fsync, rename; write the manifest; only then remove what was folded. Leftovers and
+orphans of a killed compaction are removed by the next one. ``fault`` is asked at each of those
 moments whether to die there (``VFLSWEEP_FAULT=kill_during_compaction:N``, tests only).
 """
 
@@ -21,17 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweep_engine.parts import (
-    Layout,
-    PartEntry,
-    check_part,
-    fsync_dir,
-    read_sources,
-    remove_files,
-    save_manifest,
-    scan,
-)
+from sweep_engine.parts import fsync_dir, remove_files, save_manifest
 from trainables.records import RECORD_SCHEMA
+from trainables.results.layout import Layout, PartEntry, check_part, read_sources, scan
 
 SMALL_PART_ROWS = 100_000  # a part below this is merged into the next compaction's part
 MAX_PART_ROWS = 500_000  # a new part stops growing at the first training past this

@@ -29,6 +29,7 @@ import ray
 from ray import tune
 
 from sweep_engine import progress
+from sweep_engine.faults import FAULT_ENV, fault_at
 from sweep_engine.heartbeat import Tracker, say
 from sweep_engine.packs import Pack, make_packs, slots
 from sweep_engine.plan import Plan, Training
@@ -42,10 +43,10 @@ from sweep_engine.runner import (
     run_config,
     trial_dirname,
 )
-from sweep_engine.sink import FAULT_ENV, RecordSink, fault_at
+from sweep_engine.sink import RecordSink
 from sweep_engine.words import plural
 from trainables.errors import MissingDataError
-from trainables.kinds.base import Job
+from trainables.jobs import Job
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.trial import actor_count, run_pack

@@ -1,11 +1,8 @@
-"""``<results>/<sweep>/manifest.json``: what the sweep varies, written beside its records.
+"""Writing ``<results>/<sweep>/manifest.json``: what the sweep varies, beside its records.
 
-Why a manifest: the records hold each training's full spec (``spec_json``) but not which
-of its fields the sweep varied, nor the space they came from. The analysis needs the
-axes to group by (``by_axis.csv``), and a reader of a results folder needs the space
-without hunting for the YAML file that produced it (it may have changed since). Written
-atomically (temporary file, fsync, rename) each time a sweep runs, never on a dry run or
-on bad input; a re-run rewrites it.
+Why a manifest, and how it is read: ``trainables/results/manifest.py`` (the analysis reads
+it from there, without the engine). Written atomically (temporary file, fsync, rename)
+each time a sweep runs, never on a dry run or on bad input; a re-run rewrites it.
 """
 
 from __future__ import annotations
@@ -15,28 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweep_engine.space import NESTED_FIELDS
+from sweep_engine.parts import write_json_atomic
 from trainables.records import ENGINE_VERSION
+from trainables.results.manifest import MANIFEST, flat_spec
 
-if TYPE_CHECKING:  # the analysis imports this module without the planner (torch, data)
+if TYPE_CHECKING:  # annotations only
     from sweep_engine.plan import Plan
-
-MANIFEST = "manifest.json"
-
-
-def flat_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """A spec dict with its parameter mappings dotted out (``protocol_params.q``); other
-    non-scalar values (``hidden``, ``stack``) as canonical JSON strings."""
-    out: dict[str, Any] = {}
-    for key, value in spec.items():
-        if key in NESTED_FIELDS and isinstance(value, dict):
-            for inner, item in value.items():
-                out[f"{key}.{inner}"] = item
-        elif isinstance(value, dict | list | tuple):
-            out[key] = json.dumps(value, sort_keys=True)
-        else:
-            out[key] = value
-    return out
 
 
 def varying_fields(plan: Plan) -> list[str]:
@@ -72,17 +53,4 @@ def build_manifest(plan: Plan) -> dict[str, Any]:
 
 def write_manifest(sweep_dir: Path, plan: Plan) -> Path:
     """Write (or replace) ``sweep_dir/manifest.json`` atomically."""
-    from sweep_engine.sink import write_json_atomic
-
     return write_json_atomic(sweep_dir / MANIFEST, build_manifest(plan))
-
-
-def read_manifest(sweep_dir: Path) -> dict[str, Any] | None:
-    """The sweep's manifest, or None when absent or unreadable (sweeps run before it
-    existed, a hand-made records folder): the analysis then infers the axes."""
-    path = sweep_dir / MANIFEST
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
 from trainables.kinds import kind_of
-from trainables.kinds.lockstep import GROUP_SIZE, plain_nn
+from trainables.kinds.nn import plain_nn
 from trainables.trial import actor_count
+from trainables.vfl.lockstep import GROUP_SIZE
 
 if TYPE_CHECKING:
     from sweep_engine.plan import Plan, Training

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweep_engine.studies import study_path
 from sweep_engine.words import plural
 
 if TYPE_CHECKING:
@@ -262,13 +263,10 @@ def end_summary(plan: Plan, sweep_dir: Path, uri: str | None, explicit: bool) ->
     from sweep_engine.sink import RecordSink
 
     if plan.space.search is not None:
-        from sweep_engine.search import cell_id
-
         searched = list(plan.space.search.params)
         studies = []
         for t in plan.trainings:
-            name = cell_id(t.spec.model_dump(mode="json"), searched)
-            path = sweep_dir / "search" / f"{name}.json"
+            path = study_path(sweep_dir, t.spec.model_dump(mode="json"), searched)
             studies.append(json.loads(path.read_text()) if path.exists() else {})
         for study in studies:
             study.setdefault("objectives", plan.space.search.model_dump()["objectives"])

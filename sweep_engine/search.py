@@ -4,17 +4,17 @@ Why OptunaSearch rather than Optuna's own study with shared storage: trials then
 same placement groups, retries, progress and record sink as grid trials, and Tune
 schedules them next to each other. Tune's grid and a searcher do not mix, so each grid
 cell gets its own Tuner and study. The study's trials, best trial (one objective) or
-Pareto set (several) are written to ``<sweep>/search/<cell>.json`` from the records on
-disk, so a resumed search counts what earlier runs finished and runs only the rest. The
-file also holds each searched parameter's Optuna distribution (``distribution_to_json``):
-``analysis/optuna_report.py`` rebuilds the study from it with Optuna's own
-``create_trial`` for importances and plots, so no second store can disagree with the
-records (an Optuna RDB would keep trials that were interrupted or never recorded).
+Pareto set (several) are written to ``<sweep>/search/<cell>.json`` (``studies.py``) from
+the records on disk, so a resumed search counts what earlier runs finished and runs only
+the rest. The file also holds each searched parameter's Optuna distribution
+(``distribution_to_json``): ``analysis/optuna_report.py`` rebuilds the study from it with
+Optuna's own ``create_trial`` for importances and plots, so no second store can disagree
+with the records (an Optuna RDB would keep trials that were interrupted or never
+recorded).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,11 @@ from ray.tune.search.optuna import OptunaSearch
 
 from sweep_engine import progress, quiet, runner
 from sweep_engine.heartbeat import Tracker, say
+from sweep_engine.parts import write_json_atomic
 from sweep_engine.plan import Plan, Training
-from sweep_engine.sink import RecordSink, write_json_atomic
+from sweep_engine.sink import RecordSink
 from sweep_engine.space import SearchBlock, SearchParam
+from sweep_engine.studies import cell_id, study_path
 from sweep_engine.words import plural
 from trainables.spec import TrialSpec
 from trainables.trial import actor_count
@@ -56,22 +58,6 @@ def sampler(search: SearchBlock, offset: int) -> optuna.samplers.BaseSampler:
     if search.sampler == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
-
-
-def _without(spec: dict[str, Any], keys: list[str]) -> dict[str, Any]:
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec.items()}
-    for key in keys:
-        head, _, tail = key.partition(".")
-        if tail:
-            out.get(head, {}).pop(tail, None)
-        else:
-            out.pop(head, None)
-    return out
-
-
-def cell_id(spec: dict[str, Any], searched: list[str]) -> str:
-    blob = json.dumps(_without(spec, searched), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _value(spec: dict[str, Any], key: str) -> Any:
@@ -147,8 +133,8 @@ def write_summary(sweep_dir: Path, cell: Training, search: SearchBlock, sink: Re
     if len(modes) == 1 and trials:
         pick = max if modes[0] == "max" else min
         summary["best"] = pick(trials, key=lambda t: t["values"][0])
-    name = f"{cell_id(cell.spec.model_dump(mode='json'), list(search.params))}.json"
-    return write_json_atomic(sweep_dir / "search" / name, summary)
+    path = study_path(sweep_dir, cell.spec.model_dump(mode="json"), list(search.params))
+    return write_json_atomic(path, summary)
 
 
 def run_searches(

@@ -22,6 +22,7 @@ from pydantic import (
 
 from sweep_engine.yaml_read import load_yaml
 from trainables.errors import ConfigError, did_you_mean
+from trainables.results.manifest import NESTED_FIELDS  # grid axes may be dotted into these
 from trainables.spec import (
     Bool,
     Float,
@@ -34,14 +35,6 @@ from trainables.spec import (
 )
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
-# grid axes may be dotted into these: "protocol_params.q", "model_params.n_trees"
-NESTED_FIELDS = (
-    "protocol_params",
-    "dataset_params",
-    "model_params",
-    "defense_params",
-    "split_params",
-)
 METRICS = ("mp", "rounds", "comm_bytes", "train_seconds")
 MAX_CELLS = 100_000  # default of run.max_cells
 MAX_NAME = 100  # characters of a space's name (a file name, with room for suffixes)
@@ -72,7 +65,7 @@ class RunSettings(_Strict):
     # pack_seconds each by the cost model); searches keep one training per trial
     pack: Any = "auto"
     pack_seconds: Float = Field(5.0, gt=0)
-    # a pack's same-shape NN trainings as one stacked training (``kinds/vectorized.py``);
+    # a pack's same-shape NN trainings as one stacked training (``vfl/vectorized.py``);
     # records say which ran (``extra.vectorized``)
     vectorize: Bool = True
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from sweep_engine.lock import LOCK_NAME, holder_of
-from sweep_engine.manifest import MANIFEST, read_manifest
 from sweep_engine.words import duration, plural
+from trainables.results.manifest import MANIFEST, read_manifest
 
 PROGRESS = "progress.json"
 PHASES = {  # heartbeat.Tracker.phase, when no trial runs

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from sweep_engine.tracking import default_uri
+from analysis.tracking import default_uri
 
 START_TIMEOUT_S = 180.0  # a cold start on a busy 2-core machine took 45 s
 

@@ -183,7 +183,6 @@ def known_model(name: str) -> None:
 
     if name in BOTTOMS:
         return
-    tree_run.load_models()
     similar = [*tree_run.TREE_MODELS.names(), "paillier_lr"]
     hint = did_you_mean(name, [*BOTTOMS.names(), *similar])
     other = sorted(set(similar) - set(BOTTOMS.names()))

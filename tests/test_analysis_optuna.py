@@ -58,9 +58,9 @@ def test_search_report_has_importances_history_and_pareto(
     from mlflow.tracking import MlflowClient
 
     from analysis.cli import main as analysis_main
+    from analysis.tracking import default_uri
     from sweep_engine.cli import main as sweep_main
     from sweep_engine.progress import vflsweep_command
-    from sweep_engine.tracking import default_uri
 
     space = tmp_path / "twoobj.yaml"
     space.write_text(

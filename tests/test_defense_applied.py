@@ -167,7 +167,7 @@ def _parameter_names() -> dict[str, set[str]]:
     from trainables.protocols import CODECS, PROTOCOLS
     from trainables.ssl.hssl.variants import OPTIONS
     from trainables.ssl.runner import CvtOptions
-    from trainables.trees.run import FLAGS, PARAMS
+    from trainables.trees.common import FLAGS, PARAMS
 
     names: dict[str, set[str]] = {
         "trial spec": set(TrialSpec.model_fields),

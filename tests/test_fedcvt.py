@@ -20,7 +20,8 @@ from trainables.errors import ConfigError
 from trainables.hooks import MessageLog
 from trainables.messages import Message
 from trainables.spec import TrialSpec
-from trainables.ssl.cvt_party import CvtParty, CvtPartyInit
+from trainables.ssl.cvt_init import CvtPartyInit
+from trainables.ssl.cvt_party import CvtParty
 from trainables.ssl.cvt_protocol import CvtProtocol
 from trainables.ssl.fedcvt import (
     attention_estimate,
@@ -30,7 +31,7 @@ from trainables.ssl.fedcvt import (
     pseudo_labels,
 )
 from trainables.ssl.runner import cvt_options, party_inits
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
 from trainables.trial import attack_incompatibility, check_names, incompatibility, run_trial
 
@@ -178,7 +179,7 @@ def _logged(parties: list[Any]) -> list[Message]:
 
 
 def test_no_raw_features_cross_and_passive_holds_no_labels() -> None:
-    from trainables.transport.ray_actors import _walk_arrays
+    from trainables.transport.ray_actors.actor import _walk_arrays
 
     spec = _spec()
     ds = load_dataset("breast_cancer")

@@ -21,7 +21,7 @@ from trainables.fedssl.protocol import run_rounds
 from trainables.fedssl.trial import Evaluator, prepare, record_of
 from trainables.kinds import kind_of
 from trainables.spec import TrialSpec
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
 from trainables.trial import run_trial
 
@@ -132,7 +132,7 @@ def test_local_agents_hold_only_their_own_rows(variant: str) -> None:
 
 @pytest.mark.ray
 def test_ray_actors_hold_only_their_own_rows(ray_session: None) -> None:
-    import ray  # the test reads actor state; the engine's Ray code is ray_actors.py
+    import ray  # the test reads actor state; the engine's Ray code is ray_actors/
 
     spec = spec_of("fedssl_dp", epochs=1, model_params={"epsilon": 50.0})
     ds = load_dataset("digits")

@@ -26,7 +26,7 @@ from trainables.ssl.hssl.finetune import FT_LRS, carve_validation, finetune, pre
 from trainables.ssl.hssl.parties import SERVER, ServerInit
 from trainables.ssl.hssl.pretrain import Stages, aggregate, pretrain
 from trainables.ssl.hssl.variants import HSSL_VARIANTS, parse_variant, prepare
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
 from trainables.trial import attack_incompatibility, check_names, incompatibility, run_trial
 
@@ -278,6 +278,8 @@ def test_iso_on_representations_needs_cross_party_pretraining() -> None:
 
 
 def test_iso_noises_only_the_active_partys_representations() -> None:
+    """Read on the wire as delivered: each party's log keeps what reached it after every
+    hook (a party logs its own sends before its defenses, ``trainables/endpoint.py``)."""
     logs = {}
     for lam in (0.0, 5.0):
         spec = _iso("cssl_simsiam", "both", lam)
@@ -285,7 +287,7 @@ def test_iso_noises_only_the_active_partys_representations() -> None:
         with open_parties(data.inits, LOCAL) as group:
             pretrain(group, None, Stages(True, False, False), 1, data.n_aligned, 128, 0.5, 0)
             logs[lam] = {
-                (m.src, m.batch): m.payload for p in group.snapshot() for m in p.log().sent
+                (m.src, m.batch): m.payload for p in group.snapshot() for m in p.log().received
             }
     assert logs[0.0].keys() == logs[5.0].keys()
     for (src, batch), payload in logs[0.0].items():  # the active party (1) is noised

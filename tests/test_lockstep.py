@@ -1,4 +1,4 @@
-"""Lockstep packs (``kinds/lockstep.py``, ``transport/hub.py``): every training's records
+"""Lockstep packs (``vfl/lockstep.py``, ``transport/hub.py``): every training's records
 equal ``NNKind.run``'s for the same job, one at a time, on a real local Ray."""
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ import ray
 from trainables.data import Dataset, load_dataset
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError
-from trainables.kinds import lockstep
-from trainables.kinds.base import Job, Outcome
-from trainables.kinds.lockstep import eligible, run_lockstep
-from trainables.kinds.nn import NNKind, prepare_parties
+from trainables.jobs import Job, Outcome
+from trainables.kinds.nn import NNKind, plain_nn
 from trainables.records import Record
 from trainables.spec import TrialSpec
-from trainables.transport.group import open_parties
 from trainables.transport.hub import LockstepRun, StackInit
+from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
+from trainables.vfl import lockstep
+from trainables.vfl.lockstep import eligible, run_lockstep
+from trainables.vfl.training import prepare_parties
 
 WARM = Placement("ray", cpu_per_party=0.5, reuse_actors=True)
 TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None}
@@ -188,4 +189,5 @@ def test_eligible_only_for_nn_packs_on_actors() -> None:
     assert not eligible(two[:1], WARM)
     assert not eligible([_job(0), _job(1, n_parties=3)], WARM)
     hssl = _job(0, ssl_variant="hssl_simsiam", aligned_ratio=0.5, n_labeled=60)
-    assert not eligible([_job(1), hssl], WARM)
+    assert plain_nn([job.spec for job in two])  # what the planner sizes packs by
+    assert not plain_nn([_job(1).spec, hssl.spec])  # a pack holds one kind (run_pack)

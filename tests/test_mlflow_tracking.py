@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from analysis.synthetic import row, training
+from analysis.tracking import default_uri, metric_key, sync_sweep
 from sweep_engine.sink import RecordSink
-from sweep_engine.tracking import default_uri, metric_key, sync_sweep
 from trainables.records import Record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,7 +200,7 @@ def test_a_new_store_keeps_default_experiment_artifacts_in_the_results(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MLflow's own Default experiment must not point at ./mlruns of the working folder."""
-    from sweep_engine.tracking import client_for, default_uri
+    from analysis.tracking import client_for, default_uri
 
     monkeypatch.chdir(tmp_path)
     results = tmp_path / "results"

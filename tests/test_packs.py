@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
+from sweep_engine.faults import FAULT_ENV
 from sweep_engine.packs import LOCKSTEP_MIN, cost, make_packs, shape_key
 from sweep_engine.plan import expand
-from sweep_engine.sink import FAULT_ENV
 from sweep_engine.space import load_space
 from trainables.trial import run_trial
 

@@ -28,23 +28,18 @@ import pytest
 import test_defense_conformance as conformance  # the built-ins' suite, run on the plugin
 from test_sweep_integration import sweep, write_space
 
-from sweep_engine.parts import read_live
 from trainables.attacks import ATTACKS, Attack, AttackInfo
+from trainables.attacks.base import check_attack
 from trainables.data import DATASETS
-from trainables.data.catalog import builtin, reject_params
+from trainables.data.catalog import builtin, check_dataset, reject_params
 from trainables.data.dataset import build_dataset
 from trainables.defenses import DEFENSES, Defense, DefenseInfo
+from trainables.defenses.base import check_defense
 from trainables.errors import ConfigError
-from trainables.kinds import TRIAL_KINDS, TrialKind
-from trainables.plugins import (
-    PluginWarning,
-    Refused,
-    check_attack,
-    check_dataset,
-    check_defense,
-    check_kind,
-)
+from trainables.kinds import TRIAL_KINDS, TrialKind, check_kind
+from trainables.plugins import PluginWarning, Refused
 from trainables.registry import Registry
+from trainables.results.layout import read_live
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "vflsweep-example-defense"
@@ -181,6 +176,7 @@ def test_no_plugin_is_visible_unless_a_test_installs_one(example_site: Path) -> 
     ids=["defenses", "attacks", "kinds", "datasets"],
 )  # fmt: skip
 def test_every_builtin_obeys_the_plugin_rules(registry: Registry[Any], check: Any) -> None:
+    assert registry.check is check  # the rules a plugin meets are the ones tested here
     for name in registry.names():
         check(registry.get(name), name)  # a Refused here names the rule a built-in breaks
 
@@ -282,7 +278,7 @@ def test_broken_plugins_are_refused_whole_and_named_ones_fail_with_the_reason(
 
 
 def test_a_registry_loads_its_group_on_its_first_read(broken_site: Path) -> None:
-    fresh: Registry[Any] = Registry("dataset", "vflsweep.datasets")
+    fresh: Registry[Any] = Registry("dataset", "vflsweep.datasets", check=check_dataset)
     with on_path(broken_site):
         assert "tiny" in fresh  # the first read loads the group
         assert fresh.plugins == {"tiny": "vflsweep-test-plugins"}

@@ -15,12 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from trainables.data import load_dataset
-from trainables.errors import ConfigError
-from trainables.messages import Message
-from trainables.protocols import CODECS, PROTOCOLS
-from trainables.protocols.celu import CeluWorkset, staleness_weights
-from trainables.protocols.codecs import (
+from trainables.codecs import (
     Quantized,
     Sparse,
     kept_per_row,
@@ -28,6 +23,11 @@ from trainables.protocols.codecs import (
     quantize,
     topk,
 )
+from trainables.data import load_dataset
+from trainables.errors import ConfigError
+from trainables.messages import Message
+from trainables.protocols import CODECS, PROTOCOLS
+from trainables.protocols.celu import CeluWorkset, staleness_weights
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.trial import prepare_parties, run_trial, train_local_parties

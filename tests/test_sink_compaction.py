@@ -21,10 +21,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.load import read_records
-from sweep_engine import compaction, parts
-from sweep_engine.sink import FAULT_ENV, RecordSink, records_table
+from sweep_engine import compaction
+from sweep_engine.faults import FAULT_ENV
+from sweep_engine.parts import save_manifest
+from sweep_engine.sink import RecordSink, records_table
 from trainables.errors import ConfigError
 from trainables.records import RECORD_SCHEMA, Record, records_to_table
+from trainables.results import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = ["trial_id", "attack"]
@@ -83,7 +86,7 @@ def assert_clean(sink: RecordSink, items: list[tuple[str, list[Record]]]) -> Non
     """After a compaction: parts and the manifest only, every row live, so even a plain
     Parquet reader of the folder sees each record once."""
     names = sorted(p.name for p in sink.records_dir.iterdir())
-    assert names[0] == parts.MANIFEST and all(parts.PART_RE.fullmatch(n) for n in names[1:])
+    assert names[0] == layout.MANIFEST and all(layout.PART_RE.fullmatch(n) for n in names[1:])
     assert rows(pads.dataset(sink.records_dir, format="parquet").to_table()) == expected(items)
     assert sink.bad_files() == {}
     assert_exactly(sink, items)
@@ -130,7 +133,7 @@ def test_killed_compaction_loses_and_duplicates_nothing(
     if point == 1:  # half a part in a hidden temporary file, nothing else changed
         assert any(n.startswith(".part-") and n.endswith(".tmp") for n in on_disk)
     if point >= 3:  # the manifest names the new part; folded files are leftovers or gone
-        assert parts.scan(sink.records_dir).singles == {}
+        assert layout.scan(sink.records_dir).singles == {}
     assert_exactly(sink, items)  # before any cleanup: readers already see each once
     assert sink.bad_files() == {}
     sink.clean_temporaries()
@@ -169,7 +172,7 @@ def test_rerun_supersedes_the_compacted_record(tmp_path: Path) -> None:
     sink.compact()
     assert sink.done() == {"a"}
     sink.write("b", records("b", n=2, mp=0.9))  # the errored training, run again
-    entry = next(iter(parts.load_manifest(sink.records_dir).values()))
+    entry = next(iter(layout.load_manifest(sink.records_dir).values()))
     assert entry.live == ("a",) and not entry.complete  # b's old rows are dead
     items = [("a", records("a")), ("b", records("b", n=2, mp=0.9))]
     assert_exactly(sink, items)
@@ -231,13 +234,13 @@ def test_small_parts_merge_and_big_ones_stay(tmp_path: Path, monkeypatch) -> Non
     for batch in batches:  # 6 rows per batch: the part after two batches is not small
         sink.write_many(batch)
         sink.compact()
-    sizes = sorted(e.rows for e in parts.load_manifest(sink.records_dir).values())
+    sizes = sorted(e.rows for e in layout.load_manifest(sink.records_dir).values())
     assert sizes == [12, 12]
     assert_clean(sink, [item for batch in batches for item in batch])
 
 
 def damage_part(sink: RecordSink) -> Path:
-    path = next(p for p in sink.files() if parts.is_part(p))
+    path = next(p for p in sink.files() if layout.is_part(p))
     data = path.read_bytes()
     path.write_bytes(data[:100] + bytes(b ^ 0xFF for b in data[100:108]) + data[108:])
     return path
@@ -254,7 +257,7 @@ def test_a_changed_part_is_found_quarantined_and_its_trainings_rerun(tmp_path: P
         assert rows(sink.read()) == expected([("c", records("c"))])
     moved = sink.quarantine_bad_files()
     assert len(moved) == 1 and next(iter(moved)).parent == sink.quarantine_dir
-    assert parts.load_manifest(sink.records_dir) == {}
+    assert layout.load_manifest(sink.records_dir) == {}
     assert sink.done() == {"c"}  # a and b run again
 
 
@@ -263,7 +266,7 @@ def test_part_not_matching_its_manifest_is_bad(tmp_path: Path, edit: str) -> Non
     sink = RecordSink(tmp_path)
     sink.write_many([("a", records("a")), ("b", records("b"))])
     sink.compact()
-    manifest = parts.load_manifest(sink.records_dir)
+    manifest = layout.load_manifest(sink.records_dir)
     name, entry = next(iter(manifest.items()))
     if edit == "extra_trial":
         entry = dataclasses.replace(entry, live=(*entry.live, "ghost"), trials=3)
@@ -271,11 +274,11 @@ def test_part_not_matching_its_manifest_is_bad(tmp_path: Path, edit: str) -> Non
         entry = dataclasses.replace(entry, rows=entry.rows + 1)
     else:
         (sink.records_dir / name).unlink()
-    parts.save_manifest(sink.records_dir, {name: entry})
+    save_manifest(sink.records_dir, {name: entry})
     reason = sink.bad_files()[sink.records_dir / name]
     assert {"extra_trial": "trial_ids", "rows": "rows", "missing_file": "missing"}[edit] in reason
     sink.quarantine_bad_files()
-    assert parts.load_manifest(sink.records_dir) == {} and sink.done() == set()
+    assert layout.load_manifest(sink.records_dir) == {} and sink.done() == set()
 
 
 def test_a_corrupt_single_file_is_not_folded(tmp_path: Path) -> None:
@@ -292,7 +295,7 @@ def test_an_unreadable_manifest_stops_readers(tmp_path: Path) -> None:
     sink = RecordSink(tmp_path)
     sink.write_many([("a", records("a"))])
     sink.compact()
-    (sink.records_dir / parts.MANIFEST).write_text("{not json")
+    (sink.records_dir / layout.MANIFEST).write_text("{not json")
     with pytest.raises(ConfigError, match="unreadable manifest"):
         sink.done()
     with pytest.raises(ConfigError, match="unreadable manifest"):
@@ -356,10 +359,10 @@ def test_reader_whose_listing_a_compaction_overtakes_loses_nothing(
     order the reader does them): listing first means the manifest holds what vanished."""
     items = [(f"t{i}", records(f"t{i}")) for i in range(6)]
     RecordSink(tmp_path).write_many(items)
-    (listdir, load), fired = compact_once_after([os.listdir, parts.load_manifest], tmp_path)
-    monkeypatch.setattr(parts.os, "listdir", listdir)
-    monkeypatch.setattr(parts, "load_manifest", load)
-    assert rows(parts.read_live(tmp_path / "records")) == expected(items)
+    (listdir, load), fired = compact_once_after([os.listdir, layout.load_manifest], tmp_path)
+    monkeypatch.setattr(layout.os, "listdir", listdir)
+    monkeypatch.setattr(layout, "load_manifest", load)
+    assert rows(layout.read_live(tmp_path / "records")) == expected(items)
     assert fired and fired[0].folded == 6
 
 
@@ -373,7 +376,7 @@ def test_reader_whose_files_vanish_scans_again(tmp_path: Path, monkeypatch, reti
     if retired == "part":
         sink.compact()
     sink.write_many(items[3:])
-    (scan,), fired = compact_once_after([parts.scan], tmp_path)
-    monkeypatch.setattr(parts, "scan", scan)
-    assert rows(parts.read_live(tmp_path / "records")) == expected(items)
+    (scan,), fired = compact_once_after([layout.scan], tmp_path)
+    monkeypatch.setattr(layout, "scan", scan)
+    assert rows(layout.read_live(tmp_path / "records")) == expected(items)
     assert fired and fired[0].parts_retired == (1 if retired == "part" else 0)

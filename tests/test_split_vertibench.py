@@ -159,7 +159,7 @@ def test_records_carry_the_scheme_the_knob_and_the_measured_split() -> None:
 def test_trees_split_through_the_same_function_and_honour_n_aligned() -> None:
     """Tree kinds divide columns with ``columns_for`` too, and (they did not before) train
     on ``n_aligned`` rows when it is given instead of ``aligned_ratio``."""
-    from trainables.trees.run import tree_data
+    from trainables.trees.common import tree_data
 
     ds = _breast_cancer()
     spec = _spec(model="xgboost", split_scheme="importance", split_params={"alpha": 0.3})

@@ -22,8 +22,8 @@ from trainables.data import load_dataset
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
+from trainables.trees.common import tree_data
 from trainables.trees.models import run_secureboost
-from trainables.trees.run import tree_data
 from trainables.trees.xgb_federated import xgb_params
 from trainables.trial import run_trial
 

@@ -20,10 +20,10 @@ from trainables.kinds import kind_of
 from trainables.kinds.paillier_lr import lr_inits
 from trainables.records import Record
 from trainables.spec import TrialSpec
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
+from trainables.trees.common import tree_data
 from trainables.trees.paillier_lr import KeyHolder, KeyHolderInit, PaillierLR
-from trainables.trees.run import tree_data
 from trainables.trial import check_names, run_trial
 
 BC = {"dataset": "breast_cancer", "model": "paillier_lr", "lr": 0.5}

@@ -12,15 +12,15 @@ from trainables.errors import ConfigError
 from trainables.kinds import kind_of
 from trainables.spec import TrialSpec
 from trainables.transport import LocalTransport
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL
 from trainables.trees import TREE_MODELS, run_tree_trial
 from trainables.trees.builder import Wire
+from trainables.trees.common import tree_data
 from trainables.trees.crypto import KeyPair, Packer
 from trainables.trees.forest import ForestParams, train_forest
 from trainables.trees.paillier_lr import KeyHolderInit, LRPartyInit, PaillierLR
 from trainables.trees.parties import TreePartyInit
-from trainables.trees.run import tree_data
 from trainables.trees.secureboost import BoostParams, train_boost
 from trainables.trees.session import TreeSession
 from trainables.trial import check_names, run_trial

@@ -25,7 +25,7 @@ import xgboost as xgb
 from trainables.data import load_dataset
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
-from trainables.trees.run import tree_data
+from trainables.trees.common import tree_data
 from trainables.trees.tls import ClientTLS, TrialTLS, hosts_in, private_dir
 from trainables.trees.xgb_federated import (
     XGBPartyInit,

@@ -12,7 +12,7 @@ import xgboost as xgb
 from trainables.data import load_dataset
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
-from trainables.trees.run import tree_data
+from trainables.trees.common import tree_data
 from trainables.trees.xgb_federated import XGBPartyInit, run_federated, xgb_params
 from trainables.trial import run_trial
 

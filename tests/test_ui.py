@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_engine.tracking import client_for, default_uri
+from analysis.tracking import client_for, default_uri
 from sweep_engine.ui import command, environment
 
 

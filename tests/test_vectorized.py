@@ -1,4 +1,4 @@
-"""Vectorized packs (``kinds/vectorized.py``, ``kinds/vec_stack.py``, ``stacked.py``): K
+"""Vectorized packs (``vfl/vectorized.py``, ``vfl/vec_stack.py``, ``stacked.py``): K
 same-shape trainings as one stacked training give each training the records it gets
 alone, on this process and on a real local Ray; what cannot stack runs unstacked."""
 
@@ -13,16 +13,17 @@ import pytest
 import torch
 
 from trainables.data import Dataset, load_dataset
-from trainables.kinds.base import Job, Outcome
-from trainables.kinds.lockstep import _Prepared
-from trainables.kinds.nn import NNKind, attacks_of, prepare_parties, train_local_parties
-from trainables.kinds.vec_stack import VecStack, VecStackInit
-from trainables.kinds.vectorized import _train_stacked, stack_key, stacks
+from trainables.jobs import Job, Outcome
+from trainables.kinds.nn import NNKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
+from trainables.vfl.lockstep import _Prepared
+from trainables.vfl.training import attacks_of, prepare_parties, train_local_parties
+from trainables.vfl.vec_stack import VecStack, VecStackInit
+from trainables.vfl.vectorized import _train_stacked, stack_key, stacks
 
 WARM = Placement("ray", cpu_per_party=0.5, reuse_actors=True)
 TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None, "extra": ""}
@@ -218,7 +219,7 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
     """Conformance: a pack of two seeds (one attacked through the message log) both ways.
     Where the pair stacks, the records say so; where it cannot, it runs unstacked."""
     from trainables.defenses import DEFENSES
-    from trainables.kinds.vectorized import message_only
+    from trainables.vfl.vectorized import message_only
 
     fields: dict[str, object] = {"protocol": protocol, "epochs": 2}
     if defense != "none":

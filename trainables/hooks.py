@@ -8,9 +8,12 @@ reverse order on ``on_receive``, like a middleware stack.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from trainables.messages import Message
-from trainables.party import Party
+
+if TYPE_CHECKING:
+    from trainables.party import Party
 
 
 @dataclass

@@ -12,12 +12,12 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from typing import Protocol as TypingProtocol
 
 import numpy as np
 import torch
 from torch import nn
 
+from trainables.endpoint import Endpoint
 from trainables.errors import ConfigError
 from trainables.messages import BatchRef, BatchSchedule, Message
 from trainables.models import DefendedTop, build_bottom, build_top
@@ -86,55 +86,6 @@ class PartyInit:
         return ActiveParty(self) if self.is_active else Party(self)
 
 
-class MessageHook(TypingProtocol):
-    """Middleware on a party's messages (defenses, attack recorders). Stack in a list."""
-
-    def on_send(self, party: Party, msg: Message) -> Message: ...
-
-    def on_receive(self, party: Party, msg: Message) -> Message: ...
-
-
-def send_through(hooks: Sequence[MessageHook], owner: Any, msg: Message) -> Message:
-    """``msg`` through ``owner``'s hook stack on the way out (list order)."""
-    for hook in hooks:
-        msg = hook.on_send(owner, msg)
-    return msg
-
-
-def receive_through(hooks: Sequence[MessageHook], owner: Any, msg: Message) -> Message:
-    """``msg`` through ``owner``'s hook stack on the way in (reverse order: middleware)."""
-    for hook in reversed(hooks):
-        msg = hook.on_receive(owner, msg)
-    return msg
-
-
-def hook_registry(family: str) -> Any:
-    """The registry of a hook family; imported late so parties load only what they use."""
-    if family == "defense":
-        from trainables.defenses import DEFENSES
-
-        return DEFENSES
-    if family == "codec":
-        from trainables.protocols.codecs import CODECS
-
-        return CODECS
-    raise ConfigError(f"hook family {family!r} is not one of: defense, codec")
-
-
-def attach_requested(party: Any, init: Any) -> None:
-    """What the trial asked of a party (any kind whose init has ``record``, ``install`` and
-    ``hooks``): a message log, training-time attacks, then the hook stack in order."""
-    from trainables.attacks import ATTACKS
-    from trainables.hooks import MessageLog
-
-    if init.record:
-        party.hooks.append(MessageLog())
-    for name, params, aux in init.install:
-        ATTACKS.create(name, **params).install(party, aux)  # type: ignore[attr-defined]
-    for family, name, params in init.hooks:
-        hook_registry(family).create(name, **params).attach(party)  # type: ignore[attr-defined]
-
-
 def seed_cpu(seed: int) -> None:
     """``torch.manual_seed`` for the CPU generator only (what model init draws from).
 
@@ -168,7 +119,7 @@ def _make_optimizer(name: str, params: Sequence[nn.Parameter], lr: float) -> tor
     return torch.optim.SGD(params, lr=lr)
 
 
-class Party:
+class Party(Endpoint):
     """A passive party: bottom model G_k over its own features; sends H_k, receives dL/dH_k."""
 
     def __init__(self, init: PartyInit) -> None:
@@ -187,13 +138,10 @@ class Party:
                     cfg.model, self.X_train.shape[1], cfg.n_classes, cfg.hidden, cfg.dataset
                 ).to(self.device)
         self.schedule = BatchSchedule(self.X_train.shape[0], cfg.batch_size, cfg.seed)
-        self.hooks: list[MessageHook] = []
+        super().__init__()  # the endpoint: an empty hook stack
         self._pending: tuple[BatchRef, torch.Tensor] | None = None
         self.optimizer = _make_optimizer(cfg.optimizer, self.trainable_parameters(), cfg.lr)
-        self._attach(init)
-
-    def _attach(self, init: PartyInit) -> None:
-        attach_requested(self, init)
+        self.attach(init)
 
     @property
     def active_id(self) -> int:
@@ -202,19 +150,6 @@ class Party:
     def trainable_parameters(self) -> list[nn.Parameter]:
         return list(self.bottom.parameters())
 
-    def _send(self, msg: Message) -> Message:
-        return send_through(self.hooks, self, msg)
-
-    def defense_applied(self) -> list[dict[str, Any]]:
-        """How often each defense at this party changed something (plain data: an actor
-        sends it back; ``trainables.defenses.applied`` merges and checks it)."""
-        from trainables.defenses.applied import party_reports
-
-        return party_reports(self.hooks)
-
-    def _receive(self, msg: Message) -> Message:
-        return receive_through(self.hooks, self, msg)
-
     def forward(self, ref: BatchRef) -> Message:
         """H_k = G_k(X_k[batch]) : (B, C), kept with its graph until the gradient comes back."""
         self.bottom.train()
@@ -222,7 +157,7 @@ class Party:
         h = self.bottom(self.X_train[rows])
         self._pending = (ref, h)
         out = Message.of("embedding", self.party_id, self.active_id, h.detach().cpu().numpy(), ref)
-        return self._send(out)
+        return self.send_out(out)
 
     def backward(self, msg: Message) -> None:
         """Apply dL/dH_k: one step, then Q-1 more reusing the same (stale) gradient (FedBCD).
@@ -230,7 +165,7 @@ class Party:
         A hook with ``after_backward`` (CELU-VFL's workset) then gets the exchange (rows,
         H_k as sent, dL/dH_k) and takes its own local steps on cached exchanges.
         """
-        msg = self._receive(msg)
+        msg = self.receive_in(msg)
         if self._pending is None or self._pending[0] != msg.batch:
             raise RuntimeError(f"party {self.party_id}: gradient for {msg.batch} unexpected")
         ref, h = self._pending
@@ -266,7 +201,7 @@ class Party:
         self.bottom.eval()
         x = self.X_test if split == "test" else self.X_train
         h = self.bottom(x).cpu().numpy()
-        return self._send(Message.of(f"{split}_embedding", self.party_id, self.active_id, h))
+        return self.send_out(Message.of(f"{split}_embedding", self.party_id, self.active_id, h))
 
 
 class ActiveParty(Party):
@@ -309,7 +244,7 @@ class ActiveParty(Party):
         self._pending = None
         self.top.train()
         h_passive = [
-            as_tensor(self._receive(m).payload, self.device).requires_grad_() for m in embeddings
+            as_tensor(self.receive_in(m).payload, self.device).requires_grad_() for m in embeddings
         ]  # (K-1) x (B, C)
         rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
         y = self.y_train[rows]
@@ -320,7 +255,7 @@ class ActiveParty(Party):
             grads = defense.gradients(grads, logits, h_passive, y)
         self._stash = (rows, loss, [h.detach() for h in h_passive])
         return [
-            self._send(Message.of("gradient", self.party_id, m.src, g.cpu().numpy(), ref))
+            self.send_out(Message.of("gradient", self.party_id, m.src, g.cpu().numpy(), ref))
             for m, g in zip(embeddings, grads, strict=True)
         ]
 
@@ -362,7 +297,7 @@ class ActiveParty(Party):
         accuracy, or AUC where ``config.metric`` says so."""
         self.bottom.eval()
         self.top.eval()
-        h_passive = [as_tensor(self._receive(m).payload, self.device) for m in test_embeddings]
+        h_passive = [as_tensor(self.receive_in(m).payload, self.device) for m in test_embeddings]
         logits = self.top([*h_passive, self.bottom(self.X_test)])
         if self.config.metric == "auc":
             return binary_auc(logits, self.y_test)

@@ -6,10 +6,11 @@ must fail with the list of known ones. Adding an algorithm is one new file plus 
 
 Why plugins load lazily, inside the registry: a family with an entry-point ``group``
 (``vflsweep.defenses``, ...) also holds what installed third-party packages declare there
-(``trainables/plugins.py`` checks each one first). The driver, the planner and every Ray
-worker reach a registry only by reading it, so loading on the first read makes a plugin
-visible in all of them with no start-up code anywhere; with no plugin installed the cost
-is one ``importlib.metadata`` scan per family and process.
+(``trainables/plugins.py`` loads them; the family's own ``check`` says which to accept).
+The driver, the planner and every Ray worker reach a registry only by reading it, so
+loading on the first read makes a plugin visible in all of them with no start-up code
+anywhere; with no plugin installed the cost is one ``importlib.metadata`` scan per family
+and process.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from trainables.errors import ConfigError, did_you_mean
+from trainables.plugins import load_group
 
 T = TypeVar("T")
 
@@ -35,13 +37,25 @@ class Registry(Generic[T]):
 
     ``group``: the entry-point group whose entries join this family on the first read;
     ``builtins``: the module whose import registers the built-ins, so that a plugin is
-    checked against every built-in name (none is registered yet while it is importing).
+    checked against every built-in name (none is registered yet while it is importing);
+    ``check``: the family's rules, ``check(obj, name)`` returns what to register or raises
+    ``plugins.Refused``. It lives with the family (``check_plugin`` beside its base
+    class), so this module needs none of them.
     """
 
-    def __init__(self, family: str, group: str | None = None, builtins: str | None = None) -> None:
+    def __init__(
+        self,
+        family: str,
+        group: str | None = None,
+        builtins: str | None = None,
+        check: Callable[[object, str], T] | None = None,
+    ) -> None:
+        if group is not None and check is None:
+            raise ValueError(f"{family}: a registry with an entry-point group needs a check")
         self.family = family
         self.group = group
         self.builtins = builtins
+        self.check = check
         self._entries: dict[str, T] = {}
         self._plugins: dict[str, str] = {}
         self._refused: dict[str, str] = {}
@@ -114,8 +128,6 @@ class Registry(Generic[T]):
         with _LOADING:
             self._loading = True
             try:
-                from trainables.plugins import load_group  # lazy: plugins.py imports families
-
                 load_group(self)
             finally:
                 self._loading = False

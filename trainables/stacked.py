@@ -3,12 +3,12 @@
 Why: a small VFL training (MLP-2 on breast_cancer) spends ~3.5 ms a round in Python,
 autograd and optimizer overhead and almost nothing in arithmetic. K trainings of one
 shape stacked on a leading axis pay that overhead once per round for all K
-(``kinds/vectorized.py``). Each training's numbers stay its own: its slice of every
+(``vfl/vectorized.py``). Each training's numbers stay its own: its slice of every
 parameter is updated from its slice of the gradient only (the K losses are summed, and
 d(sum)/d(slice k) is training k's own gradient), so a stacked training equals the one
 trained alone up to float summation order (``baddbmm`` instead of ``addmm``).
 
-Plain functions and two small classes, no Ray, no parties: ``kinds/vectorized.py`` uses
+Plain functions and two small classes, no Ray, no parties: ``vfl/vectorized.py`` uses
 them at every party of a vectorized pack.
 """
 

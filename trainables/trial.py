@@ -4,7 +4,7 @@
 loads the dataset once and hands both, with the ``Placement`` of the parties, to the kind.
 ``check_names`` and ``incompatibility`` are the planner's questions, answered by the same
 kind. The NN helpers (``prepare_parties``, ``train_local_parties``, ...) live in
-``trainables/kinds/nn.py`` and are re-exported here for tests and benchmarks.
+``trainables/vfl/training.py`` and are re-exported here for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -17,9 +17,13 @@ import numpy as np
 
 from trainables.data import load_dataset
 from trainables.errors import ConfigError
-from trainables.kinds import AttackSpec, kind_of
-from trainables.kinds.base import Job, Outcome, TrialKind
-from trainables.kinds.nn import (
+from trainables.jobs import AttackSpec, Job, Outcome
+from trainables.kinds import kind_of
+from trainables.kinds.base import TrialKind
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.transport.placement import LOCAL, TRANSPORTS, Placement
+from trainables.vfl.training import (
     PreparedTrial,
     attacks_of,
     prepare_parties,
@@ -27,9 +31,6 @@ from trainables.kinds.nn import (
     train_local_parties,
     train_prepared,
 )
-from trainables.records import Record
-from trainables.spec import TrialSpec
-from trainables.transport.placement import LOCAL, TRANSPORTS, Placement
 
 
 def run_trial(

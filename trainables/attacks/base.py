@@ -11,16 +11,24 @@ it returns a *guess* (labels, features, or a tampered inference), and the trial'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 from torch import nn
 
 from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import BatchSchedule, Message
+from trainables.plugins import (
+    Refused,
+    builds,
+    named,
+    one_of,
+    overrides,
+    parameters,
+    same_call,
+    subclass,
+)
 from trainables.registry import Registry
-
-ATTACKS: Registry = Registry("attack", "vflsweep.attacks", "trainables.attacks")
 
 AttackType = Literal["LI", "FR", "TB", "NTB"]
 
@@ -170,3 +178,44 @@ class Attack:
 
     def run(self, view: PartyView) -> Guess:
         raise NotImplementedError
+
+
+def check_attack(cls: Any, name: str) -> Any:
+    """The rules every attack obeys (``tests/test_attack_conformance.py``): an ``Attack``
+    subclass named ``name`` with an ``AttackInfo`` of a known type and role, a known
+    ``family``, YAML-writable defaults without ``preset``, presets that change only known
+    parameters, ``run(view)`` (and ``install`` when it tampers with training), and which
+    builds at its defaults and at each preset."""
+    subclass(cls, Attack)
+    named(cls.name, name)
+    info = cls.info if isinstance(getattr(cls, "info", None), AttackInfo) else None
+    if info is None:
+        raise Refused("its info is not an AttackInfo")
+    one_of("info.type", info.type, get_args(AttackType))
+    one_of("info.role", info.role, ("passive", "active"))
+    one_of("family", cls.family, ("nn", "trees"))
+    parameters(cls.defaults)
+    if "preset" in cls.defaults:
+        raise Refused("its defaults name 'preset', the key that carries a preset")
+    for preset, values in cls.presets.items():
+        unknown = sorted(set(values) - set(cls.defaults))
+        if unknown or not any(cls.defaults[k] != v for k, v in values.items()):
+            why = f"sets unknown parameters {unknown}" if unknown else "changes no default"
+            raise Refused(f"its preset {preset!r} {why}")
+    if not overrides(cls, Attack, "run"):
+        raise Refused("it is missing method run(view), which returns its guess")
+    same_call(cls, Attack, "run")
+    if info.training_time:
+        if not overrides(cls, Attack, "install"):
+            raise Refused(
+                "it is missing method install(party, aux): a training-time attack "
+                "(info.training_time) tampers with its party there"
+            )
+        same_call(cls, Attack, "install")
+    for preset in (None, *cls.presets):
+        builds(lambda p=preset: cls(preset=p), f"with preset {preset}")
+    return cls
+
+
+# Registered last: its ``check`` is the function above
+ATTACKS: Registry = Registry("attack", "vflsweep.attacks", "trainables.attacks", check=check_attack)

@@ -16,8 +16,12 @@ from trainables.data.mnist import read_idx
 from trainables.data.scaling import Scaler, default_scaler_kind
 from trainables.data.split import (
     SampleSplit,
+    Split,
     check_columns,
     columns_for,
+    rows_for,
+    split_for,
+    split_refusal,
     split_samples,
     vertical_split,
 )
@@ -27,12 +31,16 @@ __all__ = [
     "Dataset",
     "SampleSplit",
     "Scaler",
+    "Split",
     "check_columns",
     "columns_for",
     "default_data_dir",
     "default_scaler_kind",
     "load_dataset",
     "read_idx",
+    "rows_for",
+    "split_for",
+    "split_refusal",
     "split_samples",
     "vertical_split",
 ]

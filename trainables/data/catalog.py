@@ -8,12 +8,15 @@ sharing one object between trials is safe.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainables.data.dataset import Dataset
 from trainables.errors import ConfigError, MissingDataError, did_you_mean
+from trainables.plugins import Refused
 from trainables.registry import Registry
 
 DATA_ENV = "VFLSWEEP_DATA"
@@ -23,8 +26,6 @@ DATA_ENV = "VFLSWEEP_DATA"
 SIBLING_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 
 Loader = Callable[..., Dataset]
-
-DATASETS: Registry[Loader] = Registry("dataset", "vflsweep.datasets", "trainables.data")
 
 
 def builtin(loader: Loader) -> Loader:
@@ -119,3 +120,45 @@ def reject_params(dataset: str, params: dict[str, object], allowed: tuple[str, .
             f"dataset {dataset!r} got unknown parameter(s) {', '.join(extra)}; "
             f"{hint}allowed: {allowed_text}"
         )
+
+
+def check_dataset(loader: Any, name: str) -> Any:
+    """The rules every dataset loader obeys (``tests/test_data.py``,
+    ``tests/test_plan_without_data.py``): called as ``loader(data_dir, **params)``, it
+    refuses an unknown parameter with a ConfigError (a typo must not pass silently); a
+    loader marked ``@builtin`` (needs no files) returns a valid ``Dataset`` named ``name``
+    on a call with no parameters; one that reads files declares its class count with
+    ``@classes(n)``, so that a dry run plans it without its files."""
+    if not callable(loader):
+        raise Refused("it is not callable as loader(data_dir, **params)")
+    try:
+        inspect.signature(loader).bind(None, zz_probe=1)
+    except TypeError:
+        raise Refused("it is not callable as loader(data_dir, **params)") from None
+    try:
+        loader(None, zz_probe=1)
+    except MissingDataError:
+        raise Refused("it looks for files before refusing an unknown parameter") from None
+    except ConfigError:
+        pass
+    else:
+        raise Refused("it took the unknown parameter zz_probe=1 (call reject_params)")
+    if getattr(loader, "ignores_data_dir", False):
+        ds = loader(None)
+        if not isinstance(ds, Dataset) or ds.name != name:
+            got = f"Dataset {ds.name!r}" if isinstance(ds, Dataset) else type(ds).__name__
+            raise Refused(f"loader(None) returned {got}, not a Dataset named {name!r}")
+        return loader
+    n_classes = getattr(loader, "n_classes", None)
+    if not isinstance(n_classes, int) or isinstance(n_classes, bool) or n_classes < 2:
+        raise Refused(
+            "it reads files but declares no class count >= 2 (mark it @classes(n), or "
+            "@builtin if it needs no files)"
+        )
+    return loader
+
+
+# Registered last: its ``check`` is the function above
+DATASETS: Registry[Loader] = Registry(
+    "dataset", "vflsweep.datasets", "trainables.data", check=check_dataset
+)

@@ -5,6 +5,13 @@ config, so trials are comparable; the split is a property of the data setting, n
 algorithm. Column splits follow the usual VFL benchmarks: contiguous blocks of original
 fields for tabular data, image halves/quadrants/stripes for images (as VFLAIR and FedHSSL
 do with MNIST).
+
+``split_for(spec, ds)`` is the one place a trial's rows and columns are divided: every
+trial kind that splits (NN VFL, FedHSSL, FedCVT, trees, Paillier LR) takes its ``Split``
+from it, and every planner check its refusal from ``split_refusal``, so a spec field that
+decides the split (``aligned_ratio``, ``n_aligned``, ``n_labeled``, ``seed``,
+``split_scheme`` / ``split_params``, ``n_parties``) is read here once and cannot be
+forgotten by one kind (``tests/test_split_conformance.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from trainables.data.dataset import Dataset
-from trainables.errors import ConfigError
+from trainables.errors import ConfigError, MissingDataError
 
 FIXED = ("auto", "blocks", "halves", "quarters", "stripes")  # a function of the data alone
 SCHEMES = (*FIXED, "importance", "correlation")  # the last two: VertiBench's, seeded
@@ -110,6 +117,14 @@ class SpecLike(Protocol):
     split_scheme: str
     split_params: Mapping[str, Any]
     seed: int
+
+
+class RowSpecLike(SpecLike, Protocol):
+    """The fields of a trial spec that decide its whole split: columns and rows."""
+
+    aligned_ratio: float
+    n_aligned: int | None
+    n_labeled: int | None
 
 
 def columns_for(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> list[np.ndarray]:
@@ -257,3 +272,45 @@ def split_samples(
         labels = None if y is None else np.asarray(y)
         labeled = np.sort(_pick_labeled(order, int(n_labeled), labels)).astype(np.int64)
     return SampleSplit(aligned=aligned, unaligned=unaligned, labeled=labeled)
+
+
+@dataclass(frozen=True)
+class Split:
+    """A trial's division of ``ds``: column indices per party (party order; the last is
+    active) and which training rows are aligned, unaligned and labeled."""
+
+    columns: tuple[np.ndarray, ...]
+    rows: SampleSplit
+
+
+def rows_for(spec: RowSpecLike, ds: Dataset) -> SampleSplit:
+    """``split_for``'s rows alone, for checks that need no columns (a seeded VertiBench
+    column split can take seconds). Labels go in so every class gets a labeled row; the
+    aligned / unaligned rows do not depend on them, and neither does a refusal."""
+    return split_samples(
+        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
+        n_aligned=spec.n_aligned,
+    )  # fmt: skip
+
+
+def split_for(spec: RowSpecLike, ds: Dataset, n_parties: int | None = None) -> Split:
+    """The split a trial of ``spec`` trains on; ConfigError when ``ds`` cannot host it.
+
+    ``n_parties`` overrides the spec's for kinds with a fixed count (FedCVT: 2); every
+    other split field is the spec's, so all kinds see the same split for the same spec.
+    """
+    return Split(tuple(columns_for(spec, ds, n_parties)), rows_for(spec, ds))
+
+
+def split_refusal(spec: RowSpecLike, ds: Dataset, n_parties: int | None = None) -> str | None:
+    """Why ``ds`` cannot host ``split_for(spec, ds, n_parties)`` (too few columns or rows,
+    a bad scheme or parameter), or None; the planner's cheap check: columns are checked,
+    not drawn. A missing data file is not a refusal: MissingDataError propagates."""
+    try:
+        check_columns(spec, ds, n_parties)
+        rows_for(spec, ds)
+    except MissingDataError:
+        raise
+    except ConfigError as err:
+        return str(err)
+    return None

@@ -33,14 +33,25 @@ import torch
 
 from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import Message
+from trainables.plugins import (
+    Refused,
+    builds,
+    named,
+    number,
+    overrides,
+    parameters,
+    same_call,
+    subclass,
+)
 from trainables.registry import Registry
 
 if TYPE_CHECKING:
     from trainables.party import Party
 
-DEFENSES: Registry = Registry("defense", "vflsweep.defenses", "trainables.defenses")
 
 PARTIES = ("active", "passive")
+# The hooks through which a defense changes a training (``Defense``'s identity defaults)
+DEFENSE_HOOKS = ("on_send", "on_receive", "loss_term", "soft_targets", "gradients", "attach")
 
 
 @dataclass(frozen=True)
@@ -202,3 +213,49 @@ def is_training_gradient(msg: Message) -> bool:
 def is_embedding(msg: Message) -> bool:
     """Embeddings a passive party sends: per-batch in training, whole splits at evaluation."""
     return msg.kind == "embedding" or msg.kind.endswith("_embedding")
+
+
+def check_defense(cls: Any, name: str) -> Any:
+    """The rules every defense obeys (``tests/test_defense_conformance.py``): a ``Defense``
+    subclass named ``name`` whose ``DefenseInfo`` is consistent (its party among its
+    parties, grid and neutral strength within [low, high], a quantity), whose parameter
+    names YAML can write, which overrides at least one hook with the base's arguments and
+    which builds at every grid strength and at its neutral one."""
+    subclass(cls, Defense)
+    named(cls.name, name)
+    info = cls.info if isinstance(getattr(cls, "info", None), DefenseInfo) else None
+    if info is None:
+        raise Refused("its info is not a DefenseInfo")
+    if info.party not in info.parties or not set(info.parties) <= set(PARTIES):
+        raise Refused(
+            f"its info.party {info.party!r} is not one of its info.parties {info.parties} "
+            f"(each one of {', '.join(PARTIES)})"
+        )
+    if not info.grid:
+        raise Refused("its info.grid is empty (give the strengths a sweep tries by default)")
+    bounded = [("info.grid value", s) for s in info.grid]
+    if info.neutral is not None:
+        bounded.append(("info.neutral", info.neutral))
+    for what, value in bounded:
+        if not number(value) or not info.low <= value <= info.high:
+            raise Refused(f"its {what} {value!r} lies outside [{info.low}, {info.high}]")
+    if not info.quantity:
+        raise Refused("its info.quantity is empty (say what the strength moves)")
+    parameters(cls.defaults)
+    hooks = [h for h in DEFENSE_HOOKS if overrides(cls, Defense, h)]
+    if not hooks:
+        raise Refused(
+            f"it is missing method on_send (or another hook: {', '.join(DEFENSE_HOOKS[1:])}); "
+            "a defense that overrides none changes nothing"
+        )
+    for hook in hooks:
+        same_call(cls, Defense, hook)
+    for strength in {*info.grid, *([info.neutral] if info.neutral is not None else [])}:
+        builds(lambda s=strength: cls(strength=s), f"at strength {strength}")
+    return cls
+
+
+# Registered last: its ``check`` is the function above
+DEFENSES: Registry = Registry(
+    "defense", "vflsweep.defenses", "trainables.defenses", check=check_defense
+)

@@ -24,7 +24,7 @@ from trainables.fedssl.protocol import RoundPlan, RoundsResult, run_rounds
 from trainables.messages import Message
 from trainables.records import Record
 from trainables.spec import TrialSpec
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 
 PartyInits = tuple[SupportInit | QueryInit | ServerInit, ...]

@@ -7,18 +7,57 @@ spec (plain NN VFL: ``ssl_variant: none`` with an NN model; FedHSSL family and F
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainables.errors import ConfigError
-from trainables.kinds.base import AttackSpec, TrialKind
+from trainables.jobs import AttackSpec
+from trainables.kinds.base import TrialKind
 from trainables.kinds.fedcvt import FedCVTKind
 from trainables.kinds.fedssl import FedSSLKind
 from trainables.kinds.hssl import HSSLKind
 from trainables.kinds.nn import NNKind
 from trainables.kinds.paillier_lr import PaillierLRKind
 from trainables.kinds.tree import TreeKind
+from trainables.plugins import Refused, named, overrides, same_call
 from trainables.registry import Registry
 from trainables.spec import TrialSpec
 
-TRIAL_KINDS: Registry[TrialKind] = Registry("trial kind", "vflsweep.kinds", "trainables.kinds")
+
+def check_kind(obj: Any, name: str) -> Any:
+    """The rules every trial kind obeys (``tests/test_kind_conformance.py``): a
+    ``TrialKind`` (class or instance) named ``name`` with ``run``, its other methods taking
+    the base's arguments, taking some spec (``ssl_variants`` or ``takes``) but no spec
+    another registered kind takes: neither its ``ssl_variants`` nor plain NN VFL."""
+    kind = obj() if isinstance(obj, type) and issubclass(obj, TrialKind) else obj
+    if not isinstance(kind, TrialKind):
+        raise Refused("it is neither a subclass nor an instance of trainables.kinds.TrialKind")
+    named(kind.name, name)
+    if not overrides(type(kind), TrialKind, "run"):
+        raise Refused("it is missing method run(spec, ds, placement, attacks)")
+    for method in KIND_METHODS:
+        if overrides(type(kind), TrialKind, method):
+            same_call(type(kind), TrialKind, method)
+    if not kind.ssl_variants and not overrides(type(kind), TrialKind, "takes"):
+        raise Refused("it takes no spec: it has no ssl_variants and no method takes(spec)")
+    others = {n: TRIAL_KINDS.get(n) for n in TRIAL_KINDS.names() if n != name}
+    for other, known in others.items():
+        shared = sorted((set(kind.ssl_variants) & set(known.ssl_variants)) - {"none"})
+        if shared:
+            raise Refused(f"its ssl_variants {shared} are served by the kind {other!r}")
+    plain = TrialSpec.build(dataset="breast_cancer")
+    takers = [n for n, k in others.items() if k.takes(plain)]
+    if takers and kind.takes(plain):
+        raise Refused(f"it takes plain NN VFL specs, which the kind {takers[0]!r} runs")
+    return kind
+
+
+# The methods a kind may override; each must take the base's arguments (``check_kind``)
+KIND_METHODS = ("takes", "actors", "check", "incompatibility", "attack_incompatibility", "run")
+
+
+TRIAL_KINDS: Registry[TrialKind] = Registry(
+    "trial kind", "vflsweep.kinds", "trainables.kinds", check=check_kind
+)
 TRIAL_KINDS.register("nn", NNKind())
 TRIAL_KINDS.register("hssl", HSSLKind())
 TRIAL_KINDS.register("fedcvt", FedCVTKind())

@@ -10,30 +10,14 @@ dispatch: it asks ``kind_of(spec)`` and calls the kind.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from trainables.data import Dataset
+from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
-
-AttackSpec = tuple[str, dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Job:
-    """One training of a pack: its spec and the inference-time attacks it evaluates."""
-
-    spec: TrialSpec
-    attacks: tuple[AttackSpec, ...] = field(default_factory=tuple)
-
-
-# What ``run_many`` yields per job: its records, or the deterministic error (a ConfigError
-# or DefenseNeverApplied) that the same spec would raise every time. Faults (a lost actor)
-# are raised, not yielded: the caller retries the jobs not yet yielded.
-Outcome = list[Record] | Exception
 
 
 class TrialKind:
@@ -84,7 +68,7 @@ class TrialKind:
     ) -> Iterator[tuple[int, Outcome]]:
         """Run a pack of jobs on ``ds`` (one dataset, one shape), yielding ``(index, outcome)``
         as each finishes. The base runs them one after another on the same placement (its
-        warm actors); a kind may advance several at once (``kinds/lockstep.py``) as long
+        warm actors); a kind may advance several at once (``vfl/lockstep.py``) as long
         as each job's records equal what ``run`` gives it."""
         from trainables.defenses.applied import DefenseNeverApplied
         from trainables.errors import ConfigError

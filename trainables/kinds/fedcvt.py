@@ -26,15 +26,16 @@ from typing import Any
 
 from trainables.data import Dataset, load_dataset
 from trainables.defenses import stack as defense_stack
-from trainables.kinds.base import AttackSpec, TrialKind
-from trainables.kinds.nn import Trained, attacks_of, records_of
+from trainables.jobs import AttackSpec
+from trainables.kinds.base import TrialKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.ssl import runner
 from trainables.ssl.cvt_protocol import CvtProtocol
 from trainables.ssl.fedcvt import GRADIENT, REPS_SPLIT, TEST, UP_KINDS, VALUES
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
+from trainables.vfl.training import Trained, attacks_of, records_of
 
 # attacks evaluated on FedCVT (see the module docstring for why these and no others)
 ATTACKS_HOSTED = ("pmc", "mc", "amc", "nsb", "mf")

@@ -3,6 +3,9 @@ semi-supervised FL over support agents, query agents and a server (``trainables/
 
 Options are ``model_params`` (``trainables/fedssl/options.py``); ``epochs`` is the number
 of communication rounds; ``n_parties`` is N_S + N_Q + 1 (the server is a party too).
+The one kind without ``split_for``: its agents hold whole rows, dealt by label availability
+(``trainables/fedssl/data.py``), so the vertical-split fields (``split_scheme``,
+``aligned_ratio``, ``n_aligned``) are refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from pathlib import Path
 from trainables.data import Dataset, load_dataset
 from trainables.errors import ConfigError
 from trainables.fedssl.options import VARIANTS, option_incompatibility, options_of
-from trainables.kinds.base import AttackSpec, TrialKind
+from trainables.jobs import AttackSpec
+from trainables.kinds.base import TrialKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
@@ -38,6 +42,12 @@ class FedSSLKind(TrialKind):
             return (
                 f"split_scheme={spec.split_scheme!r}: FedSSL is horizontal (every agent holds "
                 "whole images), so no column split applies; leave split_scheme at auto"
+            )
+        if spec.aligned_ratio != 1.0 or spec.n_aligned is not None:
+            return (
+                f"aligned_ratio={spec.aligned_ratio}, n_aligned={spec.n_aligned}: FedSSL is "
+                "horizontal (every agent holds whole rows of its own), so there is no overlap "
+                "to size; leave aligned_ratio at 1 and n_aligned unset"
             )
         from trainables.fedssl.data import split_rows
 

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainables.data import Dataset
-from trainables.kinds.base import AttackSpec, TrialKind
+from trainables.jobs import AttackSpec
+from trainables.kinds.base import TrialKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl import variants

@@ -1,292 +1,40 @@
 """Plain NN VFL (``ssl_variant: none``): aggVFL / splitVFL under any registered protocol.
 
-``prepare_parties`` turns a dataset into one ``PartyInit`` per party (features split
-vertically, scalers fit on training rows, labels given to the active party only);
-``train_prepared`` runs the protocol at the active party over the placement's transport;
-``records_of`` turns the result and the attack outcomes into records. Other neural kinds
-(FedHSSL fine-tuning) reuse all three on parties whose bottoms start pretrained.
-Party ``K-1`` is the active party (VFLAIR's convention); parties ``0..K-2`` are passive.
+The kind is the thin part: which specs it takes, how it checks them, and how a pack runs.
+The training itself is the NN-VFL library below the kinds (``trainables/vfl/``):
+``prepare_parties``, ``train_prepared`` and ``records_of`` for one training, lockstep and
+vectorized packs for many.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from trainables.data import (
-    Dataset,
-    Scaler,
-    check_columns,
-    columns_for,
-    default_scaler_kind,
-    load_dataset,
-    split_samples,
-)
+from trainables.data import DATASETS, Dataset, load_dataset, split_refusal
 from trainables.defenses import stack as defense_stack
-from trainables.errors import ConfigError, MissingDataError
-from trainables.kinds.base import AttackSpec, Job, Outcome, TrialKind
-from trainables.party import Labels, Party, PartyConfig, PartyInit
-from trainables.protocols import PROTOCOLS, Protocol, TrainResult
+from trainables.jobs import AttackSpec, Job, Outcome
+from trainables.kinds.base import TrialKind
+from trainables.models import BOTTOMS
+from trainables.protocols import PROTOCOLS
 from trainables.records import Record
 from trainables.spec import TrialSpec
-from trainables.transport.group import PartyGroup, open_parties
-from trainables.transport.placement import LOCAL, Placement
+from trainables.transport.placement import Placement
+from trainables.vfl.lockstep import eligible, run_lockstep
+from trainables.vfl.training import (
+    attacks_of,
+    prepare_parties,
+    records_of,
+    train_prepared,
+)
+from trainables.vfl.vectorized import run_vectorized
 
 
-@dataclass(frozen=True)
-class PreparedTrial:
-    inits: tuple[PartyInit, ...]  # party order; the last one is active
-    protocol: Protocol
-    n_labeled: int
-    target_mp: float | None = None  # rounds_to_target is measured against it
-
-    @property
-    def y_test(self) -> np.ndarray:
-        """(n_test,) the test labels the MP is measured on (the active party's)."""
-        labels = self.inits[-1].labels
-        assert labels is not None, "the last party is the active one"
-        return labels.y_test
-
-    @property
-    def metric(self) -> str:
-        """What the MP is: ``accuracy``, or ``auc`` (``PartyConfig.metric``)."""
-        return self.inits[-1].config.metric
-
-
-@dataclass(frozen=True)
-class Trained:
-    """What a training left: the protocol's result, the parties (for attacks), and each
-    party's defense application counts (``Party.defense_applied``)."""
-
-    result: TrainResult
-    parties: list[Any]
-    reports: list[Any]
-
-
-def attacks_of(spec: TrialSpec, attacks: Sequence[AttackSpec] = ()) -> list[AttackSpec]:
-    """The attacks a trial evaluates: its training-time attack, else the given ones."""
-    if spec.train_attack != "none":
-        return [(spec.train_attack, dict(spec.train_attack_params))]
-    return list(attacks)
-
-
-def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyConfig:
-    return PartyConfig(
-        model=str(spec.model),
-        hidden=spec.hidden,
-        dataset=spec.dataset,
-        n_classes=n_classes,
-        n_parties=spec.n_parties,
-        partition=spec.partition,
-        optimizer=spec.optimizer,
-        lr=float(spec.lr),  # type: ignore[arg-type]
-        batch_size=int(spec.batch_size),  # type: ignore[arg-type]
-        seed=spec.seed,
-        local_steps=protocol.local_steps,
-        device=spec.device,
-    )
-
-
-def prepare_parties(
-    spec: TrialSpec, ds: Dataset, attacks: Sequence[AttackSpec] = ()
-) -> PreparedTrial:
-    """Split ``ds`` into party inits for ``spec``; raises ConfigError on impossible specs."""
-    protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    columns = columns_for(spec, ds)
-    samples = split_samples(
-        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
-        n_aligned=spec.n_aligned,
-    )  # fmt: skip
-    rows = samples.labeled  # supervised VFL trains on the aligned, labeled rows
-    kind = default_scaler_kind(ds)
-    scalers = [Scaler.fit(ds.X_train[:, cols], kind) for cols in columns]  # train rows only
-    X_train = [
-        sc.transform(ds.X_train[rows][:, cols]) for sc, cols in zip(scalers, columns, strict=True)
-    ]
-    X_test = [sc.transform(ds.X_test[:, cols]) for sc, cols in zip(scalers, columns, strict=True)]
-    inits = party_inits(
-        spec, party_config(spec, ds.n_classes, protocol), X_train, X_test,
-        Labels(ds.y_train[rows], ds.y_test), columns, attacks, protocol,
-    )  # fmt: skip
-    return PreparedTrial(inits, protocol, len(rows), spec.target_mp)
-
-
-def party_inits(
-    spec: TrialSpec,
-    config: PartyConfig,
-    X_train: Sequence[np.ndarray],
-    X_test: Sequence[np.ndarray],
-    labels: Labels,
-    columns: Sequence[np.ndarray],
-    attacks: Sequence[AttackSpec],
-    protocol: Protocol,
-) -> tuple[PartyInit, ...]:
-    """One init per party from its scaled rows: the message log and training-time attacks
-    the ``attacks`` need, the spec's defenses, and the protocol's codecs (last in every
-    stack: encode last, decode first). Labels go to the active party (the last) only."""
-    from trainables.attacks.harness import peer_index
-
-    record, install = _attack_needs(spec, attacks_of(spec, attacks))
-    defense_hooks = defense_stack.hook_entries(spec)
-    codecs = protocol.codec_hooks()
-    y_rows = labels.y_train
-    inits = []
-    for k, cols in enumerate(columns):
-        inits.append(
-            PartyInit(
-                party_id=k,
-                X_train=X_train[k],
-                X_test=X_test[k],
-                config=config,
-                labels=labels if k == spec.n_parties - 1 else None,
-                columns=tuple(int(c) for c in cols),
-                record=k in record,
-                install=tuple(
-                    (name, params, _aux_for(name, y_rows, X_train[peer_index(k)], spec.seed))
-                    for name, params in install.get(k, ())
-                ),
-                hooks=(*defense_hooks.get(k, ()), *codecs),
-            )
-        )
-    return tuple(inits)
-
-
-def _aux_for(name: str, y: np.ndarray, peer_X: np.ndarray, seed: int) -> object:
-    """The auxiliary knowledge a training-time attack is granted (same draw as after)."""
-    from trainables.attacks import ATTACKS
-    from trainables.attacks.harness import draw_aux
-
-    return draw_aux(ATTACKS.get(name).info, y, peer_X, seed)
-
-
-def _attack_needs(
-    spec: TrialSpec, attacks: Sequence[AttackSpec]
-) -> tuple[set[int], dict[int, list[AttackSpec]]]:
-    """Which parties keep a message log, and which training-time attacks each installs."""
-    from trainables.attacks import ATTACKS
-    from trainables.attacks.harness import attacker_index
-
-    record: set[int] = set()
-    install: dict[int, list[AttackSpec]] = {}
-    for name, params in attacks:
-        info = ATTACKS.get(name).info
-        who = attacker_index(info, spec.n_parties)
-        if info.needs_messages:
-            record.add(who)
-        if info.training_time:
-            install.setdefault(who, []).append((name, params))
-    return record, install
-
-
-def train_prepared(
-    prepared: PreparedTrial,
-    epochs: int,
-    placement: Placement = LOCAL,
-    keep: bool = True,
-    group: PartyGroup | None = None,
-) -> Trained:
-    """Run the protocol at the active party; ``keep``: bring the trained parties back (local:
-    the objects themselves; actors: copies) for the attack harness. ``group``: parties
-    already open (a later phase of the same trial, e.g. FedHSSL fine-tuning on the
-    pretraining actors) are rebuilt from ``prepared.inits`` and trained there."""
-    if group is not None:
-        group.load(prepared.inits)
-        return _train_on(group, prepared, epochs, keep or not placement.remote)
-    with open_parties(prepared.inits, placement) as opened:
-        return _train_on(opened, prepared, epochs, keep or not placement.remote)
-
-
-def _train_on(group: PartyGroup, prepared: PreparedTrial, epochs: int, keep: bool) -> Trained:
-    result = group.train(prepared.protocol, epochs, prepared.target_mp)
-    parties = group.snapshot() if keep else []
-    return Trained(result, parties, group.call_all("defense_applied"))
-
-
-def train_local_parties(prepared: PreparedTrial, epochs: int) -> tuple[TrainResult, list[Party]]:
-    """All parties in this process; returns the trained parties too (for attacks)."""
-    trained = train_prepared(prepared, epochs)
-    return trained.result, trained.parties
-
-
-def train_local(prepared: PreparedTrial, epochs: int) -> TrainResult:
-    """All parties in this process."""
-    return train_local_parties(prepared, epochs)[0]
-
-
-def records_of(
-    spec: TrialSpec,
-    trained: Trained,
-    n_labeled: int,
-    attacks: Sequence[AttackSpec],
-    extra: dict[str, Any] | None = None,
-    dp_steps: int | None = None,
-    y_test: np.ndarray | None = None,
-    metric: str = "accuracy",
-) -> list[Record]:
-    """The clean record (unless a training-time attack ran) and one per attack outcome.
-
-    Fails a defense that never applied (``DefenseNeverApplied``); ``extra`` adds the kind's
-    own measurements to the record's ``extra`` JSON; ``dp_steps``: the rounds a DP defense
-    acted in, where not every round of ``trained.result`` (FedHSSL: fine-tuning rounds only).
-    ``y_test`` (n_test,) and ``metric`` (``accuracy`` / ``auc``): what the clean MP was
-    measured on, for its sampling error ``mp_se`` (None without them). Attack records
-    carry the judge's score: AP beside its baseline (``attacks/chance.py``), MP and its SE.
-    """
-    from trainables.attacks.chance import main_task_se
-    from trainables.attacks.harness import merged_extra, run_attacks
-
-    applied = defense_stack.checked_extra(trained.reports)
-    result = trained.result
-    sample_rate = min(1.0, int(spec.batch_size) / max(1, n_labeled))  # type: ignore[arg-type]
-    clean = Record.clean(
-        spec,
-        n_labeled,
-        **defense_stack.record_fields(
-            spec, result.rounds if dp_steps is None else dp_steps, sample_rate
-        ),
-        mp=result.mp,
-        mp_se=main_task_se(result.mp, y_test, metric),
-        rounds=result.rounds,
-        comm_bytes=result.comm_bytes,
-        rounds_to_target=result.rounds_to_target,
-        train_seconds=round(result.train_seconds, 4),
-        trial_id=spec.config_hash,
-        extra=applied if not extra else merged_extra(applied, extra),
-    )
-    records = [] if spec.train_attack != "none" else [clean]
-    for out in run_attacks(trained.parties, attacks, spec.seed) if attacks else ():
-        records.append(
-            dataclasses.replace(
-                clean,
-                attack=out.name,
-                attack_type=out.type,
-                attacker_party=out.attacker,
-                **out.record_fields(),  # ap, its baseline and advantage, mp, their SEs
-                attack_seconds=round(out.seconds, 4),
-                extra=merged_extra(clean.extra, out.extra),  # + the preset and params
-            )
-        )
-    return records
-
-
-def rows_incompatibility(spec: TrialSpec, ds: Dataset) -> str | None:
-    """Why ``ds`` cannot host ``spec``'s parties and rows (too few columns or rows), or None."""
-    try:
-        check_columns(spec, ds)
-        split_samples(
-            len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed,
-            n_aligned=spec.n_aligned,
-        )  # fmt: skip
-    except MissingDataError:
-        raise
-    except ConfigError as err:
-        return str(err)
-    return None
+def plain_nn(specs: Sequence[Any]) -> bool:
+    """Whether every spec is a plain NN training and all have one party count: what a
+    lockstep or vectorized pack needs of its trainings (the planner's pack sizing asks)."""
+    return all(NNKind().takes(spec) for spec in specs) and len({s.n_parties for s in specs}) == 1
 
 
 class NNKind(TrialKind):
@@ -296,14 +44,9 @@ class NNKind(TrialKind):
     ssl_variants = ("none",)
 
     def takes(self, spec: TrialSpec) -> bool:
-        from trainables.models import BOTTOMS
-
         return spec.ssl_variant == "none" and str(spec.model) in BOTTOMS
 
     def check(self, spec: TrialSpec) -> None:
-        from trainables.data import DATASETS
-        from trainables.models import BOTTOMS
-
         DATASETS.get(spec.dataset)
         BOTTOMS.get(str(spec.model))
         PROTOCOLS.create(spec.protocol, **spec.protocol_params)
@@ -313,9 +56,7 @@ class NNKind(TrialKind):
         reason = defense_stack.incompatibility(spec)  # a defense with nothing to act on here
         if reason is not None:
             return reason
-        return rows_incompatibility(
-            spec, load_dataset(spec.dataset, data_dir, **spec.dataset_params)
-        )
+        return split_refusal(spec, load_dataset(spec.dataset, data_dir, **spec.dataset_params))
 
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
@@ -331,13 +72,11 @@ class NNKind(TrialKind):
     def run_many(
         self, jobs: Sequence[Job], ds: Dataset, placement: Placement
     ) -> Iterator[tuple[int, Outcome]]:
-        """Trainings that stack run vectorized (``kinds/vectorized.py``: one batched
+        """Trainings that stack run vectorized (``vfl/vectorized.py``: one batched
         step per round for all of them; records equal one-at-a-time's up to float
         summation order and say ``vectorized``) unless the placement turns it off; the
         rest run unstacked (``run_unstacked``)."""
         if placement.vectorize and len(jobs) >= 2:
-            from trainables.kinds.vectorized import run_vectorized
-
             yield from run_vectorized(jobs, ds, placement, self.run_unstacked)
         else:
             yield from self.run_unstacked(jobs, ds, placement)
@@ -345,10 +84,8 @@ class NNKind(TrialKind):
     def run_unstacked(
         self, jobs: Sequence[Job], ds: Dataset, placement: Placement
     ) -> Iterator[tuple[int, Outcome]]:
-        """On actors, a pack runs in lockstep (``kinds/lockstep.py``): party k of every
+        """On actors, a pack runs in lockstep (``vfl/lockstep.py``): party k of every
         training in one actor, one call per round; records equal one-at-a-time's."""
-        from trainables.kinds.lockstep import eligible, run_lockstep
-
         if eligible(jobs, placement):
             yield from run_lockstep(jobs, ds, placement)
         else:

@@ -22,12 +22,13 @@ import numpy as np
 
 from trainables.data import Dataset, Scaler
 from trainables.errors import ConfigError
-from trainables.kinds.base import AttackSpec
+from trainables.jobs import AttackSpec
 from trainables.kinds.tree import TreeFamilyKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
+from trainables.trees import common as tree_common
 from trainables.trees import run as tree_run
 from trainables.trees.leakage import lr_view, reveals
 from trainables.trees.paillier_lr import KeyHolderInit, LRParams, LRPartyInit, PaillierLR
@@ -36,12 +37,12 @@ LR_MESSAGES = ("its messages are Paillier ciphertexts (per-row [[H_k]], per-row 
                "and masked gradients the key holder opens, with no NN hook")  # fmt: skip
 
 
-def lr_inits(spec: TrialSpec, data: tree_run.TreeData, observe: bool) -> list[LRPartyInit]:
+def lr_inits(spec: TrialSpec, data: tree_common.TreeData, observe: bool) -> list[LRPartyInit]:
     """One init per party on a seeded row subsample (``max_rows``); min-max scaled columns
     ([0, 1] keeps the fixed point small); the active party (last) adds a bias column and
     gets the labels. ``observe``: passive party 0 logs what it is sent."""
-    params = tree_run.model_params(spec, LRParams)
-    encrypted = tree_run.encrypt_flag(spec, True)
+    params = tree_common.model_params(spec, LRParams)
+    encrypted = tree_common.encrypt_flag(spec, True)
     n = min(len(data.y_train), int(params.max_rows))
     rows = np.sort(np.random.default_rng(spec.seed).permutation(len(data.y_train))[:n])
     width = 1 if data.n_classes == 2 else data.n_classes
@@ -64,18 +65,18 @@ def lr_inits(spec: TrialSpec, data: tree_run.TreeData, observe: bool) -> list[LR
 
 
 def train_lr(
-    spec: TrialSpec, data: tree_run.TreeData, placement: Placement, observe: bool
-) -> tree_run.Outcome:
+    spec: TrialSpec, data: tree_common.TreeData, placement: Placement, observe: bool
+) -> tree_common.Outcome:
     """Open ``[passives..., key holder, active]``, run ``PaillierLR`` at the active party."""
     inits = lr_inits(spec, data, observe)
-    encrypted = tree_run.encrypt_flag(spec, True)
+    encrypted = tree_common.encrypt_flag(spec, True)
     holder = KeyHolderInit(spec.key_length, encrypted)
     with open_parties([*inits[:-1], holder, inits[-1]], placement) as group:
         result = group.train(PaillierLR(), int(spec.epochs))  # type: ignore[arg-type]
         log = group.call(0, "received") if observe else None
     rows = len(inits[0].X_train)
     extra = {**result.extra, "rows": rows, "reveals": reveals("paillier_lr", encrypted)}
-    out = tree_run.Outcome(result.mp, result.rounds, result.comm_bytes, result.train_seconds,
+    out = tree_common.Outcome(result.mp, result.rounds, result.comm_bytes, result.train_seconds,
                            extra)  # fmt: skip
     if observe:
         out.view = lr_view(0, data.n_classes, inits[0].X_train, log)  # type: ignore[arg-type]
@@ -97,8 +98,8 @@ class PaillierLRKind(TreeFamilyKind):
         from trainables.data import DATASETS
 
         DATASETS.get(spec.dataset)
-        tree_run.model_params(spec, LRParams)
-        tree_run.encrypt_flag(spec, True)
+        tree_common.model_params(spec, LRParams)
+        tree_common.encrypt_flag(spec, True)
         reason = tree_run.refusal(spec, LR_MESSAGES)
         if reason is not None:
             raise ConfigError(reason)
@@ -106,7 +107,7 @@ class PaillierLRKind(TreeFamilyKind):
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
     ) -> list[Record]:
-        data = tree_run.tree_data(spec, ds)
+        data = tree_common.tree_data(spec, ds)
         return tree_run.records(
             spec, len(data.y_train), lambda observe: train_lr(spec, data, placement, observe),
             attacks, y_test=data.y_test,

@@ -2,7 +2,8 @@
 
 No NN defense applies (they hook NN embeddings and gradients; a tree trial sends per-row
 statistics, per-bin sums, row ids and routing bits) and only ``trees``-family attacks read
-these messages; both are refused with the reason (``trainables/trees/run.py``).
+these messages; both are refused with the reason (``trainables/trees/run.py``: ``refusal``,
+``attack_refusal``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainables.data import Dataset
-from trainables.kinds.base import AttackSpec, TrialKind
+from trainables.jobs import AttackSpec
+from trainables.kinds.base import TrialKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
@@ -35,7 +37,6 @@ class TreeKind(TreeFamilyKind):
     name = "tree"
 
     def takes(self, spec: TrialSpec) -> bool:
-        tree_run.load_models()
         return str(spec.model) in tree_run.TREE_MODELS
 
     def check(self, spec: TrialSpec) -> None:

@@ -4,9 +4,9 @@ Per-party hooks a protocol asks for (``Protocol.codec_hooks``) are built from ``
 the compression codecs and CELU-VFL's workset.
 """
 
+from trainables.codecs import CODECS
 from trainables.protocols.base import PROTOCOLS, Protocol, TrainResult
 from trainables.protocols.celu import CELU, CeluWorkset
-from trainables.protocols.codecs import CODECS
 from trainables.protocols.compressed import Quantize, TopK
 from trainables.protocols.fedbcd import FedBCD
 from trainables.protocols.fedsgd import FedSGD

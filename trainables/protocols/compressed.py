@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from trainables.codecs import CODECS
 from trainables.protocols.base import HookEntry, Protocol
-from trainables.protocols.codecs import CODECS
 
 
 class CompressedFedSGD(Protocol):

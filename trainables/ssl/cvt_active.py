@@ -1,6 +1,7 @@
 """FedCVT's active party B: its encoders, the labels and the three classifiers f_AB, f_A, f_B.
 
-Built by ``CvtPartyInit.build`` when the init carries labels; ``CvtProtocol`` runs at it.
+Built by ``CvtPartyInit.build`` (``cvt_init.py``) when the init carries labels;
+``CvtProtocol`` runs at it.
 Defenses here act on its messages only (``values`` as ``representation``, the gradients as
 ``gradient``); the loss- and model-level hooks of ``ActiveParty`` (MID, dCor, CAE, GPer)
 have no place in FedCVT's three-head loss, and the kind refuses them.
@@ -8,7 +9,7 @@ have no place in FedCVT's three-head loss, and the kind refuses them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.messages import Message
-from trainables.ssl.cvt_party import ACTIVE, PASSIVE, CvtParty, CvtPartyInit, JointHead, _tensor
+from trainables.ssl.cvt_party import ACTIVE, PASSIVE, CvtParty, JointHead, _tensor
 from trainables.ssl.fedcvt import (
     GRADIENT,
     VALUES,
@@ -30,6 +31,9 @@ from trainables.ssl.fedcvt import (
     std_ratio,
     unbundle,
 )
+
+if TYPE_CHECKING:
+    from trainables.ssl.cvt_init import CvtPartyInit
 
 
 class CvtActive(CvtParty):

@@ -1,9 +1,10 @@
-"""The two FedCVT parties, Ray-free: built from a ``CvtPartyInit`` in-process or in an actor.
+"""The FedCVT party, Ray-free: built from a ``CvtPartyInit`` (``cvt_init.py``) in-process
+or in an actor; the active party (``cvt_active.py``) builds on it.
 
 Why a separate party class (not ``trainables.party.Party``): a FedCVT party holds three row
 sets (overlap, its own non-overlapping rows, test) and two encoders, and its round exchanges
 several tensors. It still offers what the engine asks of any party: a message hook stack
-(``hooks``: message log, defenses, codecs, through ``send_through`` / ``receive_through``),
+(``Endpoint``: message log, defenses, codecs through ``send_out`` / ``receive_in``),
 ``defense_applied``, and for the attack harness ``X_train`` (the overlap rows), ``bottom``
 (X -> r = [u; c]), ``schedule``, ``config``; the active party also ``top`` (f_AB) and
 ``y_train`` (the overlap labels). What each message reveals: ``fedcvt.py``'s docstring.
@@ -11,28 +12,20 @@ several tensors. It still offers what the engine asks of any party: a message ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from trainables.endpoint import Endpoint
 from trainables.messages import BatchRef, Message
 from trainables.models import build_bottom
-from trainables.party import (
-    PartyConfig,
-    as_tensor,
-    attach_requested,
-    receive_through,
-    resolve_device,
-    send_through,
-)
+from trainables.party import as_tensor, resolve_device
 from trainables.ssl.fedcvt import (
     REPS_SPLIT,
     TEST,
     UP_KINDS,
-    CvtOptions,
     attention_estimate,
     bundle,
     match_moments,
@@ -40,41 +33,10 @@ from trainables.ssl.fedcvt import (
     unbundle,
 )
 
+if TYPE_CHECKING:
+    from trainables.ssl.cvt_init import CvtPartyInit
+
 PASSIVE, ACTIVE = 0, 1
-
-
-@dataclass(frozen=True)
-class CvtLabels:
-    """Only the active party's: labels of its overlap rows (with a labeled mask), of its own
-    non-overlapping rows, and of the test rows."""
-
-    y_ol: np.ndarray  # (n_ol,) int64
-    labeled_ol: np.ndarray  # (n_ol,) bool: which overlap rows count as labeled
-    y_nl: np.ndarray  # (n_nl_B,) int64
-    y_test: np.ndarray  # (n_test,) int64
-
-
-@dataclass(frozen=True)
-class CvtPartyInit:
-    """Everything one FedCVT party is built from; sent to its actor as is."""
-
-    party_id: int
-    X_ol: np.ndarray  # (n_ol, a_p) float32, overlap rows in the agreed order
-    X_nl: np.ndarray  # (n_nl_p, a_p) float32, this party's non-overlapping rows
-    X_test: np.ndarray  # (n_test, a_p) float32
-    config: PartyConfig  # model, sizes, lr, batch, seed, local_steps (Q), device
-    options: CvtOptions
-    steps: int  # rounds per epoch (``steps_per_epoch``), the same at both parties
-    peer_nl: int = 0  # the other party's non-overlapping row count (schedule only)
-    labels: CvtLabels | None = None  # active party only
-    record: bool = False  # keep a MessageLog (attacks that read messages)
-    install: tuple[tuple[str, dict[str, Any], Any], ...] = ()  # training-time attacks
-    hooks: tuple[tuple[str, str, dict[str, Any]], ...] = ()  # defenses, then codecs
-
-    def build(self) -> CvtParty:
-        from trainables.ssl.cvt_active import CvtActive  # B builds on A's class
-
-        return CvtActive(self) if self.labels is not None else CvtParty(self)
 
 
 def cycle_rows(n: int, batch: int, seed: int, tag: int, step: int) -> np.ndarray:
@@ -136,10 +98,11 @@ def _tensor(arr: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(np.array(arr)).to(device)
 
 
-class CvtParty:
+class CvtParty(Endpoint):
     """The passive party A: two encoders; completes its non-overlapping rows by attention."""
 
     def __init__(self, init: CvtPartyInit) -> None:
+        super().__init__()
         cfg = init.config
         self.party_id, self.config, self.opts = init.party_id, cfg, init.options
         self.seed, self.batch, self.steps = cfg.seed, cfg.batch_size, init.steps
@@ -160,24 +123,13 @@ class CvtParty:
         self._local_loss: torch.Tensor | None = None
         self._inputs: tuple[int, torch.Tensor | None] | None = None  # (step, values) of forward
         self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr)
-        self.hooks: list[Any] = []
-        self._attach(init)
+        self.attach(init)  # message log, training-time attacks, hooks (``Endpoint``)
 
     def _build_heads(self, init: CvtPartyInit) -> None:
         """The passive party has none."""
 
-    def _attach(self, init: CvtPartyInit) -> None:
-        """Message log, training-time attacks and hooks, as the trial asked (as ``Party``)."""
-        attach_requested(self, init)
-
     def parameters(self) -> list[nn.Parameter]:
         return [*self.unique.parameters(), *self.shared.parameters()]
-
-    def defense_applied(self) -> list[dict[str, Any]]:
-        """Application counts of the defenses in this party's stack (plain data)."""
-        from trainables.defenses.applied import party_reports
-
-        return party_reports(self.hooks)
 
     def encode(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """X (n, a) -> (r (n, 2d) = [u; c], orthogonality penalty of this batch)."""
@@ -193,11 +145,11 @@ class CvtParty:
     def send(self, kind: str, tensor: torch.Tensor) -> Message:
         """``tensor`` to the other party, through this party's hook stack."""
         msg = Message.of(kind, self.party_id, 1 - self.party_id, tensor.detach().cpu().numpy())
-        return send_through(self.hooks, self, msg)
+        return self.send_out(msg)
 
     def receive(self, msg: Message) -> torch.Tensor:
         """A received message's payload, through the hook stack (codecs decode first)."""
-        return as_tensor(receive_through(self.hooks, self, msg).payload, self.device)
+        return as_tensor(self.receive_in(msg).payload, self.device)
 
     def round(self, grads: Message | None, step: int | None, values: Message | None) -> Any:
         """One call per round: apply the last round's gradients, then this round's forward

@@ -19,19 +19,21 @@ import numpy as np
 
 from trainables.data import (
     Dataset,
+    SampleSplit,
     Scaler,
-    check_columns,
-    columns_for,
     default_scaler_kind,
-    split_samples,
+    rows_for,
+    split_for,
+    split_refusal,
 )
 from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError
-from trainables.kinds.base import AttackSpec
+from trainables.jobs import AttackSpec
 from trainables.party import PartyConfig
 from trainables.protocols.base import HookEntry
 from trainables.spec import TrialSpec
-from trainables.ssl.cvt_party import CvtLabels, CvtPartyInit, steps_per_epoch
+from trainables.ssl.cvt_init import CvtLabels, CvtPartyInit
+from trainables.ssl.cvt_party import steps_per_epoch
 from trainables.ssl.fedcvt import BALANCES, RESCALES, CvtOptions
 
 OPTION_KEYS = tuple(f.name for f in fields(CvtOptions) if f.name != "semi")
@@ -69,12 +71,14 @@ class CvtRows:
 
 
 def choose_rows(spec: TrialSpec, ds: Dataset, n_local: int) -> CvtRows:
-    """Deterministic in ``spec.seed``; raises ConfigError when the overlap does not fit."""
-    n = len(ds.y_train)
-    s = split_samples(
-        n, spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
-        n_aligned=spec.n_aligned,
-    )  # fmt: skip
+    """Deterministic in ``spec.seed``; raises ConfigError when the overlap does not fit.
+    The rows of ``split_for(spec, ds)`` (``rows_for``: no columns are drawn for them)."""
+    return cvt_rows(spec, rows_for(spec, ds), n_local)
+
+
+def cvt_rows(spec: TrialSpec, s: SampleSplit, n_local: int) -> CvtRows:
+    """The overlap and labels of the trial's split ``s``; its unaligned rows, shuffled in
+    ``spec.seed``, dealt to A and B (at most ``n_local`` each, disjoint)."""
     rest = np.random.default_rng([spec.seed, 7]).permutation(s.unaligned)
     k = min(n_local, len(rest) // 2)
     return CvtRows(
@@ -105,10 +109,11 @@ def party_inits(
 
     Each party gets the spec's defenses for its side (``hook_entries``), then the codecs;
     the attacker party a message log / training-time attack as the ``attacks`` need."""
-    from trainables.kinds.nn import _attack_needs, _aux_for
+    from trainables.vfl.training import attack_needs, aux_for
 
-    columns = columns_for(spec, ds, n_parties=2)
-    rows = choose_rows(spec, ds, opts.n_local)
+    split = split_for(spec, ds, n_parties=2)  # FedCVT has exactly two parties
+    columns = split.columns
+    rows = cvt_rows(spec, split.rows, opts.n_local)
     kind = default_scaler_kind(ds)
     parts = []
     for cols, own in zip(columns, (rows.own_a, rows.own_b), strict=True):
@@ -120,7 +125,7 @@ def party_inits(
     labels = CvtLabels(ds.y_train[rows.overlap], rows.labeled, ds.y_train[rows.own_b], ds.y_test)
     config = party_config(spec, ds.n_classes, local_steps)
     steps = steps_per_epoch(len(rows.overlap), len(rows.own_a), len(rows.own_b), config.batch_size)
-    record, install = _attack_needs(spec, attacks)
+    record, install = attack_needs(spec, attacks)
     defenses = defense_stack.hook_entries(spec)
     y_ol = ds.y_train[rows.overlap]
     return tuple(
@@ -129,7 +134,7 @@ def party_inits(
             options=opts, steps=steps, peer_nl=len(rows.own_a) if k == 1 else len(rows.own_b),
             labels=labels if k == 1 else None, record=k in record,
             install=tuple(
-                (name, params, _aux_for(name, y_ol, parts[1 - k][0], spec.seed))
+                (name, params, aux_for(name, y_ol, parts[1 - k][0], spec.seed))
                 for name, params in install.get(k, ())
             ),
             hooks=(*defenses.get(k, ()), *codecs),
@@ -197,11 +202,13 @@ def check_cvt(spec: TrialSpec) -> None:
 
 
 def rows_incompatibility(spec: TrialSpec, ds: Dataset) -> str | None:
-    """Why the dataset cannot host this spec (too few rows), or None."""
+    """Why the dataset cannot host this spec (too few columns or rows), or None."""
+    reason = split_refusal(spec, ds, n_parties=2)
+    if reason is not None:
+        return reason
     try:
-        check_columns(spec, ds)
         rows = choose_rows(spec, ds, cvt_options(spec, True).n_local)
-    except ConfigError as err:
+    except ConfigError as err:  # options ``check_cvt`` refuses too, when it did not run
         return str(err)
     if len(rows.own_a) == 0:
         return f"no non-overlapping rows left for FedCVT (n_aligned={len(rows.overlap)})"

@@ -12,13 +12,11 @@ same trial, e.g. fine-tuning after pretraining, on the same actors).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from trainables.transport.base import Transport
 from trainables.transport.local import LocalTransport
-from trainables.transport.placement import Placement
 
 Call = tuple[int, str, tuple[Any, ...]]  # (party index, method, args)
 
@@ -82,15 +80,3 @@ class LocalGroup(PartyGroup):
     def load(self, inits: Sequence[Any]) -> None:
         assert len(inits) == len(self.parties), "load keeps the number of parties"
         self.parties = [init.build() for init in inits]
-
-
-@contextmanager
-def open_parties(inits: Sequence[Any], placement: Placement) -> Iterator[PartyGroup]:
-    """The parties built from ``inits`` (anything with ``build()``), closed on exit."""
-    if not placement.remote:
-        yield LocalGroup(inits)
-        return
-    from trainables.transport.ray_actors import open_ray_group
-
-    with open_ray_group(inits, placement) as group:
-        yield group

@@ -27,7 +27,7 @@ class Placement:
     gpu_per_party: float = 0.0
     address: str | None = None
     reuse_actors: bool = False
-    # stack a pack's same-shape NN trainings into one batched training (``kinds/vectorized.py``)
+    # stack a pack's same-shape NN trainings into one batched training (``vfl/vectorized.py``)
     vectorize: bool = True
 
     def __post_init__(self) -> None:

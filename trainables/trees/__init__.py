@@ -11,7 +11,7 @@ plaintext (the benchmarks' "without encryption" twin).
 
 from __future__ import annotations
 
-from trainables.trees import models as _models  # noqa: F401  (registers the models)
-from trainables.trees.run import TREE_MODELS, run_tree_trial, tree_check
+from trainables.trees.common import TREE_MODELS
+from trainables.trees.run import run_tree_trial, tree_check
 
 __all__ = ["TREE_MODELS", "run_tree_trial", "tree_check"]

@@ -10,14 +10,14 @@ import time
 import numpy as np
 
 from trainables.spec import TrialSpec
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.trees.builder import Wire
+from trainables.trees.common import Outcome, TreeData, encrypt_flag, model_params, register
 from trainables.trees.crypto import KeyPair
 from trainables.trees.forest import ForestParams, train_forest
 from trainables.trees.leakage import reveals, tree_view, xgb_view
 from trainables.trees.parties import TreePartyInit
-from trainables.trees.run import Outcome, TreeData, encrypt_flag, model_params, register
 from trainables.trees.secureboost import BoostParams, train_boost
 from trainables.trees.session import TreeSession
 from trainables.trees.xgb_federated import (

@@ -14,97 +14,25 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trainables.data import Dataset, check_columns, columns_for, load_dataset, split_samples
+from trainables.data import Dataset, load_dataset, split_refusal
 from trainables.errors import ConfigError
 from trainables.records import Record
-from trainables.registry import Registry
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL, Placement
-
-
-@dataclass(frozen=True)
-class TreeData:
-    """Columns per party (party order; the last is active) and the active party's labels."""
-
-    X_train: tuple[np.ndarray, ...]  # per party (N, d_k), raw feature values
-    X_test: tuple[np.ndarray, ...]  # per party (M, d_k)
-    y_train: np.ndarray  # (N,) active party only
-    y_test: np.ndarray  # (M,) active party only
-    n_classes: int
-
-
-@dataclass
-class Outcome:
-    mp: float
-    rounds: int
-    comm_bytes: int
-    train_seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
-    view: Any = None  # party 0's TreeView (when observed): what that passive party received
-    view_labels: np.ndarray | None = None  # the labels of the view's rows (for the judge)
-
-
-Runner = Callable[[TrialSpec, TreeData, Placement, bool], Outcome]
-TREE_MODELS: Registry[Runner] = Registry("tree model")
-PARAMS: dict[str, tuple[type, ...]] = {}  # model -> its params dataclass(es)
-FLAGS = ("taylor",)  # 0/1 model_params (``encrypt`` is read by ``encrypt_flag``)
-
-
-def register(name: str, params: type) -> Callable[[Runner], Runner]:
-    def add(fn: Runner) -> Runner:
-        TREE_MODELS.register(name, fn)
-        PARAMS[name] = (params,)
-        return fn
-
-    return add
-
-
-def model_params(spec: TrialSpec, params: type) -> Any:
-    """The params dataclass from ``spec.model_params`` (+ ``encrypt``); ConfigError if bad."""
-    allowed = {f.name: f.type for f in dataclasses.fields(params)}
-    values = {k: v for k, v in spec.model_params.items() if k != "encrypt"}
-    unknown = sorted(set(values) - set(allowed))
-    if unknown:
-        raise ConfigError(
-            f"model_params {unknown} not known for model {spec.model!r}; allowed: "
-            + ", ".join(sorted([*allowed, "encrypt"]))
-        )
-    out = params(**values)
-    for f in dataclasses.fields(out):
-        value = getattr(out, f.name)
-        zero_ok = f.name in FLAGS
-        if not isinstance(value, int | float) or value < 0 or (value == 0 and not zero_ok):
-            raise ConfigError(f"model_params.{f.name}={value!r} must be a positive number")
-    return out
-
-
-def encrypt_flag(spec: TrialSpec, default: bool) -> bool:
-    value = spec.model_params.get("encrypt", int(default))
-    if value not in (0, 1):
-        raise ConfigError(f"model_params.encrypt={value!r}: allowed 0 or 1")
-    return bool(value)
-
-
-def tree_data(spec: TrialSpec, ds: Dataset) -> TreeData:
-    columns = columns_for(spec, ds)
-    samples = split_samples(
-        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
-        n_aligned=spec.n_aligned,
-    )  # fmt: skip
-    rows = samples.labeled
-    return TreeData(
-        X_train=tuple(np.ascontiguousarray(ds.X_train[rows][:, c]) for c in columns),
-        X_test=tuple(np.ascontiguousarray(ds.X_test[:, c]) for c in columns),
-        y_train=np.asarray(ds.y_train[rows]),
-        y_test=np.asarray(ds.y_test),
-        n_classes=ds.n_classes,
-    )
+from trainables.trees import models  # noqa: F401  (the runners register in TREE_MODELS)
+from trainables.trees.common import (
+    PARAMS,
+    TREE_MODELS,
+    Outcome,
+    encrypt_flag,
+    model_params,
+    tree_data,
+)
 
 
 def refusal(spec: TrialSpec, messages: str) -> str | None:
@@ -121,28 +49,15 @@ def refusal(spec: TrialSpec, messages: str) -> str | None:
     return None
 
 
-def rows_refusal(spec: TrialSpec, ds: Dataset) -> str | None:
-    """Why ``ds`` cannot host ``spec``'s parties and rows, or None."""
-    try:
-        check_columns(spec, ds)
-        split_samples(
-            len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed,
-            n_aligned=spec.n_aligned,
-        )  # fmt: skip
-    except ConfigError as err:
-        return str(err)
-    return None
-
-
 def checked_rows_refusal(
     check: Callable[[TrialSpec], None], spec: TrialSpec, data_dir: str | Path | None
 ) -> str | None:
-    """A tree kind's ``incompatibility``: its ``check``'s refusal, else ``rows_refusal``."""
+    """A tree kind's ``incompatibility``: its ``check``'s refusal, else ``split_refusal``."""
     try:
         check(spec)
     except ConfigError as err:
         return str(err)
-    return rows_refusal(spec, load_dataset(spec.dataset, data_dir, **spec.dataset_params))
+    return split_refusal(spec, load_dataset(spec.dataset, data_dir, **spec.dataset_params))
 
 
 def attack_refusal(spec: TrialSpec, name: str) -> str | None:
@@ -163,7 +78,6 @@ TREE_MESSAGES = (
 
 def tree_check(spec: TrialSpec) -> None:
     """ConfigError if ``spec`` names a tree model with bad parameters or unsupported parts."""
-    load_models()
     TREE_MODELS.get(str(spec.model))
     model_params(spec, PARAMS[str(spec.model)][0])
     encrypt_flag(spec, True)
@@ -247,8 +161,3 @@ def _attack_record(clean: Record, out: Outcome, name: str, params: dict[str, Any
         attack_seconds=round(time.perf_counter() - start, 4),
         extra=extra,
     )
-
-
-def load_models() -> None:
-    """Import the model modules once (they register themselves)."""
-    from trainables.trees import models  # noqa: F401

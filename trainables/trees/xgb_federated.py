@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from trainables.transport.group import open_parties
+from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.trees.tls import ClientTLS, TrialTLS, client_config, client_files, private_dir
 from trainables.trees.tls import server_files as tls_server_files

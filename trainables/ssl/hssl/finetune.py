@@ -30,14 +30,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainables.kinds.base import AttackSpec
-from trainables.kinds.nn import PreparedTrial, Trained, party_config, party_inits, train_prepared
+from trainables.jobs import AttackSpec
 from trainables.party import Labels
 from trainables.protocols import PROTOCOLS
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.variants import FTOptions, HSSLData, ft_options
 from trainables.transport.group import PartyGroup
 from trainables.transport.placement import Placement
+from trainables.vfl.training import (
+    PreparedTrial,
+    Trained,
+    party_config,
+    party_inits,
+    train_prepared,
+)
 
 FT_LRS = (0.005, 0.01, 0.03)
 VAL_FRACTION = 0.2

@@ -7,7 +7,8 @@ label-free: no pretraining party holds a label (fine-tuning runs on ordinary
 Party ``K-1`` is the one that becomes active in fine-tuning; in cross-party SSL it sends
 its representation to every passive party and hears from each. What leaves a party goes
 through its hooks (defenses that act on representations, such as ISO, and a
-``MessageLog`` when recording), as in ``trainables.party``.
+``MessageLog`` when recording), attached in the one order every party uses
+(``trainables/endpoint.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainables.hooks import MessageLog
+from trainables.endpoint import Endpoint
 from trainables.messages import BatchRef, BatchSchedule, Message
-from trainables.party import hook_registry, receive_through, send_through
 from trainables.ssl.hssl import byol as _byol  # noqa: F401  (registers the methods)
 from trainables.ssl.hssl import moco as _moco  # noqa: F401
 from trainables.ssl.hssl import simsiam as _simsiam  # noqa: F401
@@ -57,6 +57,7 @@ class SSLPartyInit:
     n_aligned: int
     layout: TabularLayout | ImageLayout
     record: bool = False  # keep a log of the messages it sends and receives
+    install: tuple[tuple[str, dict[str, Any], Any], ...] = ()  # none: the kind refuses them
     # message hooks as in ``PartyInit.hooks``: (family, name, params), in stack order
     hooks: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
@@ -95,10 +96,11 @@ class Wrapped(nn.Module):
         return self.encoder(with_mask_columns(x, self.layout))
 
 
-class SSLParty:
+class SSLParty(Endpoint):
     """A pretraining party: a cross-party and a local two-tower network on its own rows."""
 
     def __init__(self, init: SSLPartyInit) -> None:
+        super().__init__()
         cfg = init.config
         self.party_id = init.party_id
         self.config = cfg
@@ -115,11 +117,7 @@ class SSLParty:
             self.local = Tower(in_dim, cfg.widths, make_method(cfg, 2 * init.party_id + 1))
         self.opt_cross = torch.optim.Adam(self._params(self.cross), lr=1e-3)
         self.opt_local = torch.optim.Adam(self._params(self.local), lr=1e-3)
-        self.hooks: list[Any] = []
-        for family, name, params in init.hooks:
-            hook_registry(family).create(name, **params).attach(self)  # type: ignore[attr-defined]
-        if init.record:
-            self.hooks.append(MessageLog())
+        self.attach(init)  # message log, then its hooks (``Endpoint``)
         self._z: tuple[BatchRef, np.ndarray] | None = None
 
     @staticmethod
@@ -128,19 +126,10 @@ class SSLParty:
 
     # -- messages -----------------------------------------------------------------------
     def send(self, msg: Message) -> Message:
-        return send_through(self.hooks, self, msg)
+        return self.send_out(msg)
 
     def receive(self, msg: Message) -> Message:
-        return receive_through(self.hooks, self, msg)
-
-    def defense_applied(self) -> list[dict[str, Any]]:
-        """How often each defense here changed a message (``trainables.defenses.applied``)."""
-        from trainables.defenses.applied import party_reports
-
-        return party_reports(self.hooks)
-
-    def log(self) -> MessageLog | None:
-        return next((h for h in self.hooks if isinstance(h, MessageLog)), None)
+        return self.receive_in(msg)
 
     def wide(self, x: torch.Tensor) -> torch.Tensor:
         return with_mask_columns(x, self.layout)
@@ -246,13 +235,13 @@ class ServerInit:
         return AggregationServer(self.n_parties)
 
 
-class AggregationServer:
+class AggregationServer(Endpoint):
     """Averages what the parties share (FedAvg, equal weights as in Algorithm 1) and
     addresses the average back to each of them."""
 
     def __init__(self, n_parties: int) -> None:
+        super().__init__()  # a server with no hooks: nothing to apply or report
         self.n_parties = n_parties
-        self.hooks: list[Any] = []
 
     def aggregate(self, *shares: Message) -> list[Message]:
         """K ``model_share`` messages -> K ``model_avg`` messages (one per party)."""
@@ -260,9 +249,6 @@ class AggregationServer:
         avg = mean_state([s.payload for s in shares])
         nbytes = int(sum(a.nbytes for a in avg.values()))
         return [Message("model_avg", SERVER, k, avg, nbytes) for k in range(self.n_parties)]
-
-    def defense_applied(self) -> list[dict[str, Any]]:
-        return []
 
 
 def mean_state(states: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainables.data import Dataset
-from trainables.kinds.base import AttackSpec
-from trainables.kinds.nn import Trained, attacks_of, records_of
+from trainables.jobs import AttackSpec
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.finetune import FineTuned, finetune
@@ -35,8 +34,10 @@ from trainables.ssl.hssl.variants import (
     parse_variant,
     prepare,
 )
-from trainables.transport.group import PartyGroup, open_parties
+from trainables.transport.group import PartyGroup
+from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
+from trainables.vfl.training import Trained, attacks_of, records_of
 
 MC = "mc"
 MC_PRETRAINED = "mc_pretrained"

@@ -6,10 +6,10 @@
 pretraining (``pretrain.py``) then fine-tuning as plain split VFL under the spec's
 protocol (``finetune.py``), every NN defense and attack composing with it.
 
-Rows: ``split_samples`` picks the aligned rows (``aligned_ratio`` / ``n_aligned``) and
-the labeled ones among them; the unaligned training rows are dealt out disjointly to the
-parties (different parties' non-aligned rows are different samples, Fig. 3 of the
-paper). Each party scales with statistics of its own rows.
+Rows: ``split_for`` picks the aligned rows (``aligned_ratio`` / ``n_aligned``) and
+the labeled ones among them, as for every kind; the unaligned training rows are dealt
+out disjointly to the parties (different parties' non-aligned rows are different
+samples, Fig. 3 of the paper). Each party scales with statistics of its own rows.
 Options (``model_params``): see ``OPTIONS``, and ``FTOptions`` for how fine-tuning picks
 its lr and what it trains (``ft_lr``, ``ft_mode``; the paper's protocol by default).
 ``spec.epochs`` / ``batch_size`` are the fine-tuning epochs / batch. Defenses: the spec's
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from trainables.data import Dataset, Scaler, columns_for, default_scaler_kind, split_samples
+from trainables.data import Dataset, Scaler, default_scaler_kind, split_for
 from trainables.defenses import stack as defense_stack
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
@@ -204,8 +204,7 @@ def hssl_sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
 def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str | None:
     """Why a defense of ``spec`` could never act in its trial, or why its rows or parties do
     not fit its dataset, or None."""
-    from trainables.data import load_dataset
-    from trainables.kinds.nn import rows_incompatibility
+    from trainables.data import load_dataset, split_refusal
 
     reason = defense_stack.incompatibility(spec, sends=hssl_sends(spec))
     if reason is not None:
@@ -228,7 +227,7 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
             f"HSSL's image views crop and flip each party's image region; use auto, halves, "
             "quarters or stripes on an image dataset"
         )
-    return rows_incompatibility(spec, ds)
+    return split_refusal(spec, ds)
 
 
 def pretrain_hooks(spec: TrialSpec) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
@@ -266,11 +265,8 @@ def prepare(spec: TrialSpec, ds: Dataset, record: bool = False) -> HSSLData:
     """The pretraining inits (active last, no labels anywhere) and the fine-tuning rows."""
     plan = parse_variant(spec.ssl_variant)
     cfg = hssl_config(spec, plan, options(spec))
-    columns = columns_for(spec, ds)
-    s = split_samples(
-        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
-        n_aligned=spec.n_aligned,
-    )  # fmt: skip
+    split = split_for(spec, ds)
+    columns, s = split.columns, split.rows
     own = np.array_split(np.random.default_rng([spec.seed, 11]).permutation(s.unaligned),
                          spec.n_parties)  # fmt: skip
     hooks = pretrain_hooks(spec)

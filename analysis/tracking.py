@@ -6,6 +6,11 @@ sweep (and again on every re-run) is idempotent and resume-safe — a training w
 ``trial_id`` already has a child is skipped, a child recorded as failed is updated when
 a re-run succeeded — so a resumed sweep never duplicates a child. MLflow is imported
 lazily: it costs seconds, and sweeps with ``--no-mlflow`` never pay it.
+
+Why in ``analysis``: the sync only reads the results folder (``trainables/results``), and
+both sides publish there — the sweep after every run (``sync_after_sweep``, called by
+``sweep_engine/cli.py``), the analysis with its report (``log_analysis``). The engine
+imports the analysis, never the reverse.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from sweep_engine.sink import RecordSink
+from trainables.results.checks import read_checked
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -196,7 +201,7 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     parent = parent_run(client, exp_id, sweep_dir)
     existing = children(client, exp_id, parent)
     result = SyncResult(exp_id, parent, children={t: r for t, (r, _) in existing.items()})
-    records = RecordSink(sweep_dir).read().to_pandas()
+    records = read_checked(sweep_dir / "records").to_pandas()
     statuses = {}
     for trial_id, rows in records.groupby("trial_id", sort=False):
         ok = bool((rows["status"] == "ok").all())

@@ -1,8 +1,8 @@
 """Vectorized packs: K same-shape NN trainings of a pack as one stacked training.
 
 ``run_vectorized`` prepares every job as ``NNKind.run`` would, groups the jobs that can
-stack (``stacks``, ``stack_key``: same model, data shapes, batch size, epochs, optimizer, partition,
-a protocol that keeps ``Protocol.run``'s loop, the same Q, message-only hooks), and
+stack (``stacks``, ``stack_key``: same model, data shapes, batch size, epochs, optimizer,
+partition, a protocol that keeps ``Protocol.run``'s loop, the same Q, message-only hooks), and
 trains each group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor
 per party as the placement says. What cannot stack goes to ``fallback`` (lockstep, or
 one at a time), so a pack always runs whole. Vectorized records say so:
@@ -22,22 +22,29 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from typing import Any
 
+from trainables.attacks import ATTACKS
+from trainables.codecs import Codec
 from trainables.data import Dataset
-from trainables.kinds.base import AttackSpec, Job, Outcome
-from trainables.kinds.lockstep import (
+from trainables.defenses.base import Defense
+from trainables.defenses.stack import entries
+from trainables.endpoint import hook_registry
+from trainables.jobs import AttackSpec, Job, Outcome
+from trainables.models import build_bottom
+from trainables.protocols import PROTOCOLS, Protocol
+from trainables.spec import TrialSpec
+from trainables.stacked import stackable_module
+from trainables.transport.open import open_parties
+from trainables.transport.placement import Placement
+from trainables.vfl.lockstep import (
     DETERMINISTIC,
     STACK_BYTES,
     _Prepared,
     collect_trained,
     stack_errors,
 )
-from trainables.kinds.nn import PreparedTrial, Trained, attacks_of, prepare_parties
-from trainables.kinds.nn import records_of as nn_records_of
-from trainables.kinds.vec_stack import VecRun, VecStackInit
-from trainables.protocols import PROTOCOLS, Protocol
-from trainables.spec import TrialSpec
-from trainables.transport.group import open_parties
-from trainables.transport.placement import Placement
+from trainables.vfl.training import PreparedTrial, Trained, attacks_of, prepare_parties
+from trainables.vfl.training import records_of as nn_records_of
+from trainables.vfl.vec_stack import VecRun, VecStackInit
 
 Fallback = Callable[[Sequence[Job], Dataset, Placement], Iterator[tuple[int, Outcome]]]
 OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
@@ -58,9 +65,6 @@ def message_only(family: str, name: str) -> bool:
     """Whether hook ``name`` of ``family`` (a defense or a codec) acts on messages only
     (``on_send`` / ``on_receive``): then each training's own hook runs on its own slice
     of a stacked message, and the stack needs nothing else from it."""
-    from trainables.defenses.base import Defense
-    from trainables.party import hook_registry
-    from trainables.protocols.codecs import Codec
 
     cls = hook_registry(family).get(name)
     if not isinstance(cls, type) or hasattr(cls, "after_backward"):
@@ -73,8 +77,6 @@ def message_only(family: str, name: str) -> bool:
 
 @cache
 def _stackable_bottom(model: str, hidden: tuple[int, ...] | None, dataset: str, n_in: int) -> bool:
-    from trainables.models import build_bottom
-    from trainables.stacked import stackable_module
 
     return stackable_module(build_bottom(model, n_in, 2, hidden, dataset))
 
@@ -83,8 +85,6 @@ def stacks(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> bool:
     """Whether ``spec``, evaluating ``attacks``, may stack at all, from the spec alone (so a
     job that cannot is never prepared twice): a protocol that keeps ``Protocol.run``'s
     loop, message-only codecs and defenses, no training-time attack, a stacked optimizer."""
-    from trainables.attacks import ATTACKS
-    from trainables.defenses.stack import entries
 
     protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
     if any(getattr(type(protocol), m) is not getattr(Protocol, m) for m in LOOP_HOOKS):

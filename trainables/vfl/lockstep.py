@@ -23,12 +23,13 @@ from typing import Any
 from trainables.data import Dataset
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError
-from trainables.kinds.base import AttackSpec, Job, Outcome
-from trainables.kinds.nn import NNKind, PreparedTrial, Trained, attacks_of, prepare_parties
-from trainables.kinds.nn import records_of as nn_records_of
-from trainables.transport.group import PartyGroup, open_parties
+from trainables.jobs import AttackSpec, Job, Outcome
+from trainables.transport.group import PartyGroup
 from trainables.transport.hub import LockstepRun, StackInit
+from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
+from trainables.vfl.training import PreparedTrial, Trained, attacks_of, prepare_parties
+from trainables.vfl.training import records_of as nn_records_of
 
 DETERMINISTIC = (ConfigError, DefenseNeverApplied)  # the same spec raises them every time
 # The most party data (features of every party) one lockstep run holds (``run_lockstep``)
@@ -37,22 +38,11 @@ GROUP_SIZE = 4  # trainings per coalesced call (``groups_for``)
 
 
 def eligible(jobs: Sequence[Job], placement: Placement) -> bool:
-    """Whether ``run_lockstep`` should run ``jobs``: at least two plain NN trainings with
-    the same number of parties, on actors (in one process a round costs no round trip,
-    so lockstep would gain nothing there)."""
-    return placement.remote and len(jobs) >= 2 and plain_nn([job.spec for job in jobs])
-
-
-def plain_nn(specs: Sequence[Any]) -> bool:
-    """Whether every spec is a plain NN training and all have one party count: what a
-    lockstep run needs of a pack's trainings (the planner's pack sizing asks it too)."""
-    from trainables.kinds import kind_of
-
-    try:
-        kinds = {type(kind_of(spec)) for spec in specs}
-    except ConfigError:
-        return False
-    return kinds == {NNKind} and len({spec.n_parties for spec in specs}) == 1
+    """Whether ``run_lockstep`` should run ``jobs`` (plain NN trainings: the caller,
+    ``NNKind.run_many``, hands only those): at least two with the same number of parties,
+    on actors (in one process a round costs no round trip, so lockstep would gain nothing
+    there)."""
+    return placement.remote and len(jobs) >= 2 and len({job.spec.n_parties for job in jobs}) == 1
 
 
 def groups_for(k: int, size: int = GROUP_SIZE) -> int:

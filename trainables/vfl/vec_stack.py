@@ -29,9 +29,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainables.endpoint import receive_through, send_through
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
-from trainables.party import ActiveParty, PartyInit, binary_auc, receive_through, send_through
+from trainables.party import ActiveParty, PartyInit, binary_auc
 from trainables.protocols import TrainResult
 from trainables.stacked import StackedMLP, StackedOptimizer, StackedSplitTop, agg_top
 from trainables.transport.base import CommStats, Transport

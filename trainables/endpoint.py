@@ -1,0 +1,96 @@
+"""The endpoint every party role is: a message hook stack and what it reports.
+
+Why one base: a party of any kind (NN ``Party``, FedCVT's ``CvtParty``, FedHSSL's
+``SSLParty``) sends and receives ``Message``s through the same middleware — a message log
+for attacks that read messages, training-time attacks, defenses, codecs — and the trial
+reads the same reports back (``defense_applied``). Written once here, the attach order
+cannot drift between kinds: the log first, so on the way out it keeps what the party
+itself computed and on the way in what reached it after every hook (a party's own view,
+what an attacker there sees); then training-time attacks; then the hook stack in its
+order (defenses, then codecs, so the sender encodes last and the receiver decodes first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from typing import Protocol as TypingProtocol
+
+from trainables.attacks import ATTACKS
+from trainables.codecs import CODECS
+from trainables.defenses import DEFENSES
+from trainables.defenses.applied import party_reports
+from trainables.errors import ConfigError
+from trainables.hooks import MessageLog
+from trainables.messages import Message
+
+
+class MessageHook(TypingProtocol):
+    """Middleware on a party's messages (defenses, attack recorders). Stack in a list."""
+
+    def on_send(self, party: Any, msg: Message) -> Message: ...
+
+    def on_receive(self, party: Any, msg: Message) -> Message: ...
+
+
+def send_through(hooks: Sequence[MessageHook], owner: Any, msg: Message) -> Message:
+    """``msg`` through ``owner``'s hook stack on the way out (list order)."""
+    for hook in hooks:
+        msg = hook.on_send(owner, msg)
+    return msg
+
+
+def receive_through(hooks: Sequence[MessageHook], owner: Any, msg: Message) -> Message:
+    """``msg`` through ``owner``'s hook stack on the way in (reverse order: middleware)."""
+    for hook in reversed(hooks):
+        msg = hook.on_receive(owner, msg)
+    return msg
+
+
+def hook_registry(family: str) -> Any:
+    """The registry of a hook family (what ``PartyInit.hooks`` names by family)."""
+    if family == "defense":
+        return DEFENSES
+    if family == "codec":
+        return CODECS
+    raise ConfigError(f"hook family {family!r} is not one of: defense, codec")
+
+
+def attach_requested(party: Any, init: Any) -> None:
+    """What the trial asked of a party (any kind whose init has ``record``, ``install`` and
+    ``hooks``): a message log, training-time attacks, then the hook stack in order."""
+    if init.record:
+        party.hooks.append(MessageLog())
+    for name, params, aux in init.install:
+        ATTACKS.create(name, **params).install(party, aux)  # type: ignore[attr-defined]
+    for family, name, params in init.hooks:
+        hook_registry(family).create(name, **params).attach(party)  # type: ignore[attr-defined]
+
+
+class Endpoint:
+    """Base of every party role: ``hooks`` (the stack, in order), ``attach`` (what the
+    trial asked for, from an init with ``record``, ``install`` and ``hooks``), ``send_out``
+    / ``receive_in`` (a message through the stack), ``defense_applied`` and ``log``."""
+
+    hooks: list[MessageHook]
+
+    def __init__(self) -> None:
+        self.hooks = []
+
+    def attach(self, init: Any) -> None:
+        attach_requested(self, init)
+
+    def send_out(self, msg: Message) -> Message:
+        return send_through(self.hooks, self, msg)
+
+    def receive_in(self, msg: Message) -> Message:
+        return receive_through(self.hooks, self, msg)
+
+    def defense_applied(self) -> list[dict[str, Any]]:
+        """How often each defense at this party changed something (plain data: an actor
+        sends it back; ``trainables.defenses.applied`` merges and checks it)."""
+        return party_reports(self.hooks)
+
+    def log(self) -> MessageLog | None:
+        """The message log, when the trial asked this party to keep one."""
+        return next((h for h in self.hooks if isinstance(h, MessageLog)), None)

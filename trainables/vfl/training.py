@@ -1,0 +1,265 @@
+"""The NN-VFL library: aggVFL / splitVFL trainings under any registered protocol.
+
+It sits below the trial kinds: ``kinds/nn.py`` (plain NN VFL), FedHSSL fine-tuning and
+FedCVT import it, and it imports no kind. ``prepare_parties`` turns a dataset into one
+``PartyInit`` per party (features split vertically, scalers fit on training rows, labels
+given to the active party only); ``train_prepared`` runs the protocol at the active party
+over the placement's transport; ``records_of`` turns the result and the attack outcomes
+into records. Other neural kinds (FedHSSL fine-tuning) reuse all three on parties whose
+bottoms start pretrained. Party ``K-1`` is the active party (VFLAIR's convention); parties
+``0..K-2`` are passive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainables.attacks import ATTACKS
+from trainables.attacks.chance import main_task_se
+from trainables.attacks.harness import (
+    attacker_index,
+    draw_aux,
+    merged_extra,
+    peer_index,
+    run_attacks,
+)
+from trainables.data import Dataset, Scaler, default_scaler_kind, split_for
+from trainables.defenses import stack as defense_stack
+from trainables.jobs import AttackSpec
+from trainables.party import Labels, Party, PartyConfig, PartyInit
+from trainables.protocols import PROTOCOLS, Protocol, TrainResult
+from trainables.records import Record
+from trainables.spec import TrialSpec
+from trainables.transport.group import PartyGroup
+from trainables.transport.open import open_parties
+from trainables.transport.placement import LOCAL, Placement
+
+
+@dataclass(frozen=True)
+class PreparedTrial:
+    inits: tuple[PartyInit, ...]  # party order; the last one is active
+    protocol: Protocol
+    n_labeled: int
+    target_mp: float | None = None  # rounds_to_target is measured against it
+
+    @property
+    def y_test(self) -> np.ndarray:
+        """(n_test,) the test labels the MP is measured on (the active party's)."""
+        labels = self.inits[-1].labels
+        assert labels is not None, "the last party is the active one"
+        return labels.y_test
+
+    @property
+    def metric(self) -> str:
+        """What the MP is: ``accuracy``, or ``auc`` (``PartyConfig.metric``)."""
+        return self.inits[-1].config.metric
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What a training left: the protocol's result, the parties (for attacks), and each
+    party's defense application counts (``Party.defense_applied``)."""
+
+    result: TrainResult
+    parties: list[Any]
+    reports: list[Any]
+
+
+def attacks_of(spec: TrialSpec, attacks: Sequence[AttackSpec] = ()) -> list[AttackSpec]:
+    """The attacks a trial evaluates: its training-time attack, else the given ones."""
+    if spec.train_attack != "none":
+        return [(spec.train_attack, dict(spec.train_attack_params))]
+    return list(attacks)
+
+
+def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyConfig:
+    return PartyConfig(
+        model=str(spec.model),
+        hidden=spec.hidden,
+        dataset=spec.dataset,
+        n_classes=n_classes,
+        n_parties=spec.n_parties,
+        partition=spec.partition,
+        optimizer=spec.optimizer,
+        lr=float(spec.lr),  # type: ignore[arg-type]
+        batch_size=int(spec.batch_size),  # type: ignore[arg-type]
+        seed=spec.seed,
+        local_steps=protocol.local_steps,
+        device=spec.device,
+    )
+
+
+def prepare_parties(
+    spec: TrialSpec, ds: Dataset, attacks: Sequence[AttackSpec] = ()
+) -> PreparedTrial:
+    """Split ``ds`` into party inits for ``spec``; raises ConfigError on impossible specs."""
+    protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
+    split = split_for(spec, ds)
+    columns = split.columns
+    rows = split.rows.labeled  # supervised VFL trains on the aligned, labeled rows
+    kind = default_scaler_kind(ds)
+    scalers = [Scaler.fit(ds.X_train[:, cols], kind) for cols in columns]  # train rows only
+    X_train = [
+        sc.transform(ds.X_train[rows][:, cols]) for sc, cols in zip(scalers, columns, strict=True)
+    ]
+    X_test = [sc.transform(ds.X_test[:, cols]) for sc, cols in zip(scalers, columns, strict=True)]
+    inits = party_inits(
+        spec, party_config(spec, ds.n_classes, protocol), X_train, X_test,
+        Labels(ds.y_train[rows], ds.y_test), columns, attacks, protocol,
+    )  # fmt: skip
+    return PreparedTrial(inits, protocol, len(rows), spec.target_mp)
+
+
+def party_inits(
+    spec: TrialSpec,
+    config: PartyConfig,
+    X_train: Sequence[np.ndarray],
+    X_test: Sequence[np.ndarray],
+    labels: Labels,
+    columns: Sequence[np.ndarray],
+    attacks: Sequence[AttackSpec],
+    protocol: Protocol,
+) -> tuple[PartyInit, ...]:
+    """One init per party from its scaled rows: the message log and training-time attacks
+    the ``attacks`` need, the spec's defenses, and the protocol's codecs (last in every
+    stack: encode last, decode first). Labels go to the active party (the last) only."""
+
+    record, install = attack_needs(spec, attacks_of(spec, attacks))
+    defense_hooks = defense_stack.hook_entries(spec)
+    codecs = protocol.codec_hooks()
+    y_rows = labels.y_train
+    inits = []
+    for k, cols in enumerate(columns):
+        inits.append(
+            PartyInit(
+                party_id=k,
+                X_train=X_train[k],
+                X_test=X_test[k],
+                config=config,
+                labels=labels if k == spec.n_parties - 1 else None,
+                columns=tuple(int(c) for c in cols),
+                record=k in record,
+                install=tuple(
+                    (name, params, aux_for(name, y_rows, X_train[peer_index(k)], spec.seed))
+                    for name, params in install.get(k, ())
+                ),
+                hooks=(*defense_hooks.get(k, ()), *codecs),
+            )
+        )
+    return tuple(inits)
+
+
+def aux_for(name: str, y: np.ndarray, peer_X: np.ndarray, seed: int) -> object:
+    """The auxiliary knowledge a training-time attack is granted (same draw as after)."""
+    return draw_aux(ATTACKS.get(name).info, y, peer_X, seed)
+
+
+def attack_needs(
+    spec: TrialSpec, attacks: Sequence[AttackSpec]
+) -> tuple[set[int], dict[int, list[AttackSpec]]]:
+    """Which parties keep a message log, and which training-time attacks each installs."""
+
+    record: set[int] = set()
+    install: dict[int, list[AttackSpec]] = {}
+    for name, params in attacks:
+        info = ATTACKS.get(name).info
+        who = attacker_index(info, spec.n_parties)
+        if info.needs_messages:
+            record.add(who)
+        if info.training_time:
+            install.setdefault(who, []).append((name, params))
+    return record, install
+
+
+def train_prepared(
+    prepared: PreparedTrial,
+    epochs: int,
+    placement: Placement = LOCAL,
+    keep: bool = True,
+    group: PartyGroup | None = None,
+) -> Trained:
+    """Run the protocol at the active party; ``keep``: bring the trained parties back (local:
+    the objects themselves; actors: copies) for the attack harness. ``group``: parties
+    already open (a later phase of the same trial, e.g. FedHSSL fine-tuning on the
+    pretraining actors) are rebuilt from ``prepared.inits`` and trained there."""
+    if group is not None:
+        group.load(prepared.inits)
+        return _train_on(group, prepared, epochs, keep or not placement.remote)
+    with open_parties(prepared.inits, placement) as opened:
+        return _train_on(opened, prepared, epochs, keep or not placement.remote)
+
+
+def _train_on(group: PartyGroup, prepared: PreparedTrial, epochs: int, keep: bool) -> Trained:
+    result = group.train(prepared.protocol, epochs, prepared.target_mp)
+    parties = group.snapshot() if keep else []
+    return Trained(result, parties, group.call_all("defense_applied"))
+
+
+def train_local_parties(prepared: PreparedTrial, epochs: int) -> tuple[TrainResult, list[Party]]:
+    """All parties in this process; returns the trained parties too (for attacks)."""
+    trained = train_prepared(prepared, epochs)
+    return trained.result, trained.parties
+
+
+def train_local(prepared: PreparedTrial, epochs: int) -> TrainResult:
+    """All parties in this process."""
+    return train_local_parties(prepared, epochs)[0]
+
+
+def records_of(
+    spec: TrialSpec,
+    trained: Trained,
+    n_labeled: int,
+    attacks: Sequence[AttackSpec],
+    extra: dict[str, Any] | None = None,
+    dp_steps: int | None = None,
+    y_test: np.ndarray | None = None,
+    metric: str = "accuracy",
+) -> list[Record]:
+    """The clean record (unless a training-time attack ran) and one per attack outcome.
+
+    Fails a defense that never applied (``DefenseNeverApplied``); ``extra`` adds the kind's
+    own measurements to the record's ``extra`` JSON; ``dp_steps``: the rounds a DP defense
+    acted in, where not every round of ``trained.result`` (FedHSSL: fine-tuning rounds only).
+    ``y_test`` (n_test,) and ``metric`` (``accuracy`` / ``auc``): what the clean MP was
+    measured on, for its sampling error ``mp_se`` (None without them). Attack records
+    carry the judge's score: AP beside its baseline (``attacks/chance.py``), MP and its SE.
+    """
+
+    applied = defense_stack.checked_extra(trained.reports)
+    result = trained.result
+    sample_rate = min(1.0, int(spec.batch_size) / max(1, n_labeled))  # type: ignore[arg-type]
+    clean = Record.clean(
+        spec,
+        n_labeled,
+        **defense_stack.record_fields(
+            spec, result.rounds if dp_steps is None else dp_steps, sample_rate
+        ),
+        mp=result.mp,
+        mp_se=main_task_se(result.mp, y_test, metric),
+        rounds=result.rounds,
+        comm_bytes=result.comm_bytes,
+        rounds_to_target=result.rounds_to_target,
+        train_seconds=round(result.train_seconds, 4),
+        trial_id=spec.config_hash,
+        extra=applied if not extra else merged_extra(applied, extra),
+    )
+    records = [] if spec.train_attack != "none" else [clean]
+    for out in run_attacks(trained.parties, attacks, spec.seed) if attacks else ():
+        records.append(
+            dataclasses.replace(
+                clean,
+                attack=out.name,
+                attack_type=out.type,
+                attacker_party=out.attacker,
+                **out.record_fields(),  # ap, its baseline and advantage, mp, their SEs
+                attack_seconds=round(out.seconds, 4),
+                extra=merged_extra(clean.extra, out.extra),  # + the preset and params
+            )
+        )
+    return records
