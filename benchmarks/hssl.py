@@ -115,7 +115,7 @@ def one(dataset: str, k: int, aligned: float, variant: str, seed: int,
                          "variant": variant, "seed": seed, "mp": ft.final.result.mp,
                          "ft_lr": ft.lr, "ft_seconds": took})  # fmt: skip
     for row in rows:
-        row.update(pretrain_seconds=round(pre.seconds, 2), rep_std_active=std,
+        row.update(pretrain_seconds=round(pre.train_seconds, 2), rep_std_active=std,
                    seconds=round(time.perf_counter() - start, 2))  # fmt: skip
     return rows
 

@@ -216,7 +216,7 @@ def test_supervised_baseline_never_trains_query_agents_and_sends_f_only() -> Non
     prepared = prepare(spec, ds)
     with open_parties(prepared.inits, LOCAL) as group:
         result = run_rounds(group, prepared.plan, Evaluator(ds))
-    assert [a["rounds"] for a in result.access] == [[0, 1], [0, 1], [], []]
+    assert [a["rounds"] for a in result.outputs["access"]] == [[0, 1], [0, 1], [], []]
     n_f = Evaluator(ds).n_f
     assert result.comm_bytes == 2 * 2 * 2 * 4 * n_f  # rounds x agents x (down + up) x float32
 
@@ -229,7 +229,7 @@ def test_warmup_rounds_train_the_support_agents_only(variant: str) -> None:
     prepared = prepare(spec, ds)
     with open_parties(prepared.inits, LOCAL) as group:
         result = run_rounds(group, prepared.plan, Evaluator(ds))
-    assert [a["rounds"] for a in result.access[:4]] == [[0, 1, 2]] * 2 + [[2]] * 2
+    assert [a["rounds"] for a in result.outputs["access"][:4]] == [[0, 1, 2]] * 2 + [[2]] * 2
     extra = json.loads(record_of(spec, prepared, result).extra)
     assert extra["warmup"] == 2 and extra["labeled_access_rounds"] == [0, 1, 2]
 

@@ -19,9 +19,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP = shutil.ignore_patterns(
-    ".venv", ".git", "results", "site", "build", "*.egg-info", "__pycache__"
-)
+_SKIP_ANYWHERE = shutil.ignore_patterns(".git", "*.egg-info", "__pycache__")
+_SKIP_AT_ROOT = {".venv", "results", "site", "build"}  # a package may be named results
+
+
+def SKIP(folder: str, names: list[str]) -> set[str]:
+    """What not to copy: build and sweep outputs at the checkout's root, caches anywhere."""
+    skipped = set(_SKIP_ANYWHERE(folder, names))
+    if Path(folder) == ROOT:
+        skipped |= _SKIP_AT_ROOT & set(names)
+    return skipped
 
 
 @pytest.mark.slow

@@ -88,7 +88,7 @@ def test_view_holds_only_what_passive_party_received() -> None:
                            key_length=512)  # fmt: skip
     data = tree_data(spec, load_dataset("breast_cancer"))
     out = run_secureboost(spec, data, Placement("local"), True)
-    view = out.view
+    view = out.outputs["view"]
     assert isinstance(view, TreeView) and view.role == "passive" and view.y_train is None
     np.testing.assert_array_equal(view.X_train, data.X_train[0])
     assert not any(np.array_equal(view.X_train, x) for x in data.X_train[1:])

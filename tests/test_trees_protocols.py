@@ -97,7 +97,7 @@ def test_paillier_lr_matches_its_plaintext_protocol() -> None:
         with open_parties([*inits[:-1], holder, inits[-1]], LOCAL) as group:
             logits[encrypted] = group.train(PaillierLR(), 2)
     plain, enc = logits[False], logits[True]
-    np.testing.assert_allclose(enc.test_logits, plain.test_logits, atol=1e-3)
+    np.testing.assert_allclose(enc.outputs["test_logits"], plain.outputs["test_logits"], atol=1e-3)
     assert enc.mp == plain.mp and enc.rounds == plain.rounds == 6
     assert enc.extra["n_decrypted"] > 0 and enc.comm_bytes > 10 * plain.comm_bytes
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from trainables.messages import Message
+from trainables.protocols.base import TrainResult
 from trainables.transport.base import Transport
 from trainables.transport.group import PartyGroup
 
@@ -39,21 +40,12 @@ class RoundPlan:
     target_mp: float | None = None
 
 
-@dataclass
-class RoundsResult:
-    acc_by_round: list[float]
-    rounds: int
-    comm_bytes: int
-    train_seconds: float
-    privacy: dict[str, Any] = field(default_factory=dict)
-    access: list[dict[str, Any]] = field(default_factory=list)
-
-    def rounds_to(self, target: float | None) -> int | None:
-        """The first round (1-based) whose global model reached ``target`` accuracy."""
-        if target is None:
-            return None
-        hits = [t + 1 for t, acc in enumerate(self.acc_by_round) if acc >= target]
-        return hits[0] if hits else None
+def rounds_to(acc_by_round: Sequence[float], target: float | None) -> int | None:
+    """The first round (1-based) whose global model reached ``target`` accuracy."""
+    if target is None:
+        return None
+    hits = [t + 1 for t, acc in enumerate(acc_by_round) if acc >= target]
+    return hits[0] if hits else None
 
 
 def _send(tr: Transport, msgs: Sequence[tuple[Any, ...]], new_round: bool) -> list[Message]:
@@ -62,8 +54,11 @@ def _send(tr: Transport, msgs: Sequence[tuple[Any, ...]], new_round: bool) -> li
 
 def run_rounds(
     group: PartyGroup, plan: RoundPlan, evaluate: Callable[[Message], float]
-) -> RoundsResult:
-    """Train ``plan.rounds`` communication rounds; ``evaluate`` scores each global model."""
+) -> TrainResult:
+    """Train ``plan.rounds`` communication rounds; ``evaluate`` scores each global model.
+
+    ``outputs``: ``acc_by_round``, the server's ``privacy`` accounting and each agent's
+    labeled-data ``access`` log."""
     agents = (*plan.support, *plan.query)
     wires = {"all": group.transport(agents)}
     if plan.warmup and plan.query and not plan.private:
@@ -88,13 +83,16 @@ def run_rounds(
         accs.append(evaluate(msg))
     seconds = time.perf_counter() - start
     stats = [w.stats for w in wires.values()]
-    return RoundsResult(
-        acc_by_round=accs,
+    return TrainResult(
+        mp=accs[-1] if accs else float("nan"),
         rounds=sum(s.rounds for s in stats),
         comm_bytes=sum(s.comm_bytes for s in stats),
         train_seconds=seconds,
-        privacy=group.call(plan.server, "privacy"),
-        access=group.call_many([(k, "access_log", ()) for k in range(plan.server)]),
+        outputs={
+            "acc_by_round": accs,
+            "privacy": group.call(plan.server, "privacy"),
+            "access": group.call_many([(k, "access_log", ()) for k in range(plan.server)]),
+        },
     )
 
 

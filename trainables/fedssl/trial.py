@@ -20,8 +20,9 @@ from trainables.fedssl.data import pixel_scale, split_rows
 from trainables.fedssl.dp import merged
 from trainables.fedssl.models import Classifier, build_models, flatten, load_flat
 from trainables.fedssl.options import GENERATIVE, FedSSLOptions, options_of
-from trainables.fedssl.protocol import RoundPlan, RoundsResult, run_rounds
+from trainables.fedssl.protocol import RoundPlan, rounds_to, run_rounds
 from trainables.messages import Message
+from trainables.protocols.base import TrainResult
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.open import open_parties
@@ -102,14 +103,14 @@ def run_fedssl(spec: TrialSpec, ds: Dataset, placement: Placement) -> list[Recor
 
 
 def record_of(
-    spec: TrialSpec, prepared: Prepared, result: RoundsResult, y_test: np.ndarray | None = None
+    spec: TrialSpec, prepared: Prepared, result: TrainResult, y_test: np.ndarray | None = None
 ) -> Record:
     """The clean record: final accuracy, counted rounds and bytes, ε where DP ran;
     ``y_test`` (n_test,): the rows that accuracy is over, for its sampling error."""
     from trainables.attacks.chance import main_task_se  # lazy, as in the other kinds
 
     extra, epsilon = extra_of(spec, prepared, result)
-    mp = result.acc_by_round[-1]
+    mp = result.mp
     return Record.clean(
         spec,
         int(spec.n_labeled),  # type: ignore[arg-type]
@@ -117,7 +118,7 @@ def record_of(
         mp_se=main_task_se(mp, y_test),
         rounds=result.rounds,
         comm_bytes=result.comm_bytes,
-        rounds_to_target=result.rounds_to(spec.target_mp),
+        rounds_to_target=rounds_to(result.outputs["acc_by_round"], spec.target_mp),
         train_seconds=round(result.train_seconds, 4),
         epsilon=epsilon,
         extra=json.dumps(extra, sort_keys=True),
@@ -126,10 +127,11 @@ def record_of(
 
 
 def extra_of(
-    spec: TrialSpec, prepared: Prepared, result: RoundsResult
+    spec: TrialSpec, prepared: Prepared, result: TrainResult
 ) -> tuple[dict[str, Any], float | None]:
     """The record's ``extra`` (agents, rows, accuracy per round, privacy) and its ε."""
     opts, inits = prepared.opts, prepared.inits
+    privacy, access = result.outputs["privacy"], result.outputs["access"]
     extra: dict[str, Any] = {
         "n_support": opts.n_support,
         "n_query": opts.n_query,
@@ -143,15 +145,13 @@ def extra_of(
         "rampup": opts.rampup,
         "rows_support": [len(i.x) for i in inits if isinstance(i, SupportInit)],
         "rows_query": [len(i.x) for i in inits if isinstance(i, QueryInit)],
-        "acc_by_round": [round(a, 4) for a in result.acc_by_round],
-        "labeled_access_rounds": sorted(
-            {t for a in result.access[: opts.n_support] for t in a["rounds"]}
-        ),
+        "acc_by_round": [round(a, 4) for a in result.outputs["acc_by_round"]],
+        "labeled_access_rounds": sorted({t for a in access[: opts.n_support] for t in a["rounds"]}),
     }
-    if not result.privacy:
+    if not privacy:
         return extra, None
-    history = [tuple(h) for h in result.privacy["history"]]
-    epsilon = float(result.privacy["epsilon_spent"])
+    history = [tuple(h) for h in privacy["history"]]
+    epsilon = float(privacy["epsilon_spent"])
     extra |= {
         "epsilon_budget": opts.epsilon,
         "epsilon_spent": epsilon,
@@ -159,7 +159,7 @@ def extra_of(
         "noise_multiplier": opts.noise_multiplier,
         "max_grad_norm": opts.max_grad_norm,
         "dp_steps": [list(h) for h in merged(history)],  # type: ignore[arg-type]
-        "dp_steps_taken": sum(a["dp_steps"] for a in result.access[: opts.n_support]),
-        "dp_stop_round": result.privacy["stopped_at"],
+        "dp_steps_taken": sum(a["dp_steps"] for a in access[: opts.n_support]),
+        "dp_stop_round": privacy["stopped_at"],
     }
     return extra, epsilon

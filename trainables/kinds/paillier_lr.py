@@ -16,6 +16,7 @@ party here runs the defense stack, and a defense that is accepted must be applie
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,6 +25,7 @@ from trainables.data import Dataset, Scaler
 from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec
 from trainables.kinds.tree import TreeFamilyKind
+from trainables.protocols.base import TrainResult
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.open import open_parties
@@ -66,7 +68,7 @@ def lr_inits(spec: TrialSpec, data: tree_common.TreeData, observe: bool) -> list
 
 def train_lr(
     spec: TrialSpec, data: tree_common.TreeData, placement: Placement, observe: bool
-) -> tree_common.Outcome:
+) -> TrainResult:
     """Open ``[passives..., key holder, active]``, run ``PaillierLR`` at the active party."""
     inits = lr_inits(spec, data, observe)
     encrypted = tree_common.encrypt_flag(spec, True)
@@ -76,12 +78,13 @@ def train_lr(
         log = group.call(0, "received") if observe else None
     rows = len(inits[0].X_train)
     extra = {**result.extra, "rows": rows, "reveals": reveals("paillier_lr", encrypted)}
-    out = tree_common.Outcome(result.mp, result.rounds, result.comm_bytes, result.train_seconds,
-                           extra)  # fmt: skip
+    outputs = {}
     if observe:
-        out.view = lr_view(0, data.n_classes, inits[0].X_train, log)  # type: ignore[arg-type]
-        out.view_labels = inits[-1].y_train
-    return out
+        outputs = {
+            "view": lr_view(0, data.n_classes, inits[0].X_train, log),  # type: ignore[arg-type]
+            "view_labels": inits[-1].y_train,
+        }
+    return dataclasses.replace(result, extra=extra, outputs=outputs)
 
 
 class PaillierLRKind(TreeFamilyKind):

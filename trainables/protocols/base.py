@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from trainables.errors import refuse_unknown
@@ -27,11 +27,19 @@ HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in Par
 
 @dataclass(frozen=True)
 class TrainResult:
-    mp: float
-    rounds: int
-    comm_bytes: int
-    train_seconds: float
-    final_loss: float
+    """What a training returns, whatever its kind: one type, so one record builder reads it.
+
+    ``extra``: what the kind adds to its record's ``extra`` (plain JSON data);
+    ``outputs``: what its record builder reads besides, by name (Paillier LR's
+    ``test_logits``, a tree's passive ``view`` and ``view_labels``, FedSSL's
+    ``acc_by_round`` / ``privacy`` / ``access``, FedHSSL's ``cross_loss`` / ``local_loss``).
+    A stage with no test MP of its own (pretraining) leaves ``mp`` NaN."""
+
+    mp: float = float("nan")
+    rounds: int = 0
+    comm_bytes: int = 0
+    train_seconds: float = 0.0
+    final_loss: float = float("nan")
     submit_seconds: float = 0.0  # in the transport's submit (serialization, task dispatch)
     wait_seconds: float = 0.0  # blocked on the passive parties (their compute + transfer)
     bytes_up: int = 0  # passive -> active (embeddings), as sent
@@ -39,6 +47,8 @@ class TrainResult:
     eval_bytes: int = 0  # evaluation traffic; never part of comm_bytes
     rounds_to_target: int | None = None  # first epoch-end round count with MP >= target
     mp_by_epoch: tuple[float, ...] = ()  # test MP after each epoch (only with a target)
+    extra: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_stats(

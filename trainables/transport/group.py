@@ -1,4 +1,5 @@
-"""``open_parties``: the one place every trial kind gets its parties, local or as actors.
+"""``PartyGroup``: the parties of one trial, wherever they run (``LocalGroup`` here; the
+Ray one is ``ray_actors/parties.py``; ``open.py`` chooses between them).
 
 A ``PartyGroup`` holds one party per init (party order; the active party last) and
 offers what a trial needs of them: run a protocol at the active party against the

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trainables.data import Dataset, split_for
 from trainables.errors import ConfigError
+from trainables.protocols.base import TrainResult
 from trainables.registry import Registry
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
@@ -32,18 +33,7 @@ class TreeData:
     n_classes: int
 
 
-@dataclass
-class Outcome:
-    mp: float
-    rounds: int
-    comm_bytes: int
-    train_seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
-    view: Any = None  # party 0's TreeView (when observed): what that passive party received
-    view_labels: np.ndarray | None = None  # the labels of the view's rows (for the judge)
-
-
-Runner = Callable[[TrialSpec, TreeData, Placement, bool], Outcome]
+Runner = Callable[[TrialSpec, TreeData, Placement, bool], TrainResult]
 TREE_MODELS: Registry[Runner] = Registry("tree model")
 PARAMS: dict[str, tuple[type, ...]] = {}  # model -> its params dataclass(es)
 FLAGS = ("taylor",)  # 0/1 model_params (``encrypt`` is read by ``encrypt_flag``)

@@ -9,11 +9,12 @@ import time
 
 import numpy as np
 
+from trainables.protocols.base import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.trees.builder import Wire
-from trainables.trees.common import Outcome, TreeData, encrypt_flag, model_params, register
+from trainables.trees.common import TreeData, encrypt_flag, model_params, register
 from trainables.trees.crypto import KeyPair
 from trainables.trees.forest import ForestParams, train_forest
 from trainables.trees.leakage import reveals, tree_view, xgb_view
@@ -29,7 +30,7 @@ from trainables.trees.xgb_federated import (
 
 
 @register("xgboost", BoostParams)
-def run_xgboost(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
+def run_xgboost(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> TrainResult:
     """xgboost's own federated column-split training; the active party is rank 0.
 
     ``observe``: train via ``xgb_tap`` so that party 0 (rank 1) returns the gradients rank
@@ -55,15 +56,17 @@ def run_xgboost(spec: TrialSpec, data: TreeData, where: Placement, observe: bool
         "gradient_tap": observe,
         "reveals": reveals("xgboost", False),
     }
-    out = Outcome(mp, rounds, 0, float(active["seconds"]), extra)
+    outputs = {}
     if observe:  # rank 1 is party 0
-        out.view = xgb_view(0, data.n_classes, data.X_train[0], results[1]["received"])
-        out.view_labels = data.y_train
-    return out
+        outputs = {
+            "view": xgb_view(0, data.n_classes, data.X_train[0], results[1]["received"]),
+            "view_labels": data.y_train,
+        }
+    return TrainResult(mp, rounds, 0, float(active["seconds"]), extra=extra, outputs=outputs)
 
 
 def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool, train,
-              observe: bool) -> Outcome:  # fmt: skip
+              observe: bool) -> TrainResult:  # fmt: skip
     """Shared plumbing: keys, the active party's own TreeParty, passives behind a transport.
 
     ``observe``: passive party 0 logs what it is sent; its view is fetched after training.
@@ -89,15 +92,19 @@ def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool
         **keys.stats.as_dict(),
         "reveals": reveals(str(spec.model), encrypted),
     }
-    out = Outcome(mp, stats.rounds, stats.comm_bytes, seconds, extra)
+    outputs = {}
     if observe:
-        out.view = tree_view(0, str(spec.model), data.n_classes, data.X_train[0], log)
-        out.view_labels = data.y_train
-    return out
+        outputs = {
+            "view": tree_view(0, str(spec.model), data.n_classes, data.X_train[0], log),
+            "view_labels": data.y_train,
+        }
+    return TrainResult(mp, stats.rounds, stats.comm_bytes, seconds, extra=extra, outputs=outputs)
 
 
 @register("secureboost", BoostParams)
-def run_secureboost(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
+def run_secureboost(
+    spec: TrialSpec, data: TreeData, where: Placement, observe: bool
+) -> TrainResult:
     params = model_params(spec, BoostParams)
 
     def train(session: TreeSession) -> float:
@@ -107,7 +114,7 @@ def run_secureboost(spec: TrialSpec, data: TreeData, where: Placement, observe: 
 
 
 def _forest(spec: TrialSpec, data: TreeData, where: Placement, default: bool,
-            observe: bool) -> Outcome:  # fmt: skip
+            observe: bool) -> TrainResult:  # fmt: skip
     params = model_params(spec, ForestParams)
 
     def train(session: TreeSession) -> float:
@@ -118,10 +125,10 @@ def _forest(spec: TrialSpec, data: TreeData, where: Placement, default: bool,
 
 
 @register("rf", ForestParams)
-def run_rf(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
+def run_rf(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> TrainResult:
     return _forest(spec, data, where, False, observe)
 
 
 @register("secure_rf", ForestParams)
-def run_secure_rf(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> Outcome:
+def run_secure_rf(spec: TrialSpec, data: TreeData, where: Placement, observe: bool) -> TrainResult:
     return _forest(spec, data, where, True, observe)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -212,14 +212,6 @@ def _opened(key: PublicKey, plain: list[int], dst: int) -> Message:
     return Message("opened", KEY_HOLDER, dst, plain, _opened_bytes(key, len(plain)))
 
 
-@dataclass(frozen=True)
-class LRTrainResult(TrainResult):
-    """``TrainResult`` plus what an LR record reports and the (M, C') test logits."""
-
-    extra: dict[str, Any] = field(default_factory=dict)
-    test_logits: np.ndarray | None = None
-
-
 def _peer_split(transport: Transport) -> tuple[Transport, Transport]:
     """Transports to the passive parties and to the key holder (the last peer) that count
     into ``transport.stats``. Every transport here is built from its list of peers."""
@@ -247,7 +239,7 @@ class PaillierLR(Protocol):
         transport: Transport,
         epochs: int,
         target_mp: float | None = None,
-    ) -> LRTrainResult:
+    ) -> TrainResult:
         """Every batch: [[H_k]] up, [[4 dL/dz]] down, masked gradients opened by the key
         holder, SGD steps; then test MP. ``target_mp`` is not measured (no per-epoch
         evaluation here: ``rounds_to_target`` stays None)."""
@@ -284,7 +276,7 @@ class PaillierLR(Protocol):
         return own.nbytes + per_party[-1].nbytes, relay
 
     def _result(self, active: ActiveLR, passives: Transport, holder: Transport, seconds: float,
-                ttp_bytes: int, relay_bytes: int) -> LRTrainResult:  # fmt: skip
+                ttp_bytes: int, relay_bytes: int) -> TrainResult:  # fmt: skip
         """Test MP from the summed plaintext logits (evaluation traffic), and the counters."""
         logits = active.test_logits().payload
         others = passives.call("test_logits", [()] * passives.n_peers, training=False)
@@ -302,12 +294,12 @@ class PaillierLR(Protocol):
             "relay_bytes": relay_bytes,
             **holder.call("crypto_stats", [()], training=False)[0],
         }
-        return LRTrainResult.from_stats(  # type: ignore[return-value]
+        return TrainResult.from_stats(
             stats,
             comm_bytes=stats.comm_bytes - relay_bytes,
             mp=float((pred == y_test).mean()),
             train_seconds=seconds,
             final_loss=float("nan"),  # the protocol never computes the loss (only dL/dz)
             extra=extra,
-            test_logits=logits,
+            outputs={"test_logits": logits},
         )

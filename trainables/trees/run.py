@@ -21,6 +21,7 @@ import numpy as np
 
 from trainables.data import Dataset, load_dataset, split_refusal
 from trainables.errors import ConfigError
+from trainables.protocols.base import TrainResult
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL, Placement
@@ -28,7 +29,6 @@ from trainables.trees import models  # noqa: F401  (the runners register in TREE
 from trainables.trees.common import (
     PARAMS,
     TREE_MODELS,
-    Outcome,
     encrypt_flag,
     model_params,
     tree_data,
@@ -107,7 +107,7 @@ def run_tree_trial(
 def records(
     spec: TrialSpec,
     n_labeled: int,
-    run: Callable[[bool], Outcome],
+    run: Callable[[bool], TrainResult],
     attacks: Sequence[tuple[str, dict[str, Any]]],
     y_test: np.ndarray | None = None,
 ) -> list[Record]:
@@ -138,7 +138,7 @@ def records(
     return [clean, *(_attack_record(clean, out, name, params) for name, params in attacks)]
 
 
-def _attack_record(clean: Record, out: Outcome, name: str, params: dict[str, Any]) -> Record:
+def _attack_record(clean: Record, out: TrainResult, name: str, params: dict[str, Any]) -> Record:
     """Run a tree attack on party 0's view; the common label rule scores it, with its
     baseline from the labels of the scored view rows (``chance.score_labels``). The MP
     and its SE stay the clean record's: the attack reads the view, it tampers nothing."""
@@ -148,15 +148,15 @@ def _attack_record(clean: Record, out: Outcome, name: str, params: dict[str, Any
 
     attack = ATTACKS.create(name, **params)
     start = time.perf_counter()
-    guess = attack.run(out.view)
-    assert out.view_labels is not None
-    score = score_labels(guess, out.view_labels, np.zeros(0, dtype=np.int64))
+    view, view_labels = out.outputs["view"], out.outputs["view_labels"]
+    guess = attack.run(view)
+    score = score_labels(guess, view_labels, np.zeros(0, dtype=np.int64))
     extra = merged_extra(clean.extra, {**attack.record_extra(), "attack_rows": len(guess.rows)})
     return dataclasses.replace(
         clean,
         attack=name,
         attack_type=attack.info.type,
-        attacker_party=out.view.party_id,
+        attacker_party=view.party_id,
         **score.ap_fields(),  # ap beside its baseline; mp and mp_se: the clean record's
         attack_seconds=round(time.perf_counter() - start, 4),
         extra=extra,

@@ -19,11 +19,12 @@ counted again. A batch of step 1 and each aggregation are one round each.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from trainables.messages import BatchSchedule, Message
+from trainables.protocols.base import TrainResult
 from trainables.transport.base import CommStats, Transport
 from trainables.transport.group import PartyGroup
 
@@ -35,15 +36,6 @@ class Stages:
     cross: bool  # step 1
     local: bool  # step 2 (guided when cross is on: gamma > 0)
     pma: bool  # step 3
-
-
-@dataclass
-class PretrainResult:
-    seconds: float = 0.0
-    rounds: int = 0
-    comm_bytes: int = 0
-    cross_loss: list[float] = field(default_factory=list)
-    local_loss: list[float] = field(default_factory=list)
 
 
 def senders(n: int) -> list[tuple[int, int]]:
@@ -92,25 +84,31 @@ def pretrain(
     batch: int,
     gamma: float,
     seed: int,
-) -> PretrainResult:
-    """Run ``epochs`` global iterations of the enabled steps; ``server`` only with PMA."""
+) -> TrainResult:
+    """Run ``epochs`` global iterations of the enabled steps; ``server`` only with PMA.
+    No test MP (NaN); ``outputs``: the ``cross_loss`` and ``local_loss`` per epoch."""
     start = time.perf_counter()
-    result = PretrainResult()
+    cross_loss: list[float] = []
+    local_loss: list[float] = []
     cross_wire = group.transport([s for s, _ in senders(group.n)])
     pma_wire = group.transport(list(range(group.n)))
     for epoch in range(epochs):
         if stages.cross:
             loss = cross_party_epoch(group, cross_wire, epoch, n_aligned, batch, seed)
-            result.cross_loss.append(loss)
+            cross_loss.append(loss)
         if stages.local:
             g = gamma if stages.cross else 0.0
-            result.local_loss.append(float(np.mean(group.call_all("local_epoch", epoch, g))))
+            local_loss.append(float(np.mean(group.call_all("local_epoch", epoch, g))))
         if stages.pma:
             assert server is not None, "partial model aggregation needs the server"
             aggregate(group, server, pma_wire)
-    result.rounds, result.comm_bytes = total([cross_wire.stats, pma_wire.stats])
-    result.seconds = time.perf_counter() - start
-    return result
+    rounds, comm_bytes = total([cross_wire.stats, pma_wire.stats])
+    return TrainResult(
+        rounds=rounds,
+        comm_bytes=comm_bytes,
+        train_seconds=time.perf_counter() - start,
+        outputs={"cross_loss": cross_loss, "local_loss": local_loss},
+    )
 
 
 def total(stats: list[CommStats]) -> tuple[int, int]:

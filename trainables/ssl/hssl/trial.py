@@ -20,11 +20,12 @@ from typing import Any
 
 from trainables.data import Dataset
 from trainables.jobs import AttackSpec
+from trainables.protocols.base import TrainResult
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.finetune import FineTuned, finetune
 from trainables.ssl.hssl.parties import ServerInit
-from trainables.ssl.hssl.pretrain import PretrainResult, pretrain
+from trainables.ssl.hssl.pretrain import pretrain
 from trainables.ssl.hssl.variants import (
     HSSLData,
     Plan,
@@ -76,10 +77,10 @@ def run_hssl(
 def pretrained(
     group: PartyGroup, plan: Plan, opt: dict[str, float], data: HSSLData, placement: Placement,
     seed: int,
-) -> PretrainResult:  # fmt: skip
+) -> TrainResult:  # fmt: skip
     """The variant's pretraining on ``group``; the server (its own group) only for PMA."""
     if plan.stages is None:
-        return PretrainResult()
+        return TrainResult(outputs={"cross_loss": [], "local_loss": []})  # no pretraining
     args = (plan.stages, int(opt["pretrain_epochs"]), data.n_aligned,
             int(opt["pretrain_batch"]), opt["gamma"], seed)  # fmt: skip
     if not plan.pma:
@@ -89,7 +90,7 @@ def pretrained(
         return pretrain(group, server, *args)
 
 
-def combined(pre: PretrainResult, ft: FineTuned, pre_reports: list[Any]) -> tuple[Trained, int]:
+def combined(pre: TrainResult, ft: FineTuned, pre_reports: list[Any]) -> tuple[Trained, int]:
     """The final training with the whole trial's cost (pretraining + every fine-tuning
     training) and the defense reports of pretraining and the final fine-tuning; also the
     fine-tuning rounds (where gradients, and so DP noise, were exchanged)."""
@@ -99,25 +100,25 @@ def combined(pre: PretrainResult, ft: FineTuned, pre_reports: list[Any]) -> tupl
         ft.final.result,
         rounds=pre.rounds + ft_rounds,
         comm_bytes=pre.comm_bytes + sum(t.result.comm_bytes for t in trainings),
-        train_seconds=pre.seconds + sum(t.result.train_seconds for t in trainings),
+        train_seconds=pre.train_seconds + sum(t.result.train_seconds for t in trainings),
     )
     reports = [*pre_reports, *ft.final.reports]
     return dataclasses.replace(ft.final, result=result, reports=reports), ft_rounds
 
 
-def measured(spec: TrialSpec, data: HSSLData, pre: PretrainResult, ft: FineTuned) -> dict[str, Any]:
+def measured(spec: TrialSpec, data: HSSLData, pre: TrainResult, ft: FineTuned) -> dict[str, Any]:
     """The family's own measurements for the record's ``extra``."""
     trainings = [*ft.candidates, ft.final]
     return {
         "ft_lr": ft.lr, "val_mp": {str(k): v for k, v in ft.val_mp.items()},
         "ft_lr_source": ft.options.lr_source, "ft_mode": ft.options.mode,
-        "pretrain_seconds": round(pre.seconds, 3), "pretrain_rounds": pre.rounds,
+        "pretrain_seconds": round(pre.train_seconds, 3), "pretrain_rounds": pre.rounds,
         "pretrain_bytes": pre.comm_bytes,
         "ft_rounds": sum(t.result.rounds for t in trainings),
         "ft_bytes": sum(t.result.comm_bytes for t in trainings),
         "eval_bytes": sum(t.result.eval_bytes for t in trainings),
-        "cross_loss": [round(v, 4) for v in pre.cross_loss],
-        "local_loss": [round(v, 4) for v in pre.local_loss],
+        "cross_loss": [round(v, 4) for v in pre.outputs["cross_loss"]],
+        "local_loss": [round(v, 4) for v in pre.outputs["local_loss"]],
         "metric": "auc" if data.n_classes == 2 else "accuracy", "options": options(spec),
         "image_aug": image_aug(spec) if data.image else None,
         "iso_target": iso_target(spec),
