@@ -6,11 +6,16 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from trainables.data.split import split_record
 from trainables.spec import TrialSpec
+
+if TYPE_CHECKING:
+    from trainables.protocols.base import TrainResult
 
 ENGINE_VERSION = "0.1.0"
 
@@ -145,6 +150,34 @@ class Record:
             **split,
             **{"defense": defense_label(spec), "defense_param": spec.defense_param, **measured},  # type: ignore[arg-type]
         )
+
+    @classmethod
+    def trained(
+        cls,
+        spec: TrialSpec,
+        n_labeled: int,
+        result: TrainResult,
+        *,
+        y_test: np.ndarray | None = None,
+        metric: str = "accuracy",
+        **fields: object,
+    ) -> Record:
+        """The clean record of a training of any kind, from its ``TrainResult``: MP with
+        its sampling error over ``y_test`` (n_test,) by ``metric``, rounds and bytes as its
+        transport counted them, rounds to the target, seconds. ``fields`` add or override
+        (``extra``, ``epsilon`` and the DP fields, a kind's own ``rounds_to_target``)."""
+        from trainables.attacks.chance import main_task_se  # numpy only; no torch here
+
+        measured: dict[str, object] = {
+            "mp": result.mp,
+            "mp_se": main_task_se(result.mp, y_test, metric),
+            "rounds": result.rounds,
+            "comm_bytes": result.comm_bytes,
+            "rounds_to_target": result.rounds_to_target,
+            "train_seconds": round(result.train_seconds, 4),
+            "trial_id": spec.config_hash,
+        }
+        return cls.clean(spec, n_labeled, **{**measured, **fields})
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)

@@ -107,22 +107,15 @@ def record_of(
 ) -> Record:
     """The clean record: final accuracy, counted rounds and bytes, ε where DP ran;
     ``y_test`` (n_test,): the rows that accuracy is over, for its sampling error."""
-    from trainables.attacks.chance import main_task_se  # lazy, as in the other kinds
-
     extra, epsilon = extra_of(spec, prepared, result)
-    mp = result.mp
-    return Record.clean(
+    return Record.trained(
         spec,
         int(spec.n_labeled),  # type: ignore[arg-type]
-        mp=mp,
-        mp_se=main_task_se(mp, y_test),
-        rounds=result.rounds,
-        comm_bytes=result.comm_bytes,
+        result,
+        y_test=y_test,
         rounds_to_target=rounds_to(result.outputs["acc_by_round"], spec.target_mp),
-        train_seconds=round(result.train_seconds, 4),
         epsilon=epsilon,
         extra=json.dumps(extra, sort_keys=True),
-        trial_id=spec.config_hash,
     )
 
 

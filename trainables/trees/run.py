@@ -114,8 +114,6 @@ def records(
     """The clean record of ``run(observe)`` and one record per tree attack on its view.
 
     ``y_test`` (n_test,): the rows the MP (an accuracy) is measured on, for ``mp_se``."""
-    from trainables.attacks.chance import main_task_se  # lazy, as the attacks are
-
     for name, _ in attacks:
         reason = attack_refusal(spec, name)
         if reason is not None:
@@ -124,16 +122,8 @@ def records(
     out = run(bool(attacks))
     wall = time.perf_counter() - start
     extra = {"wall_seconds": round(wall, 4), **out.extra}
-    clean = Record.clean(
-        spec,
-        n_labeled,
-        mp=out.mp,
-        mp_se=main_task_se(out.mp, y_test),
-        rounds=out.rounds,
-        comm_bytes=out.comm_bytes,
-        train_seconds=round(out.train_seconds, 4),
-        extra=json.dumps(extra, sort_keys=True),
-        trial_id=spec.config_hash,
+    clean = Record.trained(
+        spec, n_labeled, out, y_test=y_test, extra=json.dumps(extra, sort_keys=True)
     )
     return [clean, *(_attack_record(clean, out, name, params) for name, params in attacks)]
 

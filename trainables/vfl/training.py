@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from trainables.attacks import ATTACKS
-from trainables.attacks.chance import main_task_se
 from trainables.attacks.harness import (
     attacker_index,
     draw_aux,
@@ -234,19 +233,15 @@ def records_of(
     applied = defense_stack.checked_extra(trained.reports)
     result = trained.result
     sample_rate = min(1.0, int(spec.batch_size) / max(1, n_labeled))  # type: ignore[arg-type]
-    clean = Record.clean(
+    clean = Record.trained(
         spec,
         n_labeled,
+        result,
+        y_test=y_test,
+        metric=metric,
         **defense_stack.record_fields(
             spec, result.rounds if dp_steps is None else dp_steps, sample_rate
         ),
-        mp=result.mp,
-        mp_se=main_task_se(result.mp, y_test, metric),
-        rounds=result.rounds,
-        comm_bytes=result.comm_bytes,
-        rounds_to_target=result.rounds_to_target,
-        train_seconds=round(result.train_seconds, 4),
-        trial_id=spec.config_hash,
         extra=applied if not extra else merged_extra(applied, extra),
     )
     records = [] if spec.train_attack != "none" else [clean]
