@@ -10,7 +10,7 @@ after every other hook, so codecs encode last on send and decode first on receiv
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -99,6 +99,9 @@ class Protocol:
         """The active party's own training after round ``ref``'s gradients have left."""
         active.update()
 
+    # FedCVT counts its final test exchange in ``comm_bytes`` (its papers' trials always did)
+    test_bytes_in_comm: ClassVar[bool] = False
+
     def run(
         self,
         active: ActiveParty,
@@ -106,55 +109,95 @@ class Protocol:
         epochs: int,
         target_mp: float | None = None,
     ) -> TrainResult:
-        """Train for ``epochs`` over the shared schedule, then evaluate on the test rows.
+        """Train for ``epochs`` (``rounds``), then evaluate on the test rows: the one round
+        loop's bookkeeping, for every protocol.
+
+        With ``target_mp``, test MP is also measured after every epoch (VFLAIR's #Rounds):
+        the first epoch whose MP reaches the target gives ``rounds_to_target`` = rounds
+        completed by then. ``rounds`` pauses at each such epoch end with every party on the
+        same version of its model. Evaluation traffic is counted apart (``eval_bytes``) and
+        draws no random numbers, so training is unchanged by it; its time is left out of
+        ``train_seconds``.
+        """
+        self.setup(active, transport)
+        start = time.perf_counter()
+        curve: list[float] = []
+        reached: int | None = None
+        eval_seconds = 0.0
+        exchange = self.rounds(active, transport, epochs, target_mp is not None)
+        while True:
+            try:
+                done = next(exchange)  # an epoch ended (not the last), ``done`` rounds in
+            except StopIteration as end:
+                total: int = end.value
+                break
+            eval_start = time.perf_counter()
+            curve.append(self.evaluate(active, transport))
+            if reached is None and target_mp is not None and curve[-1] >= target_mp:
+                reached = done
+            eval_seconds += time.perf_counter() - eval_start
+        seconds = time.perf_counter() - start - eval_seconds
+        return self.result(active, transport, seconds, total, curve, reached, target_mp)
+
+    def setup(self, active: ActiveParty, transport: Transport) -> None:
+        """Before the clock starts: what the protocol needs once (Paillier LR's key)."""
+
+    def result(
+        self,
+        active: ActiveParty,
+        transport: Transport,
+        seconds: float,
+        total: int,
+        curve: list[float],
+        reached: int | None,
+        target_mp: float | None,
+    ) -> TrainResult:
+        """The test MP and the counters after ``total`` rounds (``curve``, ``reached``:
+        the per-epoch MPs and the rounds to the target so far)."""
+        before = transport.stats.eval_bytes
+        mp = self.evaluate(active, transport)
+        test_bytes = transport.stats.eval_bytes - before if self.test_bytes_in_comm else 0
+        if target_mp is not None:
+            curve.append(mp)
+            if reached is None and mp >= target_mp:
+                reached = total
+        return TrainResult.from_stats(
+            transport.stats,
+            comm_bytes=transport.stats.comm_bytes + test_bytes,
+            mp=mp,
+            train_seconds=seconds,
+            final_loss=float(active.last_loss),
+            rounds_to_target=reached,
+            mp_by_epoch=tuple(curve),
+        )
+
+    def rounds(
+        self, active: ActiveParty, transport: Transport, epochs: int, evaluating: bool
+    ) -> Generator[int, None, int]:
+        """The exchange: every round of ``epochs`` over the shared schedule. Yields the
+        rounds done at each epoch end but the last when ``evaluating``; returns the total.
 
         Round t: the passive parties apply gradient t-1 and send H(t) in one call; the
         active party computes the loss and dL/dH(t), sends them with the request for
         H(t+1), and updates its own models while the passive parties work. Each party's
         arithmetic is exactly FedSGD's (FedBCD's with Q local steps); only the waiting
-        overlaps.
-
-        With ``target_mp``, test MP is also measured after every epoch (VFLAIR's #Rounds):
-        the first epoch whose MP reaches the target gives ``rounds_to_target`` = rounds
-        completed by then. At that point every party has applied the epoch's last
-        gradient (the passive step that did so was submitted before the evaluation call,
-        and a party runs its calls in order). Evaluation traffic is counted apart
-        (``eval_bytes``) and draws no random numbers, so training is unchanged by it.
+        overlaps. At a paused epoch end every party has applied the epoch's last gradient
+        (the passive step that did so was submitted before the evaluation call, and a
+        party runs its calls in order).
         """
-        start = time.perf_counter()
         per_epoch = [active.schedule.refs(epoch) for epoch in range(epochs)]
         refs = [ref for epoch_refs in per_epoch for ref in epoch_refs]
         epoch_ends = {sum(len(r) for r in per_epoch[: e + 1]) - 1 for e in range(epochs - 1)}
-        curve: list[float] = []
-        reached: int | None = None
-        eval_seconds = 0.0
         pending = self.send(transport, [None] * transport.n_peers, refs[0])
         for i, ref in enumerate(refs):
             active.forward(ref)
             grads = active.passive_gradients(ref, transport.gather(pending))
             pending = self.send(transport, grads, refs[i + 1] if i + 1 < len(refs) else None)
             self.update(active, ref)
-            if target_mp is not None and i in epoch_ends:
-                eval_start = time.perf_counter()
-                curve.append(self.evaluate(active, transport))
-                if reached is None and curve[-1] >= target_mp:
-                    reached = i + 1
-                eval_seconds += time.perf_counter() - eval_start
+            if evaluating and i in epoch_ends:
+                yield i + 1
         transport.gather(pending)  # the last gradients: every party ends on the same version
-        seconds = time.perf_counter() - start - eval_seconds
-        mp = self.evaluate(active, transport)
-        if target_mp is not None:
-            curve.append(mp)
-            if reached is None and mp >= target_mp:
-                reached = len(refs)
-        return TrainResult.from_stats(
-            transport.stats,
-            mp=mp,
-            train_seconds=seconds,
-            final_loss=active.last_loss,
-            rounds_to_target=reached,
-            mp_by_epoch=tuple(curve),
-        )
+        return len(refs)
 
     def send(
         self, transport: Transport, grads: Sequence[Message | None], nxt: BatchRef | None

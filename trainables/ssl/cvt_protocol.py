@@ -18,11 +18,11 @@ representations); ``eval_bytes`` also holds any per-epoch evaluation (``target_m
 
 from __future__ import annotations
 
-import time
+from collections.abc import Generator
 from typing import Any, ClassVar
 
 from trainables.messages import Message
-from trainables.protocols.base import Protocol, TrainResult
+from trainables.protocols.base import Protocol
 from trainables.transport.base import Transport
 
 
@@ -32,21 +32,19 @@ class CvtProtocol(Protocol):
 
     name = "fedcvt"
     defaults: ClassVar[dict[str, Any]] = {"semi": True, "local_steps": 1}
+    test_bytes_in_comm = True
 
     @property
     def local_steps(self) -> int:
         return int(self.params["local_steps"])
 
-    def run(
-        self, active: Any, transport: Transport, epochs: int, target_mp: float | None = None
-    ) -> TrainResult:
-        """``epochs * active.steps`` rounds, then the test evaluation (see the module doc)."""
-        start = time.perf_counter()
+    def rounds(  # type: ignore[override]
+        self, active: Any, transport: Transport, epochs: int, evaluating: bool
+    ) -> Generator[int, None, int]:
+        """``epochs * active.steps`` rounds (see the module doc); the pending gradients go
+        down to A before each pause, so A is evaluated on its updated encoders."""
         semi, steps = bool(self.params["semi"]), int(active.steps)
         total = epochs * steps
-        curve: list[float] = []
-        reached: int | None = None
-        eval_seconds = 0.0
         grads: Message | None = None
         for step in range(total):
             values = active.values(step) if semi else None
@@ -54,32 +52,12 @@ class CvtProtocol(Protocol):
                 "round", [(grads, step, values)], training=True, new_round=True
             )
             grads = active.train_step(step, transport.gather(pending)[0])
-            if target_mp is not None and (step + 1) % steps == 0 and step + 1 < total:
+            if evaluating and (step + 1) % steps == 0 and step + 1 < total:
                 self._flush(transport, grads)  # A applies them before it is evaluated
                 grads = None
-                eval_start = time.perf_counter()
-                curve.append(self.evaluate(active, transport))
-                if reached is None and curve[-1] >= target_mp:
-                    reached = step + 1
-                eval_seconds += time.perf_counter() - eval_start
+                yield step + 1
         self._flush(transport, grads)
-        seconds = time.perf_counter() - start - eval_seconds
-        before = transport.stats.eval_bytes
-        mp = self.evaluate(active, transport)
-        test_bytes = transport.stats.eval_bytes - before
-        if target_mp is not None:
-            curve.append(mp)
-            if reached is None and mp >= target_mp:
-                reached = total
-        return TrainResult.from_stats(
-            transport.stats,
-            comm_bytes=transport.stats.comm_bytes + test_bytes,
-            mp=mp,
-            train_seconds=seconds,
-            final_loss=float(active.last_loss),
-            rounds_to_target=reached,
-            mp_by_epoch=tuple(curve),
-        )
+        return total
 
     @staticmethod
     def _flush(transport: Transport, grads: Message | None) -> None:

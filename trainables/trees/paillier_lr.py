@@ -20,8 +20,7 @@ in its own process and is the only object that ever holds the secret key.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -233,34 +232,43 @@ class PaillierLR(Protocol):
 
     name: ClassVar[str] = "paillier_lr"
 
-    def run(
-        self,
-        active: ActiveLR,  # type: ignore[override]
-        transport: Transport,
-        epochs: int,
-        target_mp: float | None = None,
-    ) -> TrainResult:
+    def setup(self, active: ActiveLR, transport: Transport) -> None:  # type: ignore[override]
+        """The key holder's public key to every party, before the clock starts."""
+        self._passives, self._holder = _peer_split(transport)
+        self._pub = self._holder.call("public_key", [()], training=False)[0]
+        active.set_key(self._pub)
+        n_p = self._passives.n_peers
+        self._passives.call("set_key", [(self._pub,)] * n_p, training=False)
+        self._ttp_bytes = self._relay_bytes = 0
+
+    def rounds(  # type: ignore[override]
+        self, active: ActiveLR, transport: Transport, epochs: int, evaluating: bool
+    ) -> Generator[int, None, int]:
         """Every batch: [[H_k]] up, [[4 dL/dz]] down, masked gradients opened by the key
-        holder, SGD steps; then test MP. ``target_mp`` is not measured (no per-epoch
+        holder, SGD steps. No pause: ``target_mp`` is not measured (no per-epoch
         evaluation here: ``rounds_to_target`` stays None)."""
-        passives, holder = _peer_split(transport)
-        n_p = passives.n_peers
-        pub = holder.call("public_key", [()], training=False)[0]
-        active.set_key(pub)
-        passives.call("set_key", [(pub,)] * n_p, training=False)
-        start = time.perf_counter()
-        ttp_bytes = relay_bytes = 0
+        passives, holder, n_p = self._passives, self._holder, self._passives.n_peers
+        total = 0
         for epoch in range(epochs):
             for ref in active.schedule.refs(epoch):
                 pending = passives.submit("forward", [(ref,)] * n_p, training=True, new_round=True)
                 d = active.combine(ref, passives.gather(pending))
                 masked = passives.call("backward", [(ref, d)] * n_p, training=True)
                 own = active.backward(ref, d)
-                if pub.encrypted:
+                if self._pub.encrypted:
                     ttp, relay = self._open_and_step(ref, active, masked, own, passives, holder)
-                    ttp_bytes, relay_bytes = ttp_bytes + ttp, relay_bytes + relay
-        seconds = time.perf_counter() - start
-        return self._result(active, passives, holder, seconds, ttp_bytes, relay_bytes)
+                    self._ttp_bytes += ttp
+                    self._relay_bytes += relay
+                total += 1
+        return total
+        yield  # a generator that never pauses
+
+    def result(  # type: ignore[override]
+        self, active: ActiveLR, transport: Transport, seconds: float, total: int,
+        curve: list[float], reached: int | None, target_mp: float | None,
+    ) -> TrainResult:  # fmt: skip
+        return self._result(active, self._passives, self._holder, seconds, self._ttp_bytes,
+                            self._relay_bytes)  # fmt: skip
 
     @staticmethod
     def _open_and_step(ref: BatchRef, active: ActiveLR, masked: list[Message], own: Message,

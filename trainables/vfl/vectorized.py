@@ -51,7 +51,7 @@ OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
 # ``Protocol.run``'s pieces that ``VecRun`` replaces: a protocol that overrides one does
 # not stack (FedSGD, FedBCD and the compressed protocols override none; their Q local
 # steps and codecs are what the stack runs)
-LOOP_HOOKS = ("run", "update", "send", "evaluate")
+LOOP_HOOKS = ("run", "rounds", "update", "send", "evaluate")
 
 
 # What a stacked party cannot hand to a hook: the model (MID's bottleneck, CAE's decoder
