@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as nnf
 
+from trainables.endpoint import Endpoint
 from trainables.fedssl.dp import PrivacyLedger, PrivateG
 from trainables.fedssl.local import (
     Ctx,
@@ -46,10 +47,11 @@ class AgentConfig:
     server_id: int
 
 
-class Agent:
+class Agent(Endpoint):
     """An agent: the three models (F only for the baselines) and its rows."""
 
     def __init__(self, party_id: int, x: np.ndarray, config: AgentConfig) -> None:
+        super().__init__()  # no hooks: FedSSL's DP is the agents' own (``dp.py``)
         self.party_id = party_id
         self.config = config
         self.x = torch.from_numpy(np.array(x, dtype=np.float32))  # (n, d) own rows only
@@ -192,10 +194,11 @@ class QueryAgent(Agent):
                     supervised_step(m["F"], opt["F"], u, q)
 
 
-class Server:
+class Server(Endpoint):
     """Holds the global model vector and the privacy ledger; no rows, no labels."""
 
     def __init__(self, party_id: int, initial: np.ndarray, ledger: PrivacyLedger | None) -> None:
+        super().__init__()
         self.party_id = party_id
         self.global_model = np.array(initial, dtype=np.float32)  # (P,)
         self.ledger = ledger

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from trainables.endpoint import Endpoint
 from trainables.messages import BatchRef, BatchSchedule, Message
 from trainables.protocols.base import Protocol, TrainResult
 from trainables.transport.base import Transport
@@ -62,17 +63,20 @@ class LRPartyInit:
         return LRParty(self) if self.y_train is None else ActiveLR(self)
 
 
-class LRParty:
-    """A bottom theta_k (d_k, C'); encrypted forward, masked encrypted backward."""
+class LRParty(Endpoint):
+    """A bottom theta_k (d_k, C'); encrypted forward, masked encrypted backward. Its
+    messages pass no hooks (no defense applies to Paillier LR); ``kept``: what it was sent,
+    for the attacks."""
 
     def __init__(self, init: LRPartyInit) -> None:
+        super().__init__()
         self.party_id, self.lr = init.party_id, init.lr
         self.X_train, self.X_test = init.X_train, init.X_test
         self.theta = np.zeros((init.X_train.shape[1], init.width))
         self.schedule = BatchSchedule(len(init.X_train), init.batch_size, init.seed)
         self.key = PublicKey(encrypted=False)
         self._mask: list[int] = []
-        self.log: list[tuple[np.ndarray, Any]] | None = [] if init.keep_received else None
+        self.kept: list[tuple[np.ndarray, Any]] | None = [] if init.keep_received else None
 
     def set_key(self, key: PublicKey) -> bool:
         self.key = key
@@ -92,8 +96,8 @@ class LRParty:
     def backward(self, ref: BatchRef, grad: Message) -> Message:
         """Masked [[X_k^T 4d]] for the key holder (encrypted); in plain, the step itself."""
         x = self.X_train[self.schedule.rows(ref)]  # (B, d_k)
-        if self.log is not None:
-            self.log.append((self.schedule.rows(ref), grad.payload))
+        if self.kept is not None:
+            self.kept.append((self.schedule.rows(ref), grad.payload))
         if not self.key.encrypted:
             self.theta -= self.lr * x.T @ grad.payload / len(x)
             return Message.of("done", self.party_id, -1, np.zeros(0))
@@ -127,7 +131,7 @@ class LRParty:
     def received(self) -> tuple[PublicKey, list[tuple[np.ndarray, Any]]]:
         """What it was sent per batch: (batch rows, per-row [[4 dL/dz]] ciphertexts or plain
         dL/dz); the public key. Empty unless built with ``keep_received``."""
-        return self.key, list(self.log or [])
+        return self.key, list(self.kept or [])
 
     def test_logits(self) -> Message:
         return Message.of("test_embedding", self.party_id, -1, self.X_test @ self.theta)
@@ -178,12 +182,13 @@ class KeyHolderInit:
         return KeyHolder(self.key_length, self.encrypted)
 
 
-class KeyHolder:
+class KeyHolder(Endpoint):
     """The TTP: holds the secret key, decrypts masked values only; never sees data."""
 
     party_id = KEY_HOLDER
 
     def __init__(self, key_length: int, encrypted: bool) -> None:
+        super().__init__()
         self.keys = KeyPair.generate(key_length, encrypted)
 
     def public_key(self) -> PublicKey:
@@ -247,6 +252,7 @@ class PaillierLR(Protocol):
         """Every batch: [[H_k]] up, [[4 dL/dz]] down, masked gradients opened by the key
         holder, SGD steps. No pause: ``target_mp`` is not measured (no per-epoch
         evaluation here: ``rounds_to_target`` stays None)."""
+        yield from ()  # a generator that never pauses
         passives, holder, n_p = self._passives, self._holder, self._passives.n_peers
         total = 0
         for epoch in range(epochs):
@@ -261,7 +267,6 @@ class PaillierLR(Protocol):
                     self._relay_bytes += relay
                 total += 1
         return total
-        yield  # a generator that never pauses
 
     def result(  # type: ignore[override]
         self, active: ActiveLR, transport: Transport, seconds: float, total: int,

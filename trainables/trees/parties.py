@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from trainables.endpoint import Endpoint
 from trainables.messages import Message
 from trainables.trees.crypto import PublicKey
 from trainables.trees.histogram import Binner, bin_counts, bin_sums
@@ -34,7 +35,7 @@ class TreePartyInit:
         return TreeParty(self)
 
 
-class TreeParty:
+class TreeParty(Endpoint):
     """Answers histogram, split and routing requests about its own features.
 
     What it learns from the others: the key's public part, per-row (encrypted) statistics,
@@ -42,6 +43,7 @@ class TreeParty:
     """
 
     def __init__(self, init: TreePartyInit) -> None:
+        super().__init__()  # no hooks: no defense applies to tree messages
         self.party_id = init.party_id
         binner = Binner.fit(init.X_train, init.n_bins)
         self.n_bins = [binner.n_bins(j) for j in range(init.X_train.shape[1])]
@@ -51,7 +53,7 @@ class TreeParty:
         self.key = PublicKey(encrypted=False)
         self.packed: list[list[Any]] = []
         self.features = np.arange(self.bins_train.shape[1])
-        self.log: list[list[list[Any]]] | None = [] if init.keep_received else None
+        self.kept: list[list[list[Any]]] | None = [] if init.keep_received else None
 
     @property
     def n_features(self) -> int:
@@ -62,8 +64,8 @@ class TreeParty:
         self.key = key
         self.packed = stats.payload
         self.features = np.arange(self.n_features) if features is None else features
-        if self.log is not None:
-            self.log.append(self.packed)
+        if self.kept is not None:
+            self.kept.append(self.packed)
         return True
 
     def received(self) -> tuple[PublicKey, list[list[list[Any]]]]:
@@ -73,7 +75,7 @@ class TreeParty:
         Exactly the payloads of ``receive``, so a label-inference attack built on it reads
         nothing the party did not get; empty unless built with ``keep_received``.
         """
-        return self.key, list(self.log or [])
+        return self.key, list(self.kept or [])
 
     def histograms(self, nodes: Message | Sequence[np.ndarray]) -> Message:
         """Per node, per feature in use: (n_bins, n_ints) bin sums and (n_bins,) counts.

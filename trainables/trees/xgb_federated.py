@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from trainables.endpoint import Endpoint
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.trees.tls import ClientTLS, TrialTLS, client_config, client_files, private_dir
@@ -79,10 +80,11 @@ class Join:
     tls: ClientTLS
 
 
-class XGBParty:
+class XGBParty(Endpoint):
     """Ray-free: ``fit`` joins the federation, trains, and predicts the test rows."""
 
     def __init__(self, init: XGBPartyInit) -> None:
+        super().__init__()  # xgboost's own messages pass no hooks of ours
         self.party_id, self.rank = init.party_id, init.rank
         self.X_train, self.X_test, self.y_train = init.X_train, init.X_test, init.y_train
         self.tap = init.tap
