@@ -119,12 +119,17 @@ def _report(outbox: list[tuple[str, list[Record]]], reported: set[str], checkpoi
         "pack_json": json.dumps([[t, [r.to_json() for r in recs]] for t, recs in outbox]),
         "n_reported": len(reported),
     }
+    tune.report(metrics)
     if not checkpoint:
-        tune.report(metrics)
         return
+    # The checkpoint goes in a report of its own: Tune keeps the metrics reported with a
+    # trial's latest checkpoint to the end of the run, and the records must not ride there
+    # (the driver pops them from results, not from the checkpoint's copy).
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / DONE_FILE).write_text(json.dumps(sorted(reported)))
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+        tune.report(
+            {"n_reported": len(reported)}, checkpoint=tune.Checkpoint.from_directory(folder)
+        )
 
 
 def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.ObjectRef]) -> None:

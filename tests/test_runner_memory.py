@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sweep_engine.grid import pack_config, pack_text
 from sweep_engine.packs import make_packs
 from sweep_engine.plan import expand
@@ -135,3 +137,25 @@ def test_memtrace_writes_a_checkpoint_per_n_trainings(tmp_path: Path) -> None:
     assert [line["done"] for line in lines] == [120, 260, 300]
     assert lines[-1]["traced_kib"] > lines[0]["traced_kib"] + 500
     assert lines[-1]["VmRSS"] > 0 and lines[-1]["grew"][0]["kib"] >= 390
+
+
+def test_records_never_ride_with_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tune keeps the metrics reported with a trial's latest checkpoint to the end of the
+    run. A slow one-training pack that checkpointed once left a trial state 6 KB larger
+    than a 20-training pack's (its records in Tune's checkpoint manager), so a checkpoint
+    goes in a report of its own, after the records."""
+    from sweep_engine import grid
+
+    calls: list[tuple[list[str], bool]] = []
+
+    def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
+        calls.append((sorted(metrics), checkpoint is not None))
+
+    monkeypatch.setattr(grid.tune, "report", report)
+    grid._report([("t1", [])], set(), checkpoint=True)
+    grid._report([("t2", [])], {"t1"}, checkpoint=False)
+    assert calls == [
+        (["n_reported", "pack_json"], False),
+        (["n_reported"], True),
+        (["n_reported", "pack_json"], False),
+    ]
