@@ -12,7 +12,6 @@ order (defenses, then codecs, so the sender encodes last and the receiver decode
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 from typing import Protocol as TypingProtocol
 
@@ -33,20 +32,6 @@ class MessageHook(TypingProtocol):
     def on_receive(self, party: Any, msg: Message) -> Message: ...
 
 
-def send_through(hooks: Sequence[MessageHook], owner: Any, msg: Message) -> Message:
-    """``msg`` through ``owner``'s hook stack on the way out (list order)."""
-    for hook in hooks:
-        msg = hook.on_send(owner, msg)
-    return msg
-
-
-def receive_through(hooks: Sequence[MessageHook], owner: Any, msg: Message) -> Message:
-    """``msg`` through ``owner``'s hook stack on the way in (reverse order: middleware)."""
-    for hook in reversed(hooks):
-        msg = hook.on_receive(owner, msg)
-    return msg
-
-
 def hook_registry(family: str) -> Any:
     """The registry of a hook family (what ``PartyInit.hooks`` names by family)."""
     if family == "defense":
@@ -54,17 +39,6 @@ def hook_registry(family: str) -> Any:
     if family == "codec":
         return CODECS
     raise ConfigError(f"hook family {family!r} is not one of: defense, codec")
-
-
-def attach_requested(party: Any, init: Any) -> None:
-    """What the trial asked of a party (any kind whose init has ``record``, ``install`` and
-    ``hooks``): a message log, training-time attacks, then the hook stack in order."""
-    if init.record:
-        party.hooks.append(MessageLog())
-    for name, params, aux in init.install:
-        ATTACKS.create(name, **params).install(party, aux)  # type: ignore[attr-defined]
-    for family, name, params in init.hooks:
-        hook_registry(family).create(name, **params).attach(party)  # type: ignore[attr-defined]
 
 
 class Endpoint:
@@ -78,13 +52,26 @@ class Endpoint:
         self.hooks = []
 
     def attach(self, init: Any) -> None:
-        attach_requested(self, init)
+        """What the trial asked of this party (an init with ``record``, ``install`` and
+        ``hooks``): a message log, training-time attacks, then the hook stack in order."""
+        if init.record:
+            self.hooks.append(MessageLog())
+        for name, params, aux in init.install:
+            ATTACKS.create(name, **params).install(self, aux)  # type: ignore[attr-defined]
+        for family, name, params in init.hooks:
+            hook_registry(family).create(name, **params).attach(self)  # type: ignore[attr-defined]
 
     def send_out(self, msg: Message) -> Message:
-        return send_through(self.hooks, self, msg)
+        """``msg`` through the hook stack on the way out (list order)."""
+        for hook in self.hooks:
+            msg = hook.on_send(self, msg)
+        return msg
 
     def receive_in(self, msg: Message) -> Message:
-        return receive_through(self.hooks, self, msg)
+        """``msg`` through the hook stack on the way in (reverse order: middleware)."""
+        for hook in reversed(self.hooks):
+            msg = hook.on_receive(self, msg)
+        return msg
 
     def defense_applied(self) -> list[dict[str, Any]]:
         """How often each defense at this party changed something (plain data: an actor

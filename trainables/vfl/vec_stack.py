@@ -29,7 +29,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables.endpoint import receive_through, send_through
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty, PartyInit, binary_auc
@@ -129,8 +128,7 @@ class VecStack:
             self._log(True, kind, src, dst, out, ref)
             return out
         return [
-            send_through(p.hooks, p, Message.of(kind, src, dst, out[j], ref))
-            for j, p in enumerate(self.members)
+            p.send_out(Message.of(kind, src, dst, out[j], ref)) for j, p in enumerate(self.members)
         ]
 
     def _receive(
@@ -146,10 +144,7 @@ class VecStack:
             else [Message.of(kind, src, dst, payload[j], ref) for j in range(len(self.members))]
         )
         return np.stack(
-            [
-                np.asarray(receive_through(p.hooks, p, m).payload)
-                for p, m in zip(self.members, msgs, strict=True)
-            ]
+            [np.asarray(p.receive_in(m).payload) for p, m in zip(self.members, msgs, strict=True)]
         )
 
     # -- what every party does ---------------------------------------------------------
