@@ -1,8 +1,6 @@
 """``python sweep.py --space search_spaces/smoke.yaml``: the front door (see README)."""
 
-import sys
-
-from sweep_engine.cli import main
+from sweep_engine.cli import exit_process, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

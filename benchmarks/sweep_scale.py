@@ -3,7 +3,10 @@
 Workloads (issue 17), each timed as a user waits for it, medians over ``--repeats``:
 - ``tiny``: ``--tiny`` breast_cancer trainings of 2 epochs (default 500).
 - ``vflair``: 100 breast_cancer trainings at VFLAIR's settings (50 epochs).
-- ``startup``: seconds from the command to the first record of the smoke sweep.
+- ``startup``: seconds from the command to the first record of the smoke sweep, and the
+  CPU-seconds its processes had spent by then, by role (driver, the Tune trial, party
+  actors, Ray's own processes; read from ``/proc``, Linux only): on 2 cores start-up is
+  bound by that sum, not by any one wait.
 - ``heavy`` (``--heavy``): the compute-bound workload of ``benchmarks.sweep_throughput``.
 - ``cluster`` (``--cluster N``): N tiny trainings on a 4-node ``ray.cluster_utils.Cluster``;
   every record exactly once, and the driver's peak RSS against the trainings done.
@@ -78,12 +81,47 @@ def space_file(folder: Path, name: str, base: dict[str, Any], n: int, transport:
     return path
 
 
-def sweep_process(space: Path, results: Path, cpus: int) -> dict[str, float]:
-    """Wall seconds of ``sweep.py`` and seconds to its first record line."""
+def _role(pid: int, root: int) -> str:
+    if pid == root:
+        return "driver"
+    try:
+        name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return "ray"
+    if "ImplicitFunc" in name:
+        return "trial"
+    return "actors" if "PartyActor" in name else "ray"
+
+
+def _cpu_by_role(root: int) -> dict[str, float]:
+    """CPU-seconds (user + system) of ``root`` and its descendants now, by ``_role``."""
+    tick, stats = os.sysconf("SC_CLK_TCK"), {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                text = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2 :].split()
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    tree, grew = {root}, True
+    while grew:
+        new = {pid for pid, (ppid, _) in stats.items() if ppid in tree} - tree
+        tree, grew = tree | new, bool(new)
+    out: dict[str, float] = {}
+    for pid in tree & set(stats):
+        role = _role(pid, root)
+        out[role] = out.get(role, 0.0) + stats[pid][1]
+    return out
+
+
+def sweep_process(space: Path, results: Path, cpus: int) -> dict[str, Any]:
+    """Wall seconds of ``sweep.py``, seconds to its first record line and (on Linux) the
+    CPU-seconds by role its processes had spent when that line came."""
     cmd = [sys.executable, "sweep.py", "--space", str(space), "--results", str(results)]
     cmd += ["--no-mlflow", "--num-cpus", str(cpus)]
     start = time.perf_counter()
-    first = None
+    first, cpu = None, None
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     with subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
@@ -92,11 +130,12 @@ def sweep_process(space: Path, results: Path, cpus: int) -> dict[str, float]:
         for line in proc.stdout:
             if first is None and line.startswith("[1/"):
                 first = time.perf_counter() - start
+                cpu = _cpu_by_role(proc.pid) if Path("/proc/self/stat").exists() else None
         code = proc.wait()
     wall = time.perf_counter() - start
     if code != 0:
         raise RuntimeError(f"sweep.py exited {code} on {space}")
-    return {"wall": wall, "first_record": first if first is not None else wall}
+    return {"wall": wall, "first_record": first if first is not None else wall, "cpu": cpu}
 
 
 def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) -> dict[str, Any]:
@@ -126,16 +165,23 @@ def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) ->
 
 
 def startup(cpus: int, repeats: int) -> dict[str, Any]:
-    firsts, walls = [], []
+    firsts, walls, cpus_by_role = [], [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
             out = sweep_process(ROOT / "search_spaces" / "smoke.yaml", Path(tmp), cpus)
             firsts.append(out["first_record"])
             walls.append(out["wall"])
+            if out["cpu"] is not None:
+                cpus_by_role.append(out["cpu"])
+    roles = sorted({role for c in cpus_by_role for role in c})
+    cpu = {r: round(statistics.median(c.get(r, 0.0) for c in cpus_by_role), 2) for r in roles}
+    if cpus_by_role:
+        cpu["total"] = round(statistics.median(sum(c.values()) for c in cpus_by_role), 2)
     return {
         "first_record_s": round(statistics.median(firsts), 2),
         "wall_s": round(statistics.median(walls), 2),
         "runs": [round(x, 2) for x in firsts],
+        "cpu_s_before_first_record": cpu,
     }
 
 

@@ -21,7 +21,6 @@ import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ if os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1":
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
 from sweep_engine import memtrace, progress, quiet, tune_state
+from sweep_engine.context import SweepContext
 from sweep_engine.heartbeat import Tracker, say
 from sweep_engine.plan import Plan
 from sweep_engine.sink import RecordSink
@@ -77,17 +77,6 @@ class InterruptStopper(tune.Stopper):
         return INTERRUPT.is_set()
 
 
-@dataclass(frozen=True)
-class SweepContext:
-    """What every trainable of a sweep needs besides its config (sent once per trial)."""
-
-    sweep: str
-    placement: Placement
-    data_dir: str | None
-    cell: dict[str, Any] = field(default_factory=dict)  # a search cell's fixed fields
-    attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks
-
-
 def spec_of(config: dict[str, Any], ctx: SweepContext) -> TrialSpec:
     """A search trial's spec: the cell's fixed fields + the values Optuna sampled."""
     fields = dict(ctx.cell)
@@ -98,7 +87,7 @@ def spec_of(config: dict[str, Any], ctx: SweepContext) -> TrialSpec:
 
 def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
     """The Tune trainable of a search: one training, its records reported (the driver
-    writes them); grids run packs (``grid.train_pack``).
+    writes them); grids run packs (``pack_trial.train_pack``).
 
     A ConfigError is reported as an error record instead of raised: Tune would retry it,
     and a bad spec fails the same way every time.

@@ -15,7 +15,7 @@ still exited 0), in Ray 2.60's ``ray/tune/execution/experiment_state.py``:
   ``.<uuid>-tmp-basic-variant-state-*.json``.
 - A sweep snapshots often: ``CheckpointConfig(num_to_keep=1)`` (``runner.run_config``) also
   makes Tune force a snapshot at every trial checkpoint (``sync_every_n_trial_checkpoints``
-  is ``num_to_keep``), i.e. every ``grid.CHECKPOINT_EVERY_S`` per running pack, and Tune
+  is ``num_to_keep``), i.e. every ``pack_trial.CHECKPOINT_EVERY_S`` per running pack, and Tune
   forces one more at the end. Two packs checkpointing within one upload's time (a loaded
   machine, a slow disk) is enough. Nothing in the sweep removes ``_tune``: the file that
   vanishes is Tune's own temporary file, and the state that failed to upload is not used

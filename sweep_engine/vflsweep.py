@@ -120,5 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         return stop.code if isinstance(stop.code, int) else 2
 
 
+def console() -> None:
+    """The ``vflsweep`` console script: ``main``, then a quick exit (``cli.exit_process``)."""
+    from sweep_engine.cli import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

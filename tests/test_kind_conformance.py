@@ -220,4 +220,6 @@ def test_ray_is_imported_only_by_the_actor_module() -> None:
         "trainables/transport/ray_actors/actor.py",
         "trainables/transport/ray_actors/pool.py",
         "trainables/transport/ray_actors/parties.py",
+        "trainables/transport/ray_actors/pickling.py",
+        "trainables/transport/ray_actors/wire.py",
     }

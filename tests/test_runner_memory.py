@@ -144,16 +144,16 @@ def test_records_never_ride_with_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -
     run. A slow one-training pack that checkpointed once left a trial state 6 KB larger
     than a 20-training pack's (its records in Tune's checkpoint manager), so a checkpoint
     goes in a report of its own, after the records."""
-    from sweep_engine import grid
+    from sweep_engine import pack_trial
 
     calls: list[tuple[list[str], bool]] = []
 
     def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
         calls.append((sorted(metrics), checkpoint is not None))
 
-    monkeypatch.setattr(grid.tune, "report", report)
-    grid._report([("t1", [])], set(), checkpoint=True)
-    grid._report([("t2", [])], {"t1"}, checkpoint=False)
+    monkeypatch.setattr(pack_trial.tune, "report", report)
+    pack_trial._report([("t1", [])], set(), checkpoint=True)
+    pack_trial._report([("t2", [])], {"t1"}, checkpoint=False)
     assert calls == [
         (["n_reported", "pack_json"], False),
         (["n_reported"], True),

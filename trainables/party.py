@@ -82,8 +82,13 @@ class PartyInit:
     def is_active(self) -> bool:
         return self.labels is not None
 
-    def build(self) -> Party:
-        return ActiveParty(self) if self.is_active else Party(self)
+    def build(self, optimizer: bool = True) -> Party:
+        """The party; ``optimizer=False`` leaves its optimizer to be built at first use (a
+        stacked pack's members never step their own: ``vfl/vec_stack.py``)."""
+        party = ActiveParty(self) if self.is_active else Party(self)
+        if optimizer:
+            party.optimizer  # noqa: B018  built now, off any training clock
+        return party
 
 
 def seed_cpu(seed: int) -> None:
@@ -140,8 +145,26 @@ class Party(Endpoint):
         self.schedule = BatchSchedule(self.X_train.shape[0], cfg.batch_size, cfg.seed)
         super().__init__()  # the endpoint: an empty hook stack
         self._pending: tuple[BatchRef, torch.Tensor] | None = None
-        self.optimizer = _make_optimizer(cfg.optimizer, self.trainable_parameters(), cfg.lr)
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._optimizer_params = self.trainable_parameters()  # what it steps, as built
         self.attach(init)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The party's optimizer, built at first use over the parameters it had when built.
+
+        Why lazily: building a torch optimizer first imports ``torch._dynamo`` (~1.1 CPU-s
+        in a fresh process), and a stacked pack's members never step their own
+        (``PartyInit.build(optimizer=False)``); an actor or trainable that only trains
+        stacks never pays it."""
+        if self._optimizer is None:
+            cfg = self.config
+            self._optimizer = _make_optimizer(cfg.optimizer, self._optimizer_params, cfg.lr)
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, value: torch.optim.Optimizer) -> None:  # a wrapper (AMC) replaces it
+        self._optimizer = value
 
     @property
     def active_id(self) -> int:

@@ -28,6 +28,9 @@ class TrialKind:
     ssl_variants: ClassVar[tuple[str, ...]] = ()
     # True when ``model_params`` are options of this kind (else a spec must leave them empty)
     takes_model_params: ClassVar[bool] = False
+    # True when a pack of this kind opens its ``actors(spec)`` party actors first, as one
+    # set: its Tune trial then starts them before it imports torch (``sweep_engine/entry.py``)
+    prestart: ClassVar[bool] = False
 
     def takes(self, spec: TrialSpec) -> bool:
         """Whether ``spec`` is this kind's (exactly one registered kind takes a valid spec)."""

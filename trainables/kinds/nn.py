@@ -42,6 +42,7 @@ class NNKind(TrialKind):
 
     name = "nn"
     ssl_variants = ("none",)
+    prestart = True  # every pack path opens its n_parties actors first (open_parties)
 
     def takes(self, spec: TrialSpec) -> bool:
         return spec.ssl_variant == "none" and str(spec.model) in BOTTOMS

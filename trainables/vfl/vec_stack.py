@@ -59,7 +59,7 @@ class VecStack:
         self.errors: dict[int, BaseException] = {}
         for slot, init in enumerate(inits):
             try:
-                self.parties.append(init.build())
+                self.parties.append(init.build(optimizer=False))
             except Exception as err:  # the caller decides per slot
                 self.parties.append(None)
                 self.errors[slot] = err

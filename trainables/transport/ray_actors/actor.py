@@ -1,9 +1,13 @@
-"""``PartyActor``: one party in its own Ray actor, and the transport between actors.
+"""``PartyActor``: one party in its own Ray actor.
 
 The actor is a thin shell around a Ray-free ``Party`` (built from its ``PartyInit``): it
 loads one, runs the protocol when it hosts the active party, answers the passive calls
-``RayTransport`` sends (one pickle each way, ``_pack``), and offers diagnostics (where it
-runs, round-trip times, every array it holds: ``tests/test_isolation.py``).
+``RayTransport`` sends (``wire.py``: one pickle each way), and offers diagnostics (where
+it runs, round-trip times, every array it holds: ``tests/test_isolation.py``).
+
+Why torch and the party code are imported inside the methods: a trainable starts its
+actors before it imports torch itself (``pool.prestart_actors``), so that the actors'
+processes and the trainable's own imports overlap; this module must stay that light.
 """
 
 from __future__ import annotations
@@ -14,28 +18,30 @@ import pickle
 import time
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
-import torch
 from ray.util.placement_group import get_current_placement_group
 
-from trainables.party import ActiveParty, Party, PartyInit
-from trainables.protocols import TrainResult
-from trainables.transport.base import Transport
+from trainables.transport.ray_actors.pickling import pack
+
+if TYPE_CHECKING:
+    from trainables.party import Party, PartyInit
+    from trainables.protocols import TrainResult
 
 
 def _warm_up_torch() -> None:
-    """Pay torch's one-time costs (autograd engine, optimizer kernels) at actor start.
+    """Pay torch's one-time autograd costs at actor start, not in the first round.
 
-    A fresh process spends ~1 s on its first backward pass; without this, that time lands
-    in the first training round instead of in the trial's setup.
+    No optimizer here: building one imports ``torch._dynamo`` (~1.1 CPU-s), which an actor
+    that hosts only stacked packs never needs; a plain party builds its own when it is
+    loaded (``PartyInit.build``), before any training clock starts.
     """
+    import torch
+
     layer = torch.nn.Linear(4, 4)
-    opt = torch.optim.Adam(layer.parameters())
     layer(torch.zeros(2, 4)).sum().backward()
-    opt.step()
 
 
 @ray.remote
@@ -43,6 +49,8 @@ class PartyActor:
     """Hosts one party. Holds exactly what its ``PartyInit`` gave it."""
 
     def __init__(self, threads: int = 1) -> None:
+        import torch
+
         torch.set_num_threads(threads)  # same arithmetic as the local transport
         self.party: Party | None = None
         _warm_up_torch()
@@ -68,15 +76,17 @@ class PartyActor:
         return getattr(self.party, method)(*args)
 
     def call_packed(self, blob: bytes) -> bytes:
-        """``call`` with method, arguments and result pickled by ``_pack`` (RayTransport)."""
+        """``call`` with method, arguments and result pickled by ``pack`` (RayTransport)."""
         method, args = pickle.loads(blob)
-        return _pack(getattr(self.party, method)(*args))
+        return pack(getattr(self.party, method)(*args))
 
     def ping(self) -> None:
         return None
 
     def where(self) -> dict[str, Any]:
         """Process, placement group and party of this actor (tests and diagnostics)."""
+        from trainables.party import ActiveParty
+
         pg = get_current_placement_group()
         return {
             "pid": os.getpid(),
@@ -99,11 +109,15 @@ class PartyActor:
         self, protocol: Any, peers: Sequence[Any], epochs: int, target_mp: float | None = None
     ) -> TrainResult:
         """Run ``protocol`` here, next to the active party, against the passive actors."""
+        from trainables.transport.ray_actors.wire import RayTransport
+
         assert self.party is not None, "train runs on the active party's actor"
         return protocol.run(self.party, RayTransport(peers), epochs, target_mp)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array-valued attribute of the hosted party (for threat-model tests)."""
+        import torch
+
         out: dict[str, np.ndarray] = {}
         for name, value in (vars(self.party) if self.party is not None else {}).items():
             if isinstance(value, torch.Tensor):
@@ -122,6 +136,8 @@ class PartyActor:
 
 def _walk_arrays(obj: Any, path: str, out: dict[str, np.ndarray], seen: set[int]) -> None:
     """Depth-first over attributes, containers and closures; arrays and tensors collected."""
+    import torch
+
     skip = (type, types.ModuleType, str, bytes, int, float, complex)
     if obj is None or isinstance(obj, skip) or id(obj) in seen:
         return
@@ -143,37 +159,3 @@ def _walk_arrays(obj: Any, path: str, out: dict[str, np.ndarray], seen: set[int]
             items.append(("__self__", obj.__self__))
     for key, value in items:
         _walk_arrays(value, f"{path}.{key}", out, seen)
-
-
-def _pack(value: Any) -> bytes:
-    """``value`` as one in-band pickle (cloudpickle for what plain pickle refuses).
-
-    Why: a round's messages are small (one batch of embeddings or gradients); as one
-    bytes object a call costs ~0.2 ms less CPU than the same Message through Ray's
-    serializer, which sets up an out-of-band buffer for every numpy payload.
-    """
-    try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError):  # a lambda, a local class
-        return ray.cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-class RayTransport(Transport):
-    """Calls ``PartyActor.call_packed`` on each passive actor (arguments and results as
-    one pickle each, ``_pack``); results are gathered with ray.get."""
-
-    def __init__(self, peers: Sequence[Any]) -> None:
-        super().__init__()
-        self.peers = list(peers)
-
-    @property
-    def n_peers(self) -> int:
-        return len(self.peers)
-
-    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
-        return [
-            p.call_packed.remote(_pack((method, a))) for p, a in zip(self.peers, args, strict=True)
-        ]
-
-    def _gather(self, handles: list[Any]) -> list[Any]:
-        return [pickle.loads(blob) for blob in ray.get(handles)]

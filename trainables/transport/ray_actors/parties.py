@@ -11,22 +11,23 @@ from collections.abc import Sequence
 from typing import Any
 
 import ray
-from ray.util.placement_group import PlacementGroup, get_current_placement_group
+from ray.util.placement_group import PlacementGroup
 
 from trainables.party import Party, PartyInit
 from trainables.protocols import TrainResult
 from trainables.transport.base import Transport
 from trainables.transport.group import Call, PartyGroup
 from trainables.transport.placement import Placement
-from trainables.transport.ray_actors.actor import RayTransport
 from trainables.transport.ray_actors.pool import (
     POOL,
     PartyResources,
     dead_actors,
     ensure_ray,
+    pool_key,
     start_actors,
     stop_actors,
 )
+from trainables.transport.ray_actors.wire import RayTransport
 
 
 class RayParties(PartyGroup):
@@ -43,8 +44,7 @@ class RayParties(PartyGroup):
         self, inits: Sequence[PartyInit], resources: PartyResources, reuse: bool = False
     ) -> None:
         start = time.perf_counter()
-        current = get_current_placement_group()
-        self._key = (len(inits), resources, None if current is None else current.id.hex())
+        self._key = pool_key(len(inits), resources)
         self._reuse = reuse
         pooled = POOL.get(self._key) if reuse else None
         warm = pooled.pop() if pooled else None

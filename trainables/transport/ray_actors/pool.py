@@ -62,6 +62,23 @@ class ActorSet:
 POOL: dict[tuple[Any, ...], list[ActorSet]] = {}
 
 
+def pool_key(n: int, resources: PartyResources) -> tuple[Any, ...]:
+    """Which warm sets a group of ``n`` actors of ``resources`` may take, here (a Tune
+    trial's sets stay inside its own placement group)."""
+    current = get_current_placement_group()
+    return (n, resources, None if current is None else current.id.hex())
+
+
+def prestart_actors(n: int, resources: PartyResources) -> None:
+    """Start ``n`` party actors now and pool them warm, for the first group of that shape.
+
+    Why: a Tune trial's process spends ~3 s importing torch and the training code before
+    its first training opens its parties; actors started first import theirs meanwhile
+    (``sweep_engine/entry.py``). Their ``__init__`` runs in their own processes, so this
+    returns at once."""
+    POOL.setdefault(pool_key(n, resources), []).append(start_actors(n, resources))
+
+
 # Bundles of a Tune trial's placement group held by open actor sets, by group id: a trial
 # may open several groups at once (FedHSSL's parties and its aggregation server, xgboost's
 # workers), each on bundles no other set of the trial holds.

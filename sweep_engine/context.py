@@ -1,0 +1,24 @@
+"""``SweepContext``: what every trainable of a sweep gets besides its config.
+
+Light on purpose (no torch, no Tune): Tune unpickles it in a trial's process before the
+trainable's first line runs, and a grid pack starts its party actors first
+(``entry.start_pack``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainables.transport.placement import Placement
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What every trainable of a sweep needs besides its config (sent once per trial)."""
+
+    sweep: str
+    placement: Placement
+    data_dir: str | None
+    cell: dict[str, Any] = field(default_factory=dict)  # a search cell's fixed fields
+    attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks

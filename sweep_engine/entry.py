@@ -1,0 +1,36 @@
+"""What a sweep's Tune trial imports first: its context, and the start of its party actors.
+
+Why a module of its own, importing no torch and none of our training code: Tune imports
+the module of a trainable function before it calls it, and our training code brings
+torch (~3 CPU-s with Tune's own imports). A grid pack's trial starts its party actors
+first (``start_pack``), so their processes import torch while the trial's process does,
+instead of after it (the smoke sweep's first record came ~2-3 s sooner on 2 cores:
+``benchmarks.sweep_scale``). ``SweepContext`` (``context.py``) is as light, because
+Tune unpickles it before the trainable's first line runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sweep_engine.context import SweepContext
+
+
+def prestart(config: dict[str, Any], ctx: SweepContext) -> None:
+    """Start the party actors the pack's first training will open (``cell.prestart`` of
+    them, set by the planner from ``TrialKind.prestart``), kept warm in the pool for it."""
+    n = int(config["cell"].get("prestart", 0))
+    placement = ctx.placement
+    if n <= 0 or not placement.remote or not placement.reuse_actors:
+        return  # local parties, or actors that are not pooled: nothing would take them
+    from trainables.transport.ray_actors.pool import PartyResources, prestart_actors
+
+    prestart_actors(n, PartyResources(placement.cpu_per_party, placement.gpu_per_party))
+
+
+def start_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, Any]) -> None:
+    """The Tune trainable of a grid: party actors started, then ``pack_trial.train_pack``."""
+    prestart(config, ctx)
+    from sweep_engine.pack_trial import train_pack  # torch and the training code from here
+
+    train_pack(config, ctx, packs)

@@ -1,0 +1,132 @@
+"""Start-up (issue 28): what a sweep's first seconds are spent on, kept from coming back.
+
+A Tune trial's process starts its party actors before it imports torch (``entry``), so
+the modules it needs for that must stay torch-free; a stacked pack's members build no
+optimizer (building one imports ``torch._dynamo``, ~1.1 CPU-s a process); the command-line
+processes skip Python's finalization (``cli.exit_process``). Timings themselves are in
+``benchmarks.sweep_scale``, not here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+
+from sweep_engine.context import SweepContext
+from sweep_engine.entry import prestart
+from sweep_engine.grid import pack_config
+from sweep_engine.packs import Pack
+from sweep_engine.plan import Training
+from trainables.data import load_dataset
+from trainables.spec import TrialSpec
+from trainables.transport.placement import Placement
+from trainables.transport.ray_actors import PartyResources, RayParties, release_warm_actors
+from trainables.transport.ray_actors.pool import POOL, pool_key
+from trainables.trial import prepare_parties
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_what_a_trial_imports_before_its_actors_start_has_no_torch() -> None:
+    out = _fresh(
+        "import sys\n"
+        "import sweep_engine.entry, sweep_engine.context\n"
+        "import trainables.transport.ray_actors.pool, trainables.transport.ray_actors.actor\n"
+        "print(sorted(m for m in ('torch', 'sweep_engine.pack_trial') if m in sys.modules))\n"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_stacked_pack_in_process_never_imports_dynamo() -> None:
+    """Two stackable trainings run stacked in this process: neither the trainings nor
+    their members' (unused) optimizers pull in ``torch._dynamo``; one plain training does."""
+    code = (
+        "import json, sys\n"
+        "from trainables.data import load_dataset\n"
+        "from trainables.jobs import Job\n"
+        "from trainables.spec import TrialSpec\n"
+        "from trainables.trial import run_pack\n"
+        "jobs = [Job(TrialSpec.build(dataset='breast_cancer', epochs=2, seed=s), ())"
+        " for s in (0, 1)]\n"
+        "out = list(run_pack(jobs, ['a', 'b']))\n"
+        "assert all(not isinstance(o, Exception) for _, o in out), out\n"
+        "assert all(json.loads(r.extra)['vectorized'] for _, rs in out for r in rs), out\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    stacked = _fresh(code)
+    assert stacked.returncode == 0, stacked.stderr
+    assert stacked.stdout.strip() == "False"
+    plain = _fresh(
+        code.replace("for s in (0, 1)]", "for s in (0,)]").replace(
+            "assert all(json.loads(r.extra)['vectorized'] for _, rs in out for r in rs), out\n", ""
+        )
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.strip() == "True"  # the probe can tell: a plain party steps Adam
+
+
+def test_a_party_builds_its_optimizer_when_asked_or_first_used() -> None:
+    spec = TrialSpec.build(dataset="breast_cancer", epochs=1, optimizer="adam")
+    init = prepare_parties(spec, load_dataset("breast_cancer")).inits[-1]
+    eager = init.build()
+    assert eager._optimizer is not None
+    lazy = init.build(optimizer=False)
+    assert lazy._optimizer is None
+    steps = {id(p) for g in lazy.optimizer.param_groups for p in g["params"]}
+    assert steps == {id(p) for p in lazy.trainable_parameters()}  # bottom and top
+    assert type(lazy.optimizer).__name__ == "Adam" and lazy.optimizer is lazy.optimizer
+
+
+def _pack(**fields: object) -> Pack:
+    spec = TrialSpec.build(dataset="breast_cancer", **fields)  # type: ignore[arg-type]
+    return Pack((Training(spec=spec, cell={}),))
+
+
+def test_only_packs_that_open_their_parties_first_ask_for_a_prestart() -> None:
+    assert pack_config(_pack(n_parties=3))["prestart"] == "3"
+    assert pack_config(_pack(model="secureboost"))["prestart"] == "0"
+
+
+@pytest.mark.ray
+def test_prestarted_actors_are_the_ones_the_first_group_takes(ray_session: None) -> None:
+    release_warm_actors()
+    spec = TrialSpec.build(dataset="breast_cancer", epochs=1)
+    ctx = SweepContext("s", Placement("ray", cpu_per_party=0.5, reuse_actors=True), None)
+    resources = PartyResources(cpu=0.5)
+    prestart({"cell": {"prestart": "2"}}, ctx)
+    (started,) = POOL[pool_key(2, resources)]
+    try:
+        inits = prepare_parties(spec, load_dataset("breast_cancer")).inits
+        with RayParties(inits, resources, reuse=True) as group:
+            assert group.reused
+            assert group.actors == started.actors
+            where = ray.get([a.where.remote() for a in group.actors])
+            assert [w["party_id"] for w in where] == [0, 1]
+    finally:
+        release_warm_actors()
+    local = SweepContext("s", Placement("local"), None)
+    prestart({"cell": {"prestart": "2"}}, local)  # parties in-process: nothing to start
+    assert not POOL
+
+
+def test_exit_process_runs_atexit_and_flushes_then_exits_with_the_code() -> None:
+    out = _fresh(
+        "import atexit\n"
+        "from sweep_engine.cli import exit_process\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "print('last line', end='')\n"
+        "exit_process(3)\n"
+    )
+    assert out.returncode == 3
+    assert out.stdout == "last lineatexit ran\n"
