@@ -106,6 +106,8 @@ def test_prestarted_actors_are_the_ones_the_first_group_takes(ray_session: None)
     resources = PartyResources(cpu=0.5)
     prestart({"cell": {"prestart": "2"}}, ctx)
     (started,) = POOL[pool_key(2, resources)]
+    prestart({"cell": {"prestart": "2"}}, ctx)  # a process Tune reuses: its warm set stays
+    assert POOL[pool_key(2, resources)] == [started]
     try:
         inits = prepare_parties(spec, load_dataset("breast_cancer")).inits
         with RayParties(inits, resources, reuse=True) as group:

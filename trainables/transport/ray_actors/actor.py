@@ -60,6 +60,10 @@ class PartyActor:
         gc.freeze()
 
     def load(self, init: PartyInit) -> bool:
+        # Registers the hooks the protocols own (CELU's workset codec), which a party may be
+        # asked to attach; this module imports none of our code at its top (``prestart``).
+        import trainables.protocols  # noqa: F401
+
         self.party = init.build()
         return True
 

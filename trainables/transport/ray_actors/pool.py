@@ -1,9 +1,11 @@
 """Party actors' lifetime: placement-group bundles, start, warm reuse, health, stop.
 
 Why a pool: a sweep's trainable process runs many trials; reusing their actors saves the
-~2 s a fresh actor pays for process start, ``import torch`` and torch's first backward
-pass. Inside a Tune trial the actors take the trial's own bundles (``HELD`` keeps two
-open sets of one trial apart); standalone, a set creates its own placement group.
+~3 CPU-s a fresh actor pays for process start, ``import torch`` and the party code (~1.1
+more where a torch optimizer first imports ``torch._dynamo``). Inside a Tune trial the
+actors take the trial's own bundles (``HELD`` keeps two open sets of one trial apart);
+standalone, a set creates its own placement group. A Tune trial may start its first set
+before it imports torch itself (``prestart_actors``).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ class ActorSet:
 
 
 # Warm actor sets by (parties, resources, enclosing placement group). A sweep's trainable
-# process runs many trials; reusing their actors saves the ~2 s a fresh actor pays for
-# process start, ``import torch`` and torch's first backward pass.
+# process runs many trials; reusing their actors saves the ~3 CPU-s a fresh actor pays
+# for process start, ``import torch`` and the party code.
 POOL: dict[tuple[Any, ...], list[ActorSet]] = {}
 
 
@@ -75,8 +77,13 @@ def prestart_actors(n: int, resources: PartyResources) -> None:
     Why: a Tune trial's process spends ~3 s importing torch and the training code before
     its first training opens its parties; actors started first import theirs meanwhile
     (``sweep_engine/entry.py``). Their ``__init__`` runs in their own processes, so this
-    returns at once."""
-    POOL.setdefault(pool_key(n, resources), []).append(start_actors(n, resources))
+    returns at once. A process Tune reuses for its next trial keeps its warm set: then
+    nothing is started."""
+    key = pool_key(n, resources)
+    if POOL.get(key):
+        return  # a warm set of that shape already waits here (Tune reused this process)
+    started = start_actors(n, resources)
+    POOL.setdefault(key, []).append(started)
 
 
 # Bundles of a Tune trial's placement group held by open actor sets, by group id: a trial
