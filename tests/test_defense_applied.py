@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sweep_engine.cli import main
@@ -114,6 +115,33 @@ def test_a_passive_party_defense_counts_at_every_passive_party() -> None:
     (rec,) = run_trial(spec)
     # 4 training batches + 1 test embedding per epoch, at each of the 2 passive parties
     assert _applied(rec) == {"gdp": {"embedding": 8, "test_embedding": 2}}
+
+
+def test_gdp_counts_its_releases_per_recipient_and_epsilon_follows_them() -> None:
+    """The record's epsilon is worked out from the releases the mechanism counted: with two
+    passive parties each gets one noised gradient per round (4 batches), so 4 releases
+    per recipient, not 8 (and not the trial's idea of its rounds)."""
+    from trainables.defenses.accounting import gaussian_epsilon
+    from trainables.defenses.applied import merge
+    from trainables.messages import Message
+
+    gdp = DEFENSES.create("gdp", strength=0.1)
+    grad = np.ones((4, 2), dtype=np.float32)
+    for dst in (0, 1, 0, 1, 0):
+        gdp.on_send(None, Message.of("gradient", 2, dst, grad, None))  # type: ignore[arg-type]
+    gdp.on_send(None, Message.of("test_embedding", 2, 0, grad, None))  # type: ignore[arg-type]
+    assert gdp.released == {0: 3, 1: 2} and gdp.dp_steps() == 3
+    passive = DEFENSES.create("gdp", strength=0.1, party="passive")
+    assert passive.dp_steps() is None  # the passive mechanism accounts nothing
+    report = {"index": 0, "name": "gdp", "must_apply": True, "reason": "", "counts": {}}
+    two = merge(
+        [[{**report, "dp_steps": 3}], [{**report, "dp_steps": None}], [{**report, "dp_steps": 2}]]
+    )
+    assert two[0].dp_steps == 5  # sequential trainings' releases add up (FedHSSL's lr pick)
+
+    (rec,) = run_trial(_spec(n_parties=3, defense="gdp", defense_param=0.1))
+    assert _applied(rec) == {"gdp": {"gradient": 8}}  # 4 rounds x 2 passive parties
+    assert rec.rounds == 4 and rec.epsilon == gaussian_epsilon(0.1 / 0.2, 128 / 455, 4)
 
 
 @pytest.mark.ray

@@ -1,10 +1,11 @@
 """Privacy accounting: plain functions over Opacus' RDP accountant (Opacus' split: the
 accountant is a small stateful object, the math lives elsewhere; we never hand-roll it).
 
-Why the whole history at once: the trial knows, after training, how many rounds ran and
-at which sampling rate; replaying that into a fresh accountant gives the same epsilon as
-stepping it every round, on any transport, without shipping accountant state back from a
-party actor.
+Why a count replayed at once: each mechanism counts its own releases as it applies
+(``GaussianDP.released``, per recipient; ``Defense.dp_steps``), on whichever process
+hosts its party; the trial replays that count into a fresh accountant after training,
+which gives the epsilon of stepping one every release (Opacus merges identical
+consecutive steps the same way) without shipping accountant state back from an actor.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ class Applied:
     must_apply: bool
     reasons: list[str] = field(default_factory=list)  # idle reasons of its instances
     counts: dict[str, int] = field(default_factory=dict)  # what changed -> times
+    dp_steps: int | None = None  # releases its privacy accounting counted (``Defense.dp_steps``)
 
     @property
     def total(self) -> int:
@@ -59,6 +60,7 @@ def party_reports(hooks: Iterable[Any]) -> list[dict[str, Any]]:
                     "must_apply": hook.must_apply(),
                     "reason": hook.idle_reason(),
                     "counts": dict(hook.applied),
+                    "dp_steps": hook.dp_steps(),
                 }
             )
     return out
@@ -77,6 +79,9 @@ def merge(reports: Sequence[Sequence[dict[str, Any]]], by: str = "index") -> lis
                 entry.reasons.append(rep["reason"])
             for what, n in rep["counts"].items():
                 entry.counts[what] = entry.counts.get(what, 0) + int(n)
+            steps = rep.get("dp_steps")  # one party's (or one training's): they add up
+            if steps is not None:
+                entry.dp_steps = (entry.dp_steps or 0) + int(steps)
     return [merged[k] for k in sorted(merged, key=str)]
 
 

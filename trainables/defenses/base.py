@@ -154,6 +154,12 @@ class Defense:
         """Note one application: ``what`` (a message kind or a hook name) was changed."""
         self.applied[what] = self.applied.get(what, 0) + 1
 
+    def dp_steps(self) -> int | None:
+        """Releases this mechanism's privacy accounting counts (``privacy_spent``'s steps),
+        or None for a defense that accounts none. Counted by the mechanism as it applies,
+        so the record's epsilon never assumes a release it did not make."""
+        return None
+
     def must_apply(self) -> bool:
         """A strength other than the neutral one must change something during training."""
         return self.info.neutral is None or self.strength != self.info.neutral

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainables.defenses import applied
+from trainables.defenses.applied import Applied
 from trainables.defenses.base import DEFENSES, Defense
 from trainables.spec import TrialSpec
 
@@ -74,16 +75,19 @@ def hook_entries(spec: TrialSpec) -> dict[int, list[tuple[str, str, dict[str, An
     return out
 
 
-def record_fields(spec: TrialSpec, steps: int, sample_rate: float) -> dict[str, Any]:
+def record_fields(spec: TrialSpec, merged: Sequence[Applied], sample_rate: float) -> dict[str, Any]:
     """The record's defense columns: ``defense_party`` (``active``, ``passive``, ``+``-joined
     for a stack, empty without), ``defense_param`` (the primary strength as applied, its
     default filled in) and ``epsilon`` at delta=1e-5 of the accounted defenses (G-DP at the
-    active party; summed over a stack by basic composition; None if none accounts)."""
+    active party; summed over a stack by basic composition; None if none accounts), each
+    after the releases its mechanism counted (``merged``: ``checked``'s entries)."""
     built = build(spec)
+    steps = {entry.key: entry.dp_steps for entry in merged}
     spent = [
         eps
         for d in built
-        if hasattr(d, "privacy_spent") and (eps := d.privacy_spent(steps, sample_rate)) is not None
+        if hasattr(d, "privacy_spent")
+        and (eps := d.privacy_spent(steps.get(d.index) or 0, sample_rate)) is not None
     ]
     return {
         "defense_party": "+".join(d.party for d in built),
@@ -92,10 +96,15 @@ def record_fields(spec: TrialSpec, steps: int, sample_rate: float) -> dict[str, 
     }
 
 
-def checked_extra(reports: Sequence[Sequence[dict[str, Any]]], by: str = "index") -> str:
-    """The record's ``extra`` JSON with each defense's application counts, from the
-    per-party reports (``Party.defense_applied``); raises ``DefenseNeverApplied`` if a
-    defense at a non-neutral strength never changed anything."""
+def checked(reports: Sequence[Sequence[dict[str, Any]]], by: str = "index") -> list[Applied]:
+    """Each defense's applications and counted releases, merged from the per-party reports
+    (``Party.defense_applied``); raises ``DefenseNeverApplied`` if a defense at a
+    non-neutral strength never changed anything."""
     merged = applied.merge(reports, by=by)
     applied.check(merged)
+    return merged
+
+
+def extra_json(merged: Sequence[Applied]) -> str:
+    """The record's ``extra`` JSON with each defense's application counts."""
     return json.dumps(applied.as_extra(merged), sort_keys=True)

@@ -216,32 +216,29 @@ def records_of(
     n_labeled: int,
     attacks: Sequence[AttackSpec],
     extra: dict[str, Any] | None = None,
-    dp_steps: int | None = None,
     y_test: np.ndarray | None = None,
     metric: str = "accuracy",
 ) -> list[Record]:
     """The clean record (unless a training-time attack ran) and one per attack outcome.
 
     Fails a defense that never applied (``DefenseNeverApplied``); ``extra`` adds the kind's
-    own measurements to the record's ``extra`` JSON; ``dp_steps``: the rounds a DP defense
-    acted in, where not every round of ``trained.result`` (FedHSSL: fine-tuning rounds only).
+    own measurements to the record's ``extra`` JSON. A DP defense's epsilon is worked out
+    from the releases its mechanism counted (``Defense.dp_steps``, in ``trained.reports``).
     ``y_test`` (n_test,) and ``metric`` (``accuracy`` / ``auc``): what the clean MP was
     measured on, for its sampling error ``mp_se`` (None without them). Attack records
     carry the judge's score: AP beside its baseline (``attacks/chance.py``), MP and its SE.
     """
 
-    applied = defense_stack.checked_extra(trained.reports)
-    result = trained.result
+    merged = defense_stack.checked(trained.reports)
+    applied = defense_stack.extra_json(merged)
     sample_rate = min(1.0, int(spec.batch_size) / max(1, n_labeled))  # type: ignore[arg-type]
     clean = Record.trained(
         spec,
         n_labeled,
-        result,
+        trained.result,
         y_test=y_test,
         metric=metric,
-        **defense_stack.record_fields(
-            spec, result.rounds if dp_steps is None else dp_steps, sample_rate
-        ),
+        **defense_stack.record_fields(spec, merged, sample_rate),
         extra=applied if not extra else merged_extra(applied, extra),
     )
     records = [] if spec.train_attack != "none" else [clean]

@@ -58,13 +58,11 @@ def run_hssl(
         pre_reports = group.call_all("defense_applied")
         encoders = group.call_all("pretrained_encoder")
         ft = finetune(spec, data, encoders, group, placement, evaluated, keep_before=bool(mc))
-    trained, ft_rounds = combined(pre, ft, pre_reports)
+    trained = combined(pre, ft, pre_reports)
     extra = measured(spec, data, pre, ft)
     n = len(data.labeled)
     metric = str(extra["metric"])  # what the clean MP is, on data.y_test (its mp_se)
-    records = records_of(
-        spec, trained, n, evaluated, extra, dp_steps=ft_rounds, y_test=data.y_test, metric=metric
-    )
+    records = records_of(spec, trained, n, evaluated, extra, y_test=data.y_test, metric=metric)
     if not mc:
         return records
     before = dataclasses.replace(trained, parties=ft.before)
@@ -90,10 +88,11 @@ def pretrained(
         return pretrain(group, server, *args)
 
 
-def combined(pre: TrainResult, ft: FineTuned, pre_reports: list[Any]) -> tuple[Trained, int]:
+def combined(pre: TrainResult, ft: FineTuned, pre_reports: list[Any]) -> Trained:
     """The final training with the whole trial's cost (pretraining + every fine-tuning
-    training) and the defense reports of pretraining and the final fine-tuning; also the
-    fine-tuning rounds (where gradients, and so DP noise, were exchanged)."""
+    training) and the defense reports of pretraining and of every fine-tuning training
+    (the lr-selection candidates release DP-noised gradients too: their releases count
+    towards the record's epsilon, their applications towards ``defense_applied``)."""
     trainings = [*ft.candidates, ft.final]
     ft_rounds = sum(t.result.rounds for t in trainings)
     result = dataclasses.replace(
@@ -102,8 +101,8 @@ def combined(pre: TrainResult, ft: FineTuned, pre_reports: list[Any]) -> tuple[T
         comm_bytes=pre.comm_bytes + sum(t.result.comm_bytes for t in trainings),
         train_seconds=pre.train_seconds + sum(t.result.train_seconds for t in trainings),
     )
-    reports = [*pre_reports, *ft.final.reports]
-    return dataclasses.replace(ft.final, result=result, reports=reports), ft_rounds
+    reports = [*pre_reports, *(party for t in trainings for party in t.reports)]
+    return dataclasses.replace(ft.final, result=result, reports=reports)
 
 
 def measured(spec: TrialSpec, data: HSSLData, pre: TrainResult, ft: FineTuned) -> dict[str, Any]:
