@@ -342,6 +342,7 @@ def exit_process(code: int) -> NoReturn:
     standard streams are flushed. Only the ``__main__`` entry points call this; ``main``
     itself returns, for tests and callers in-process."""
     try:
+        stop_autoscaler_monitor()
         atexit._run_exitfuncs()
     finally:
         logging.shutdown()
@@ -351,6 +352,25 @@ def exit_process(code: int) -> NoReturn:
             except (OSError, ValueError):  # a closed pipe: nothing left to say there
                 pass
         os._exit(code)
+
+
+def stop_autoscaler_monitor() -> None:
+    """Kill the autoscaler monitor of the local Ray this process started, before
+    ``ray.shutdown`` asks it to stop: it ignores SIGTERM, and the shutdown waits 1 s for
+    it (of its 1.4 s here) before it kills it anyway. A local Ray has nothing for it to
+    scale; Linux only (``/proc``), elsewhere the shutdown waits as before."""
+    if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
+        return
+    me, proc = str(os.getpid()), Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        try:
+            stat = (entry / "stat").read_text()
+            if stat[stat.rindex(")") + 2 :].split()[1] != me:
+                continue  # not a child of this process: another Ray's, or not Ray's
+            if b"autoscaler/_private/monitor.py" in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not a process folder
 
 
 def check_fits_before_ray(plan: Plan, args: argparse.Namespace) -> None:

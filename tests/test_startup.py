@@ -132,3 +132,26 @@ def test_exit_process_runs_atexit_and_flushes_then_exits_with_the_code() -> None
     )
     assert out.returncode == 3
     assert out.stdout == "last lineatexit ran\n"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc (Linux)")
+def test_exit_process_leaves_no_ray_process_behind() -> None:
+    """With a local Ray up, ``exit_process`` still stops all of it (the monitor killed
+    first, then Ray's own shutdown from ``atexit``), though it skips Python's finalization."""
+    out = _fresh(
+        "import os, ray\n"
+        "from pathlib import Path\n"
+        "from sweep_engine.cli import exit_process\n"
+        "ray.init(address='local', num_cpus=1, include_dashboard=False)\n"
+        "me = str(os.getpid())\n"
+        "kids = [p.name for p in Path('/proc').iterdir() if p.name.isdigit()\n"
+        "        and (p / 'stat').exists()\n"
+        "        and (p / 'stat').read_text().rsplit(')', 1)[1].split()[1] == me]\n"
+        "print(' '.join(kids), flush=True)\n"
+        "exit_process(0)\n"
+    )
+    assert out.returncode == 0, out.stderr
+    kids = out.stdout.split()
+    assert kids  # the probe can see Ray's processes (gcs, raylet, monitor, ...)
+    alive = [pid for pid in kids if Path(f"/proc/{pid}").exists()]
+    assert not alive, alive
