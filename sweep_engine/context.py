@@ -22,3 +22,4 @@ class SweepContext:
     data_dir: str | None
     cell: dict[str, Any] = field(default_factory=dict)  # a search cell's fixed fields
     attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks
+    prestart: int = 0  # a search cell's party actors to start first (``entry.start_one``)

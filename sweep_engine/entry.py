@@ -17,9 +17,11 @@ from sweep_engine.context import SweepContext
 
 
 def prestart(config: dict[str, Any], ctx: SweepContext) -> None:
-    """Start the party actors the pack's first training will open (``cell.prestart`` of
-    them, set by the planner from ``TrialKind.prestart``), kept warm in the pool for it."""
-    n = int(config["cell"].get("prestart", 0))
+    """Start the party actors the trial's first training will open (a grid pack's
+    ``cell.prestart``, a search cell's ``ctx.prestart``: set by the planner from
+    ``TrialKind.prestart``), kept warm in the pool for it."""
+    cell = config.get("cell")
+    n = int(cell.get("prestart", 0)) if isinstance(cell, dict) else ctx.prestart
     placement = ctx.placement
     if n <= 0 or not placement.remote or not placement.reuse_actors:
         return  # local parties, or actors that are not pooled: nothing would take them
@@ -34,3 +36,11 @@ def start_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, Any])
     from sweep_engine.pack_trial import train_pack  # torch and the training code from here
 
     train_pack(config, ctx, packs)
+
+
+def start_one(config: dict[str, Any], ctx: SweepContext) -> None:
+    """The Tune trainable of a search: party actors started, then ``runner.train_one``."""
+    prestart(config, ctx)
+    from sweep_engine.runner import train_one  # torch and the training code from here
+
+    train_one(config, ctx)

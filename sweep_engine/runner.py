@@ -312,12 +312,6 @@ def context(
     )
 
 
-def trainable(plan: Plan, ctx: SweepContext, n_parties: int) -> Any:
-    """A search's trainable: one training per Tune trial of ``n_parties`` party bundles."""
-    factory = tune.PlacementGroupFactory(plan.bundles(n_parties))
-    return tune.with_resources(tune.with_parameters(train_one, ctx=ctx), factory)
-
-
 def run_config(plan: Plan, sweep_dir: Path, callback: Progress, tag: str) -> tune.RunConfig:
     return tune.RunConfig(
         name=f"{time.strftime('%Y%m%d-%H%M%S')}-{tag}",

@@ -15,6 +15,7 @@ recorded).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
 from sweep_engine import progress, quiet, runner
+from sweep_engine.context import SweepContext
+from sweep_engine.entry import start_one
 from sweep_engine.heartbeat import Tracker, say
 from sweep_engine.parts import write_json_atomic
 from sweep_engine.plan import Plan, Training
@@ -31,10 +34,18 @@ from sweep_engine.sink import RecordSink
 from sweep_engine.space import SearchBlock, SearchParam
 from sweep_engine.studies import cell_id, study_path
 from sweep_engine.words import plural
+from trainables.kinds import kind_of
 from trainables.spec import TrialSpec
 from trainables.trial import actor_count
 
 quiet.configure(quiet.VERBOSE)  # Optuna set its logger's level as it was imported
+
+
+def trainable(plan: Plan, ctx: SweepContext, n_parties: int) -> Any:
+    """A search's trainable: one training per Tune trial of ``n_parties`` party bundles
+    (``entry.start_one``: its party actors started first, then ``runner.train_one``)."""
+    factory = tune.PlacementGroupFactory(plan.bundles(n_parties))
+    return tune.with_resources(tune.with_parameters(start_one, ctx=ctx), factory)
 
 
 def distribution(param: SearchParam) -> optuna.distributions.BaseDistribution:
@@ -194,11 +205,14 @@ def _run_study(
         mode=modes[0] if single else modes,
         sampler=sampler(search, offset),
     )
-    ctx = runner.context(plan, data_dir, cell.spec.model_dump(mode="json"), cell.attacks)
+    ctx = dataclasses.replace(
+        runner.context(plan, data_dir, cell.spec.model_dump(mode="json"), cell.attacks),
+        prestart=actor_count(cell.spec) if kind_of(cell.spec).prestart else 0,
+    )
     sink = RecordSink(sweep_dir)
     callback = runner.Progress(sink, n, label, tracker=tracker)
     tuner = tune.Tuner(
-        runner.trainable(plan, ctx, n_parties=actor_count(cell.spec)),
+        trainable(plan, ctx, n_parties=actor_count(cell.spec)),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             num_samples=n,

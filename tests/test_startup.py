@@ -9,6 +9,7 @@ processes skip Python's finalization (``cli.exit_process``). Timings themselves 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,14 @@ def test_prestarted_actors_are_the_ones_the_first_group_takes(ray_session: None)
         release_warm_actors()
     local = SweepContext("s", Placement("local"), None)
     prestart({"cell": {"prestart": "2"}}, local)  # parties in-process: nothing to start
+    assert not POOL
+    search = dataclasses.replace(ctx, prestart=2)  # a search trial's config has no cell
+    prestart({"lr": 0.1}, search)
+    try:
+        assert len(POOL[pool_key(2, resources)]) == 1
+    finally:
+        release_warm_actors()
+    prestart({"lr": 0.1}, ctx)  # a search cell of a kind that opens other sets first
     assert not POOL
 
 
