@@ -6,7 +6,8 @@ Workloads (issue 17), each timed as a user waits for it, medians over ``--repeat
 - ``startup``: seconds from the command to the first record of the smoke sweep, and the
   CPU-seconds its processes had spent by then, by role (driver, the Tune trial, party
   actors, Ray's own processes; read from ``/proc``, Linux only): on 2 cores start-up is
-  bound by that sum, not by any one wait.
+  bound by that sum, not by any one wait. ``--startup-against DIR`` also times another
+  checkout's start-up, one run of each in turn (``startup_against``).
 - ``heavy`` (``--heavy``): the compute-bound workload of ``benchmarks.sweep_throughput``.
 - ``cluster`` (``--cluster N``): N tiny trainings on a 4-node ``ray.cluster_utils.Cluster``;
   every record exactly once, and the driver's peak RSS against the trainings done.
@@ -115,16 +116,19 @@ def _cpu_by_role(root: int) -> dict[str, float]:
     return out
 
 
-def sweep_process(space: Path, results: Path, cpus: int) -> dict[str, Any]:
+def sweep_process(space: Path, results: Path, cpus: int, root: Path = ROOT) -> dict[str, Any]:
     """Wall seconds of ``sweep.py``, seconds to its first record line and (on Linux) the
-    CPU-seconds by role its processes had spent when that line came."""
+    CPU-seconds by role its processes had spent when that line came. ``root``: the
+    checkout whose code runs (first on ``PYTHONPATH``, which Ray's workers inherit)."""
     cmd = [sys.executable, "sweep.py", "--space", str(space), "--results", str(results)]
     cmd += ["--no-mlflow", "--num-cpus", str(cpus)]
     start = time.perf_counter()
     first, cpu = None, None
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    if root != ROOT:
+        env["PYTHONPATH"] = str(root)
     with subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+        cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -164,11 +168,11 @@ def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) ->
     return out
 
 
-def startup(cpus: int, repeats: int) -> dict[str, Any]:
+def startup(cpus: int, repeats: int, root: Path = ROOT) -> dict[str, Any]:
     firsts, walls, cpus_by_role = [], [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            out = sweep_process(ROOT / "search_spaces" / "smoke.yaml", Path(tmp), cpus)
+            out = sweep_process(Path("search_spaces/smoke.yaml"), Path(tmp), cpus, root)
             firsts.append(out["first_record"])
             walls.append(out["wall"])
             if out["cpu"] is not None:
@@ -193,11 +197,32 @@ def main() -> None:
     parser.add_argument("--cluster", type=int, default=0, help="tiny trainings on 4 nodes")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--startup-against",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. a `git worktree` of an older commit): its start-up is "
+        "measured too, one run of each in turn, so that both see the same machine",
+    )
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     run_trial(TrialSpec.build(**{**TINY, "epochs": 1}))  # warm this process (imports, torch)
     out: dict[str, Any] = {"cpus": args.cpus, "repeats": args.repeats}
-    out["startup"] = startup(args.cpus, args.repeats)
+    if args.startup_against is None:
+        out["startup"] = startup(args.cpus, args.repeats)
+    else:  # interleaved: this machine's load drifts more between runs than the gap
+        runs = [
+            (startup(args.cpus, 1), startup(args.cpus, 1, args.startup_against.resolve()))
+            for _ in range(args.repeats)
+        ]
+        for key, side in (("startup", 0), ("startup_against", 1)):
+            out[key] = {
+                m: statistics.median(r[side][m] for r in runs)
+                for m in ("first_record_s", "wall_s")
+            } | {"cpu_total_s": statistics.median(
+                r[side]["cpu_s_before_first_record"].get("total", 0.0) for r in runs
+            )}  # fmt: skip
+        out["startup_against"]["checkout"] = str(args.startup_against)
     if args.tiny:
         out["tiny"] = compare("tiny", TINY, args.tiny, args.cpus, args.repeats)
     if args.vflair:
