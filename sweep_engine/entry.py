@@ -4,9 +4,11 @@ Why a module of its own, importing no torch and none of our training code: Tune 
 the module of a trainable function before it calls it, and our training code brings
 torch (~3 CPU-s with Tune's own imports). A grid pack's trial starts its party actors
 first (``start_pack``), so their processes import torch while the trial's process does,
-instead of after it (the smoke sweep's first record came ~2-3 s sooner on 2 cores:
-``benchmarks.sweep_scale``). ``SweepContext`` (``context.py``) is as light, because
-Tune unpickles it before the trainable's first line runs.
+instead of about 3 s after it. On 2 cores start-up is bound by the CPU all processes
+spend, so the gain is smaller than that overlap (with the other start-up changes of
+issue 28, the smoke sweep's first record came 0.7-1.2 s sooner: docs/benchmarks.md).
+``SweepContext`` (``context.py``) is as light, because Tune unpickles it before the
+trainable's first line runs.
 """
 
 from __future__ import annotations
