@@ -34,8 +34,7 @@ from sweep_engine.runner import (
 )
 from sweep_engine.sink import RecordSink
 from sweep_engine.words import plural
-from trainables.kinds import kind_of
-from trainables.trial import actor_count
+from trainables.trial import actor_count, prestart_count
 
 
 def pack_config(pack: Pack) -> dict[str, str]:
@@ -43,8 +42,7 @@ def pack_config(pack: Pack) -> dict[str, str]:
     first (``entry.prestart``) only. Tune keeps every trial's config (in the trial, its
     tag, its JSON state) and the trainable sends it back with every report, so the pack's
     specs travel beside it in the object store (``pack_refs``)."""
-    first = pack.trainings[0].spec
-    prestart = actor_count(first) if kind_of(first).prestart else 0
+    prestart = prestart_count(pack.trainings[0].spec)
     return {"pack_id": pack.pack_id, "n_parties": str(pack.n_parties), "prestart": str(prestart)}
 
 

@@ -34,9 +34,8 @@ from sweep_engine.sink import RecordSink
 from sweep_engine.space import SearchBlock, SearchParam
 from sweep_engine.studies import cell_id, study_path
 from sweep_engine.words import plural
-from trainables.kinds import kind_of
 from trainables.spec import TrialSpec
-from trainables.trial import actor_count
+from trainables.trial import actor_count, prestart_count
 
 quiet.configure(quiet.VERBOSE)  # Optuna set its logger's level as it was imported
 
@@ -207,7 +206,7 @@ def _run_study(
     )
     ctx = dataclasses.replace(
         runner.context(plan, data_dir, cell.spec.model_dump(mode="json"), cell.attacks),
-        prestart=actor_count(cell.spec) if kind_of(cell.spec).prestart else 0,
+        prestart=prestart_count(cell.spec),
     )
     sink = RecordSink(sweep_dir)
     callback = runner.Progress(sink, n, label, tracker=tracker)

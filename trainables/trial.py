@@ -143,6 +143,13 @@ def actor_count(spec: TrialSpec) -> int:
     return kind_of(spec).actors(spec)
 
 
+def prestart_count(spec: TrialSpec) -> int:
+    """Party actors a trial of ``spec`` may start before it imports torch (its kind opens
+    them first, as one set: ``TrialKind.prestart``); 0 for kinds that open others first."""
+    kind = kind_of(spec)
+    return kind.actors(spec) if kind.prestart else 0
+
+
 def takes_model_params(spec: TrialSpec) -> bool:
     """Whether ``spec``'s kind reads ``model_params`` (trees, SSL variants) or refuses them."""
     try:
