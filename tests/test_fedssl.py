@@ -261,3 +261,16 @@ def test_real_mix_input_is_the_row_itself_at_lambda_one() -> None:
     gmix_step(agent.models, agent._optimizers(), x, p, ctx, None)
     ones = lam > 0.999  # Beta(0.01, 0.01): nearly every λ is 0 or 1
     assert ones.any() and torch.allclose(seen[0][ones], x[ones], atol=1e-2)
+
+
+def test_rounds_to_target_is_the_first_round_reaching_it_and_training_is_unchanged() -> None:
+    """The one round loop scores every round's global model; a target changes no training
+    (the curve is the same) and ``rounds_to_target`` is its first round (1-based) at it."""
+    plain = run_trial(spec_of("fedssl", epochs=4))[0]
+    curve = json.loads(plain.extra)["acc_by_round"]
+    assert plain.rounds_to_target is None and len(curve) == 4
+    # reached, at the latest, by the second-best round (the curve is rounded to 4 places)
+    target = sorted(curve)[-2] - 5e-5
+    aimed = run_trial(spec_of("fedssl", epochs=4, target_mp=target))[0]
+    assert json.loads(aimed.extra)["acc_by_round"] == curve and aimed.mp == plain.mp
+    assert aimed.rounds_to_target == 1 + next(t for t, a in enumerate(curve) if a >= target)

@@ -14,13 +14,12 @@ chain's result; FedAvg over the chain's vector and the query agents' vectors.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trainables.messages import Message
-from trainables.protocols.base import TrainResult
+from trainables.protocols.base import Rounds, TrainResult
 from trainables.transport.base import Transport
 from trainables.transport.group import PartyGroup
 
@@ -40,60 +39,79 @@ class RoundPlan:
     target_mp: float | None = None
 
 
-def rounds_to(acc_by_round: Sequence[float], target: float | None) -> int | None:
-    """The first round (1-based) whose global model reached ``target`` accuracy."""
-    if target is None:
-        return None
-    hits = [t + 1 for t, acc in enumerate(acc_by_round) if acc >= target]
-    return hits[0] if hits else None
-
-
 def _send(tr: Transport, msgs: Sequence[tuple[Any, ...]], new_round: bool) -> list[Message]:
     return tr.gather(tr.submit("local_round", msgs, training=True, new_round=new_round))
 
 
-def run_rounds(
-    group: PartyGroup, plan: RoundPlan, evaluate: Callable[[Message], float]
-) -> TrainResult:
-    """Train ``plan.rounds`` communication rounds; ``evaluate`` scores each global model.
+class FedSSLRounds(Rounds[PartyGroup, None]):
+    """``plan.rounds`` communication rounds on ``Rounds.run``'s loop, driven from the
+    trial's process; one epoch is one round, and every round's global model is scored by
+    ``evaluate`` (the curve is ``acc_by_round``).
 
-    ``outputs``: ``acc_by_round``, the server's ``privacy`` accounting and each agent's
-    labeled-data ``access`` log."""
-    agents = (*plan.support, *plan.query)
-    wires = {"all": group.transport(agents)}
-    if plan.warmup and plan.query and not plan.private:
-        wires["support"] = group.transport(list(plan.support))
-    if plan.private:
-        wires |= {f"s{k}": group.transport([k]) for k in plan.support}
-        wires["query"] = group.transport(plan.query)
-    blocks = {k: group.call(k, "dp_block") for k in plan.support} if plan.private else {}
-    accs: list[float] = []
-    start = time.perf_counter()
-    msg = group.call(plan.server, "global_message")
-    for t in range(plan.rounds):
+    Returns a ``TrainResult`` whose ``outputs`` hold ``acc_by_round``, the server's
+    ``privacy`` accounting and each agent's labeled-data ``access`` log."""
+
+    def __init__(self, plan: RoundPlan, score: Callable[[Message], float]) -> None:
+        self.plan, self.score = plan, score
+
+    def setup(self, group: PartyGroup, transport: None) -> None:
+        plan = self.plan
+        self.agents = (*plan.support, *plan.query)
+        self.wires = {"all": group.transport(self.agents)}
+        if plan.warmup and plan.query and not plan.private:
+            self.wires["support"] = group.transport(list(plan.support))
         if plan.private:
-            ups, weights = _private_round(group, plan, wires, blocks, msg, t)
+            self.wires |= {f"s{k}": group.transport([k]) for k in plan.support}
+            self.wires["query"] = group.transport(plan.query)
+        self.blocks = {k: group.call(k, "dp_block") for k in plan.support} if plan.private else {}
+        self.msg: Message = group.call(plan.server, "global_message")
+
+    def epoch_steps(self, group: PartyGroup, epoch: int) -> Sequence[int]:
+        return [epoch]  # round t = epoch t
+
+    def exchange(self, group: PartyGroup, transport: None, t: int, nxt: int | None) -> None:
+        """Round t: the global vector down, local steps, vectors up, FedAvg at the server."""
+        plan = self.plan
+        if plan.private:
+            ups, weights = _private_round(group, plan, self.wires, self.blocks, self.msg, t)
         else:
-            now = plan.support if t < plan.warmup else agents
-            wire = wires["support"] if t < plan.warmup else wires["all"]
-            ups = _send(wire, [(msg, t)] * len(now), new_round=True)
+            now = plan.support if t < plan.warmup else self.agents
+            wire = self.wires["support"] if t < plan.warmup else self.wires["all"]
+            ups = _send(wire, [(self.msg, t)] * len(now), new_round=True)
             weights = [_weight(plan, k, t) for k in now]
         group.call(plan.server, "aggregate", ups, weights)
-        msg = group.call(plan.server, "global_message")
-        accs.append(evaluate(msg))
-    seconds = time.perf_counter() - start
-    stats = [w.stats for w in wires.values()]
-    return TrainResult(
-        mp=accs[-1] if accs else float("nan"),
-        rounds=sum(s.rounds for s in stats),
-        comm_bytes=sum(s.comm_bytes for s in stats),
-        train_seconds=seconds,
-        outputs={
-            "acc_by_round": accs,
-            "privacy": group.call(plan.server, "privacy"),
-            "access": group.call_many([(k, "access_log", ()) for k in range(plan.server)]),
-        },
-    )
+        self.msg = group.call(plan.server, "global_message")
+
+    def pauses(self) -> bool:
+        return True  # every round's global model is scored
+
+    def evaluate(self, group: PartyGroup, transport: None) -> float:
+        return self.score(self.msg)
+
+    def result(self, group: PartyGroup, transport: None, seconds: float, total: int) -> TrainResult:
+        if total:
+            self.point(self.evaluate(group, transport), total)
+        stats = [w.stats for w in self.wires.values()]
+        return TrainResult(
+            mp=self.curve[-1] if self.curve else float("nan"),
+            rounds=sum(s.rounds for s in stats),
+            comm_bytes=sum(s.comm_bytes for s in stats),
+            train_seconds=seconds,
+            rounds_to_target=self.reached,
+            outputs={
+                "acc_by_round": self.curve,
+                "privacy": group.call(self.plan.server, "privacy"),
+                "access": group.call_many([(k, "access_log", ()) for k in range(self.plan.server)]),
+            },
+        )
+
+
+def run_rounds(
+    group: PartyGroup, plan: RoundPlan, score: Callable[[Message], float]
+) -> TrainResult:
+    """Train ``plan.rounds`` communication rounds; ``score`` scores each global model
+    (``rounds_to_target``: the first round, 1-based, whose model reached ``plan.target_mp``)."""
+    return FedSSLRounds(plan, score).run(group, None, plan.rounds, plan.target_mp)
 
 
 def _weight(plan: RoundPlan, k: int, t: int) -> float:

@@ -20,7 +20,7 @@ from trainables.fedssl.data import pixel_scale, split_rows
 from trainables.fedssl.dp import merged
 from trainables.fedssl.models import Classifier, build_models, flatten, load_flat
 from trainables.fedssl.options import GENERATIVE, FedSSLOptions, options_of
-from trainables.fedssl.protocol import RoundPlan, rounds_to, run_rounds
+from trainables.fedssl.protocol import RoundPlan, run_rounds
 from trainables.messages import Message
 from trainables.protocols.base import TrainResult
 from trainables.records import Record
@@ -113,7 +113,6 @@ def record_of(
         int(spec.n_labeled),  # type: ignore[arg-type]
         result,
         y_test=y_test,
-        rounds_to_target=rounds_to(result.outputs["acc_by_round"], spec.target_mp),
         epsilon=epsilon,
         extra=json.dumps(extra, sort_keys=True),
     )

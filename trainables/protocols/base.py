@@ -10,9 +10,9 @@ after every other hook, so codecs encode last on send and decode first on receiv
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from trainables.errors import refuse_unknown
 from trainables.messages import BatchRef, Message
@@ -23,6 +23,8 @@ from trainables.transport.base import CommStats, Pending, Transport
 PROTOCOLS: Registry = Registry("protocol")
 
 HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in PartyInit.hooks
+A = TypeVar("A")  # what a round loop drives from
+T = TypeVar("T")  # how it reaches the other parties
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,92 @@ class TrainResult:
         )
 
 
-class Protocol:
-    """Base: FedSGD-style rounds over the batch schedule; one exchange per round.
+class Rounds(Generic[A, T]):
+    """The one round loop (Flower's ``Strategy`` idea): ``run`` owns the rounds, the clock,
+    the epoch-end evaluations and the curve; a kind fills small hooks.
+
+    ``A``: what the loop drives from (the active party, a ``PartyGroup`` from the trial's
+    process, a tree session, a stack); ``T``: how it reaches the others (a ``Transport``,
+    or None where the hooks open their own wires on a group). Every kind's training is a
+    ``Rounds``: the NN protocols below, FedCVT, Paillier LR, FedHSSL pretraining, FedSSL's
+    rounds, the tree builders and the vectorized stack.
+
+    Hooks, in the order ``run`` calls them: ``setup`` (before the clock), ``epoch_steps``
+    (the rounds of one epoch), ``exchange`` (one round, given the next one),
+    ``pauses`` / ``observe`` (at an epoch end but the last), ``finish`` (after the last
+    round), ``result``. A loop object holds one training's state: one object per run.
+    """
+
+    target_mp: float | None = None
+    curve: list[float]  # test MP at each observed epoch end (and the end, with a target)
+    reached: int | None = None  # rounds done when the curve first reached the target
+
+    def run(self, active: A, transport: T, epochs: int, target_mp: float | None = None) -> Any:
+        """Train for ``epochs``, then ``result``: the one loop every kind's training runs.
+
+        At each epoch end but the last, ``pauses`` says whether to ``observe`` (with
+        ``target_mp``, test MP after every epoch: VFLAIR's #Rounds; the first epoch whose
+        MP reaches the target gives ``rounds_to_target`` = rounds completed by then).
+        Evaluation is counted apart (``eval_bytes``), draws no random numbers, so training
+        is unchanged by it, and its time is left out of ``train_seconds``.
+        """
+        self.target_mp, self.curve, self.reached = target_mp, [], None
+        self.setup(active, transport)
+        start = time.perf_counter()
+        per_epoch = [list(self.epoch_steps(active, epoch)) for epoch in range(epochs)]
+        steps = [step for epoch_steps in per_epoch for step in epoch_steps]
+        ends = set()
+        if self.pauses():
+            ends = {sum(map(len, per_epoch[: e + 1])) - 1 for e in range(epochs - 1)}
+        eval_seconds = 0.0
+        for i, step in enumerate(steps):
+            self.exchange(active, transport, step, steps[i + 1] if i + 1 < len(steps) else None)
+            if i in ends:
+                eval_start = time.perf_counter()
+                self.observe(active, transport, i + 1)
+                eval_seconds += time.perf_counter() - eval_start
+        self.finish(active, transport)
+        seconds = time.perf_counter() - start - eval_seconds
+        return self.result(active, transport, seconds, len(steps))
+
+    def setup(self, active: A, transport: T) -> None:
+        """Before the clock starts: what the loop needs once (Paillier LR's key, wires)."""
+
+    def epoch_steps(self, active: A, epoch: int) -> Sequence[Any]:
+        """The rounds of ``epoch``, each what ``exchange`` takes (a ``BatchRef``...)."""
+        raise NotImplementedError
+
+    def exchange(self, active: A, transport: T, step: Any, nxt: Any) -> None:
+        """One round; ``nxt``: the round after it (None after the last), for pipelining."""
+        raise NotImplementedError
+
+    def pauses(self) -> bool:
+        """Whether epoch ends are observed (by default: with a target MP)."""
+        return self.target_mp is not None
+
+    def observe(self, active: A, transport: T, done: int) -> None:
+        """At a paused epoch end, ``done`` rounds in: the curve's point."""
+        self.point(self.evaluate(active, transport), done)
+
+    def point(self, mp: float, done: int) -> None:
+        """One point of the curve; the first reaching the target gives ``reached``."""
+        self.curve.append(mp)
+        if self.reached is None and self.target_mp is not None and mp >= self.target_mp:
+            self.reached = done
+
+    def finish(self, active: A, transport: T) -> None:
+        """After the last round, before the clock stops (the last pending messages)."""
+
+    def evaluate(self, active: A, transport: T) -> float:
+        raise NotImplementedError
+
+    def result(self, active: A, transport: T, seconds: float, total: int) -> Any:
+        """What the training returns after ``total`` rounds in ``seconds``."""
+        raise NotImplementedError
+
+
+class Protocol(Rounds[ActiveParty, Transport]):
+    """Base NN protocol: FedSGD-style rounds over the batch schedule; one exchange per round.
 
     Subclasses declare ``defaults`` (their parameters) and may override ``local_steps``,
     ``codec_hooks`` or ``update``.
@@ -102,102 +188,32 @@ class Protocol:
     # FedCVT counts its final test exchange in ``comm_bytes`` (its papers' trials always did)
     test_bytes_in_comm: ClassVar[bool] = False
 
-    def run(
-        self,
-        active: ActiveParty,
-        transport: Transport,
-        epochs: int,
-        target_mp: float | None = None,
-    ) -> TrainResult:
-        """Train for ``epochs`` (``rounds``), then evaluate on the test rows: the one round
-        loop's bookkeeping, for every protocol.
-
-        With ``target_mp``, test MP is also measured after every epoch (VFLAIR's #Rounds):
-        the first epoch whose MP reaches the target gives ``rounds_to_target`` = rounds
-        completed by then. ``rounds`` pauses at each such epoch end with every party on the
-        same version of its model. Evaluation traffic is counted apart (``eval_bytes``) and
-        draws no random numbers, so training is unchanged by it; its time is left out of
-        ``train_seconds``.
-        """
-        self.setup(active, transport)
-        start = time.perf_counter()
-        curve: list[float] = []
-        reached: int | None = None
-        eval_seconds = 0.0
-        exchange = self.rounds(active, transport, epochs, target_mp is not None)
-        while True:
-            try:
-                done = next(exchange)  # an epoch ended (not the last), ``done`` rounds in
-            except StopIteration as end:
-                total: int = end.value
-                break
-            eval_start = time.perf_counter()
-            curve.append(self.evaluate(active, transport))
-            if reached is None and target_mp is not None and curve[-1] >= target_mp:
-                reached = done
-            eval_seconds += time.perf_counter() - eval_start
-        seconds = time.perf_counter() - start - eval_seconds
-        return self.result(active, transport, seconds, total, curve, reached, target_mp)
-
     def setup(self, active: ActiveParty, transport: Transport) -> None:
-        """Before the clock starts: what the protocol needs once (Paillier LR's key)."""
+        self.pending: Pending | None = None
 
-    def result(
-        self,
-        active: ActiveParty,
-        transport: Transport,
-        seconds: float,
-        total: int,
-        curve: list[float],
-        reached: int | None,
-        target_mp: float | None,
-    ) -> TrainResult:
-        """The test MP and the counters after ``total`` rounds (``curve``, ``reached``:
-        the per-epoch MPs and the rounds to the target so far)."""
-        before = transport.stats.eval_bytes
-        mp = self.evaluate(active, transport)
-        test_bytes = transport.stats.eval_bytes - before if self.test_bytes_in_comm else 0
-        if target_mp is not None:
-            curve.append(mp)
-            if reached is None and mp >= target_mp:
-                reached = total
-        return TrainResult.from_stats(
-            transport.stats,
-            comm_bytes=transport.stats.comm_bytes + test_bytes,
-            mp=mp,
-            train_seconds=seconds,
-            final_loss=float(active.last_loss),
-            rounds_to_target=reached,
-            mp_by_epoch=tuple(curve),
-        )
+    def epoch_steps(self, active: ActiveParty, epoch: int) -> Sequence[BatchRef]:
+        return active.schedule.refs(epoch)
 
-    def rounds(
-        self, active: ActiveParty, transport: Transport, epochs: int, evaluating: bool
-    ) -> Generator[int, None, int]:
-        """The exchange: every round of ``epochs`` over the shared schedule. Yields the
-        rounds done at each epoch end but the last when ``evaluating``; returns the total.
-
-        Round t: the passive parties apply gradient t-1 and send H(t) in one call; the
+    def exchange(
+        self, active: ActiveParty, transport: Transport, ref: BatchRef, nxt: BatchRef | None
+    ) -> None:
+        """Round t: the passive parties apply gradient t-1 and send H(t) in one call; the
         active party computes the loss and dL/dH(t), sends them with the request for
         H(t+1), and updates its own models while the passive parties work. Each party's
         arithmetic is exactly FedSGD's (FedBCD's with Q local steps); only the waiting
         overlaps. At a paused epoch end every party has applied the epoch's last gradient
         (the passive step that did so was submitted before the evaluation call, and a
-        party runs its calls in order).
-        """
-        per_epoch = [active.schedule.refs(epoch) for epoch in range(epochs)]
-        refs = [ref for epoch_refs in per_epoch for ref in epoch_refs]
-        epoch_ends = {sum(len(r) for r in per_epoch[: e + 1]) - 1 for e in range(epochs - 1)}
-        pending = self.send(transport, [None] * transport.n_peers, refs[0])
-        for i, ref in enumerate(refs):
-            active.forward(ref)
-            grads = active.passive_gradients(ref, transport.gather(pending))
-            pending = self.send(transport, grads, refs[i + 1] if i + 1 < len(refs) else None)
-            self.update(active, ref)
-            if evaluating and i in epoch_ends:
-                yield i + 1
-        transport.gather(pending)  # the last gradients: every party ends on the same version
-        return len(refs)
+        party runs its calls in order)."""
+        if self.pending is None:  # the first round: the request for H(0)
+            self.pending = self.send(transport, [None] * transport.n_peers, ref)
+        active.forward(ref)
+        grads = active.passive_gradients(ref, self.receive(transport, self.pending))
+        self.pending = self.send(transport, grads, nxt)
+        self.update(active, ref)
+
+    def finish(self, active: ActiveParty, transport: Transport) -> None:
+        if self.pending is not None:  # the last gradients: every party on the same version
+            transport.gather(self.pending)
 
     def send(
         self, transport: Transport, grads: Sequence[Message | None], nxt: BatchRef | None
@@ -207,6 +223,29 @@ class Protocol:
             "step", [(g, nxt) for g in grads], training=True, new_round=nxt is not None
         )
 
+    def receive(self, transport: Transport, pending: Pending) -> list[Any]:
+        """The passive parties' answers to the last ``send``: this round's H."""
+        return transport.gather(pending)
+
     def evaluate(self, active: ActiveParty, transport: Transport) -> float:
         test = transport.call("embed", [("test",)] * transport.n_peers, training=False)
         return active.evaluate(test)
+
+    def result(
+        self, active: ActiveParty, transport: Transport, seconds: float, total: int
+    ) -> TrainResult:
+        """The test MP and the counters after ``total`` rounds."""
+        before = transport.stats.eval_bytes
+        mp = self.evaluate(active, transport)
+        test_bytes = transport.stats.eval_bytes - before if self.test_bytes_in_comm else 0
+        if self.target_mp is not None:
+            self.point(mp, total)
+        return TrainResult.from_stats(
+            transport.stats,
+            comm_bytes=transport.stats.comm_bytes + test_bytes,
+            mp=mp,
+            train_seconds=seconds,
+            final_loss=float(active.last_loss),
+            rounds_to_target=self.reached,
+            mp_by_epoch=tuple(self.curve),
+        )

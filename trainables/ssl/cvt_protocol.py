@@ -18,7 +18,6 @@ representations); ``eval_bytes`` also holds any per-epoch evaluation (``target_m
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any, ClassVar
 
 from trainables.messages import Message
@@ -38,32 +37,35 @@ class CvtProtocol(Protocol):
     def local_steps(self) -> int:
         return int(self.params["local_steps"])
 
-    def rounds(  # type: ignore[override]
-        self, active: Any, transport: Transport, epochs: int, evaluating: bool
-    ) -> Generator[int, None, int]:
-        """``epochs * active.steps`` rounds (see the module doc); the pending gradients go
-        down to A before each pause, so A is evaluated on its updated encoders."""
-        semi, steps = bool(self.params["semi"]), int(active.steps)
-        total = epochs * steps
-        grads: Message | None = None
-        for step in range(total):
-            values = active.values(step) if semi else None
-            pending = transport.submit(
-                "round", [(grads, step, values)], training=True, new_round=True
-            )
-            grads = active.train_step(step, transport.gather(pending)[0])
-            if evaluating and (step + 1) % steps == 0 and step + 1 < total:
-                self._flush(transport, grads)  # A applies them before it is evaluated
-                grads = None
-                yield step + 1
-        self._flush(transport, grads)
-        return total
+    def setup(self, active: Any, transport: Transport) -> None:  # type: ignore[override]
+        self.grads: Message | None = None
+        self.semi, self.steps = bool(self.params["semi"]), int(active.steps)
 
-    @staticmethod
-    def _flush(transport: Transport, grads: Message | None) -> None:
+    def epoch_steps(self, active: Any, epoch: int) -> range:  # type: ignore[override]
+        """Global steps ``epoch * steps ...``: ``epochs * active.steps`` rounds in all."""
+        return range(epoch * self.steps, (epoch + 1) * self.steps)
+
+    def exchange(  # type: ignore[override]
+        self, active: Any, transport: Transport, step: int, nxt: int | None
+    ) -> None:
+        """One round (see the module doc)."""
+        values = active.values(step) if self.semi else None
+        pending = transport.submit(
+            "round", [(self.grads, step, values)], training=True, new_round=True
+        )
+        self.grads = active.train_step(step, transport.gather(pending)[0])
+
+    def observe(self, active: Any, transport: Transport, done: int) -> None:  # type: ignore[override]
+        """The pending gradients go down to A first, so A is evaluated on its updated
+        encoders."""
+        self.finish(active, transport)
+        super().observe(active, transport, done)
+
+    def finish(self, active: Any, transport: Transport) -> None:  # type: ignore[override]
         """The pending gradients down to A (no new round)."""
-        if grads is not None:
-            transport.call("round", [(grads, None, None)], training=True)
+        if self.grads is not None:
+            transport.call("round", [(self.grads, None, None)], training=True)
+        self.grads = None
 
     def evaluate(self, active: Any, transport: Transport) -> float:  # type: ignore[override]
         test = transport.call("test_reps", [()], training=False)[0]

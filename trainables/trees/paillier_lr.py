@@ -20,7 +20,7 @@ in its own process and is the only object that ever holds the secret key.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -246,32 +246,31 @@ class PaillierLR(Protocol):
         self._passives.call("set_key", [(self._pub,)] * n_p, training=False)
         self._ttp_bytes = self._relay_bytes = 0
 
-    def rounds(  # type: ignore[override]
-        self, active: ActiveLR, transport: Transport, epochs: int, evaluating: bool
-    ) -> Generator[int, None, int]:
-        """Every batch: [[H_k]] up, [[4 dL/dz]] down, masked gradients opened by the key
-        holder, SGD steps. No pause: ``target_mp`` is not measured (no per-epoch
-        evaluation here: ``rounds_to_target`` stays None)."""
-        yield from ()  # a generator that never pauses
+    def pauses(self) -> bool:
+        """No per-epoch evaluation here: ``rounds_to_target`` stays None."""
+        return False
+
+    def exchange(  # type: ignore[override]
+        self, active: ActiveLR, transport: Transport, ref: BatchRef, nxt: BatchRef | None
+    ) -> None:
+        """One batch: [[H_k]] up, [[4 dL/dz]] down, masked gradients opened by the key
+        holder, SGD steps."""
         passives, holder, n_p = self._passives, self._holder, self._passives.n_peers
-        total = 0
-        for epoch in range(epochs):
-            for ref in active.schedule.refs(epoch):
-                pending = passives.submit("forward", [(ref,)] * n_p, training=True, new_round=True)
-                d = active.combine(ref, passives.gather(pending))
-                masked = passives.call("backward", [(ref, d)] * n_p, training=True)
-                own = active.backward(ref, d)
-                if self._pub.encrypted:
-                    ttp, relay = self._open_and_step(ref, active, masked, own, passives, holder)
-                    self._ttp_bytes += ttp
-                    self._relay_bytes += relay
-                total += 1
-        return total
+        pending = passives.submit("forward", [(ref,)] * n_p, training=True, new_round=True)
+        d = active.combine(ref, passives.gather(pending))
+        masked = passives.call("backward", [(ref, d)] * n_p, training=True)
+        own = active.backward(ref, d)
+        if self._pub.encrypted:
+            ttp, relay = self._open_and_step(ref, active, masked, own, passives, holder)
+            self._ttp_bytes += ttp
+            self._relay_bytes += relay
+
+    def finish(self, active: ActiveLR, transport: Transport) -> None:  # type: ignore[override]
+        """Nothing is pending: every round ends with every party's step."""
 
     def result(  # type: ignore[override]
-        self, active: ActiveLR, transport: Transport, seconds: float, total: int,
-        curve: list[float], reached: int | None, target_mp: float | None,
-    ) -> TrainResult:  # fmt: skip
+        self, active: ActiveLR, transport: Transport, seconds: float, total: int
+    ) -> TrainResult:
         return self._result(active, self._passives, self._holder, seconds, self._ttp_bytes,
                             self._relay_bytes)  # fmt: skip
 

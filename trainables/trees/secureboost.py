@@ -9,10 +9,12 @@ the only difference: the trees and MP are the same (lossless, tested).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from trainables.protocols.base import Rounds
 from trainables.trees.builder import Tree, grow, leaves_of_test
 from trainables.trees.crypto import Packer
 from trainables.trees.session import TreeSession
@@ -63,6 +65,64 @@ def _grad_hess(margin: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.nd
     return p - onehot, np.maximum(2 * p * (1 - p), 1e-16)
 
 
+class Boosting(Rounds[TreeSession, None]):
+    """Boosting on ``Rounds.run``'s loop: an epoch is one tree, a round one ``grow`` (one
+    per output: C' rounds per tree). ``result``: test accuracy, the trees and (M, C')
+    test margins."""
+
+    def __init__(self, y_train: np.ndarray, y_test: np.ndarray, n_classes: int,
+                 params: BoostParams) -> None:  # fmt: skip
+        self.y_train, self.y_test, self.n_classes, self.params = y_train, y_test, n_classes, params
+        self.width = 1 if n_classes == 2 else n_classes
+
+    def setup(self, session: TreeSession, transport: None) -> None:
+        n, m = len(self.y_train), len(self.y_test)
+        self.margin = np.zeros((n, self.width))
+        self.test_margin = np.zeros((m, self.width))
+        if self.n_classes == 2:  # start from the label log-odds, as xgboost's intercept does
+            prior = np.clip(self.y_train.mean(), 1e-6, 1 - 1e-6)
+            self.margin[:] = self.test_margin[:] = np.log(prior / (1 - prior))
+        slot_bits = n.bit_length() + FRAC_BITS + 3
+        self.packer = Packer(2, slot_bits, session.keys.public.plaintext_bits)
+        self.rule = GainRule(self.packer, self.params.reg_lambda, self.params.min_child_weight)
+        self.rows = np.arange(n)
+        self.trees: list[Tree] = []
+
+    def epoch_steps(self, session: TreeSession, epoch: int) -> Sequence[int]:
+        return range(self.width)  # one grow per output of this epoch's tree
+
+    def exchange(self, session: TreeSession, transport: None, c: int, nxt: int | None) -> None:
+        """Grow output ``c``'s tree on the g, h of the margins as the tree began."""
+        params = self.params
+        if c == 0:
+            self.g, self.h = _grad_hess(self.margin, self.y_train, self.n_classes)
+        g, h = self.g, self.h
+        gi = np.rint(g[:, c] * OFFSET).astype(np.int64) + OFFSET
+        hi = np.rint(h[:, c] * OFFSET).astype(np.int64)
+        session.send_stats(self.packer.pack(np.stack([gi, hi], axis=1).tolist()), self.rows)
+        tree = grow(self.rule, session.keys, session.own, session.wire, session.n_passive,
+                    self.rows, params.max_depth, min_rows=1)  # fmt: skip
+        for i, node in enumerate(tree.nodes):
+            if node.is_leaf:
+                r = node.rows
+                w = -g[r, c].sum() / (h[r, c].sum() + params.reg_lambda)
+                tree.values[i] = np.array([params.learning_rate * w])
+                self.margin[r, c] += tree.values[i][0]
+        m = len(self.y_test)
+        leaf = leaves_of_test(tree, session.own, session.wire, session.n_passive, m)
+        self.test_margin[:, c] += np.array([tree.values[i][0] for i in leaf])
+        self.trees.append(tree)
+
+    def pauses(self) -> bool:
+        return False
+
+    def result(self, session: TreeSession, transport: None, seconds: float,
+               total: int) -> tuple[float, list[Tree], np.ndarray]:  # fmt: skip
+        tm = self.test_margin
+        pred = (tm[:, 0] > 0).astype(np.int64) if self.width == 1 else tm.argmax(1)
+        return float((pred == self.y_test).mean()), self.trees, tm
+
+
 def train_boost(
     session: TreeSession,
     y_train: np.ndarray,
@@ -71,34 +131,4 @@ def train_boost(
     params: BoostParams,
 ) -> tuple[float, list[Tree], np.ndarray]:
     """Boost; returns test accuracy, the trees and (M, C') test margins."""
-    n, m = len(y_train), len(y_test)
-    width = 1 if n_classes == 2 else n_classes
-    margin = np.zeros((n, width))
-    test_margin = np.zeros((m, width))
-    if n_classes == 2:  # start from the label log-odds, as xgboost's intercept does
-        prior = np.clip(y_train.mean(), 1e-6, 1 - 1e-6)
-        margin[:] = test_margin[:] = np.log(prior / (1 - prior))
-    slot_bits = n.bit_length() + FRAC_BITS + 3
-    packer = Packer(2, slot_bits, session.keys.public.plaintext_bits)
-    rule = GainRule(packer, params.reg_lambda, params.min_child_weight)
-    rows = np.arange(n)
-    trees = []
-    for _ in range(params.n_trees):
-        g, h = _grad_hess(margin, y_train, n_classes)
-        for c in range(width):
-            gi = np.rint(g[:, c] * OFFSET).astype(np.int64) + OFFSET
-            hi = np.rint(h[:, c] * OFFSET).astype(np.int64)
-            session.send_stats(packer.pack(np.stack([gi, hi], axis=1).tolist()), rows)
-            tree = grow(rule, session.keys, session.own, session.wire, session.n_passive,
-                        rows, params.max_depth, min_rows=1)  # fmt: skip
-            for i, node in enumerate(tree.nodes):
-                if node.is_leaf:
-                    r = node.rows
-                    w = -g[r, c].sum() / (h[r, c].sum() + params.reg_lambda)
-                    tree.values[i] = np.array([params.learning_rate * w])
-                    margin[r, c] += tree.values[i][0]
-            leaf = leaves_of_test(tree, session.own, session.wire, session.n_passive, m)
-            test_margin[:, c] += np.array([tree.values[i][0] for i in leaf])
-            trees.append(tree)
-    pred = (test_margin[:, 0] > 0).astype(np.int64) if width == 1 else test_margin.argmax(1)
-    return float((pred == y_test).mean()), trees, test_margin
+    return Boosting(y_train, y_test, n_classes, params).run(session, None, params.n_trees)

@@ -20,7 +20,6 @@ No Ray here: the actors host a ``VecStack`` as they host any party (``PartyActor
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty, PartyInit, binary_auc
-from trainables.protocols import TrainResult
+from trainables.protocols import Protocol, TrainResult
 from trainables.stacked import StackedMLP, StackedOptimizer, StackedSplitTop, agg_top
 from trainables.transport.base import CommStats, Transport
 
@@ -301,85 +300,83 @@ class _Counts:
                     self.stats[j].eval_bytes += n[j]
 
 
-@dataclass
-class VecRun:
-    """What ``PartyGroup.train`` runs at the active ``VecStack``: ``Protocol.run``'s rounds
-    for every stacked training at once. Returns one ``TrainResult`` per slot of the pack
-    (None where a slot was not stacked); ``train_seconds`` is each training's share."""
+class VecRun(Protocol):
+    """What ``PartyGroup.train`` runs at the active ``VecStack``: the base protocol's rounds
+    for every stacked training at once (``Rounds.run``'s loop). Returns one ``TrainResult``
+    per slot of the pack (None where a slot was not stacked); ``train_seconds`` is each
+    training's share. Its messages are counted per training (``_Counts``), not by the
+    transport."""
 
-    epochs: int
-    targets: list[float | None]  # per slot of the pack
-    slots: list[int]
+    name = "vectorized"
 
-    def run(
-        self, active: VecStack, transport: Transport, epochs: int = 0, target: Any = None
+    def __init__(self, targets: list[float | None], slots: list[int]) -> None:
+        super().__init__()
+        self.targets = targets  # per slot of the pack
+        self.slots = slots
+
+    def setup(self, active: VecStack, transport: Transport) -> None:  # type: ignore[override]
+        super().setup(active, transport)  # type: ignore[arg-type]
+        self.k = len(self.slots)
+        self.counts = _Counts([CommStats() for _ in self.slots])
+        self.slot_targets = [self.targets[s] for s in self.slots]
+        self.curves: list[list[float]] = [[] for _ in self.slots]
+        self.reached_at: list[int | None] = [None] * self.k
+
+    def epoch_steps(self, active: VecStack, epoch: int) -> Sequence[BatchRef]:  # type: ignore[override]
+        return active.parties[self.slots[0]].schedule.refs(epoch)  # every slot's count
+
+    def send(
+        self,
+        transport: Transport,
+        grads: Sequence[Payload | None],
+        nxt: BatchRef | None,  # type: ignore[override]
+    ) -> Any:
+        self.counts.sent(grads, nxt is not None)
+        return transport.submit("vstep", [(g, nxt) for g in grads], training=False, new_round=False)
+
+    def receive(self, transport: Transport, pending: Any) -> list[Any]:
+        embeddings = transport.gather(pending)
+        self.counts.received(embeddings, True, range(self.k))
+        return embeddings
+
+    def pauses(self) -> bool:
+        return any(t is not None for t in self.slot_targets)
+
+    def observe(self, active: VecStack, transport: Transport, done: int) -> None:  # type: ignore[override]
+        """Only the trainings with a target evaluate (and count eval traffic) at epoch ends."""
+        with_target = [j for j, t in enumerate(self.slot_targets) if t is not None]
+        self._curve(self._evaluate(active, transport, with_target), done)
+
+    def _evaluate(
+        self, active: VecStack, transport: Transport, counted: Sequence[int]
+    ) -> list[float]:
+        """Every training's MP; eval traffic counted for the ``counted`` ones."""
+        test = transport.call("vembed", [("test",)] * transport.n_peers, training=False)
+        self.counts.received(test, False, counted)
+        return active.evaluate(test)
+
+    def result(  # type: ignore[override]
+        self, active: VecStack, transport: Transport, seconds: float, total: int
     ) -> list[Any]:
-        start = time.perf_counter()
-        k, peers = len(self.slots), transport.n_peers
-        counts = _Counts([CommStats() for _ in self.slots])
-        schedule = active.parties[self.slots[0]].schedule  # every slot has its batch count
-        per_epoch = [schedule.refs(e) for e in range(self.epochs)]
-        refs = [ref for epoch_refs in per_epoch for ref in epoch_refs]
-        epoch_ends = {sum(len(r) for r in per_epoch[: e + 1]) - 1 for e in range(self.epochs - 1)}
-        targets = [self.targets[s] for s in self.slots]
-        curves: list[list[float]] = [[] for _ in self.slots]
-        reached: list[int | None] = [None] * k
-        eval_seconds = 0.0
-
-        def send(grads: Sequence[Payload | None], nxt: BatchRef | None) -> Any:
-            counts.sent(grads, nxt is not None)
-            return transport.submit(
-                "vstep", [(g, nxt) for g in grads], training=False, new_round=False
-            )
-
-        def evaluate(counted: Sequence[int]) -> list[float]:
-            """Every training's MP; eval traffic counted for the ``counted`` ones (a
-            training alone evaluates at epoch ends only when it has a target)."""
-            test = transport.call("vembed", [("test",)] * peers, training=False)
-            counts.received(test, False, counted)
-            return active.evaluate(test)
-
-        pending = send([None] * peers, refs[0])
-        for i, ref in enumerate(refs):
-            active.forward(ref)
-            embeddings = transport.gather(pending)
-            counts.received(embeddings, True, range(k))
-            grads = active.passive_gradients(ref, embeddings)
-            pending = send(grads, refs[i + 1] if i + 1 < len(refs) else None)
-            active.update()
-            if any(t is not None for t in targets) and i in epoch_ends:
-                eval_start = time.perf_counter()
-                with_target = [j for j, t in enumerate(targets) if t is not None]
-                self._curve(evaluate(with_target), targets, curves, reached, i + 1)
-                eval_seconds += time.perf_counter() - eval_start
-        transport.gather(pending)
-        seconds = time.perf_counter() - start - eval_seconds
-        mps = evaluate(range(k))
-        self._curve(mps, targets, curves, reached, len(refs))
+        mps = self._evaluate(active, transport, range(self.k))
+        self._curve(mps, total)
         out: list[Any] = [None] * len(self.targets)
         for j, s in enumerate(self.slots):
             out[s] = TrainResult.from_stats(
-                counts.stats[j],
+                self.counts.stats[j],
                 mp=mps[j],
-                train_seconds=seconds / k,
+                train_seconds=seconds / self.k,
                 final_loss=float(active.losses[j]),
-                rounds_to_target=reached[j],
-                mp_by_epoch=tuple(curves[j]),
+                rounds_to_target=self.reached_at[j],
+                mp_by_epoch=tuple(self.curves[j]),
             )
         return out
 
-    @staticmethod
-    def _curve(
-        mps: list[float],
-        targets: list[float | None],
-        curves: list[list[float]],
-        reached: list[int | None],
-        rounds: int,
-    ) -> None:
+    def _curve(self, mps: list[float], rounds: int) -> None:
         """Per training with a target: its curve point and the first round count reaching it."""
-        for j, t in enumerate(targets):
+        for j, t in enumerate(self.slot_targets):
             if t is None:
                 continue
-            curves[j].append(mps[j])
-            if reached[j] is None and mps[j] >= t:
-                reached[j] = rounds
+            self.curves[j].append(mps[j])
+            if self.reached_at[j] is None and mps[j] >= t:
+                self.reached_at[j] = rounds

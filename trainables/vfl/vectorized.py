@@ -48,10 +48,11 @@ from trainables.vfl.vec_stack import VecRun, VecStackInit
 
 Fallback = Callable[[Sequence[Job], Dataset, Placement], Iterator[tuple[int, Outcome]]]
 OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
-# ``Protocol.run``'s pieces that ``VecRun`` replaces: a protocol that overrides one does
-# not stack (FedSGD, FedBCD and the compressed protocols override none; their Q local
-# steps and codecs are what the stack runs)
-LOOP_HOOKS = ("run", "rounds", "update", "send", "evaluate")
+# The base protocol's hooks that ``VecRun`` replaces or inherits: a protocol that overrides
+# one does not stack (FedSGD, FedBCD and the compressed protocols override none; their Q
+# local steps and codecs are what the stack runs)
+LOOP_HOOKS = ("run", "setup", "epoch_steps", "exchange", "update", "send", "receive",
+              "pauses", "observe", "finish", "evaluate", "result")  # fmt: skip
 
 
 # What a stacked party cannot hand to a hook: the model (MID's bottleneck, CAE's decoder
@@ -204,10 +205,7 @@ def _train_stacked(
         results: list[Any] = [None] * len(ready)
         if slots:
             group.call_all("stack", slots)
-            run = VecRun(
-                epochs=int(jobs[ready[0].index].spec.epochs),  # type: ignore[arg-type]
-                targets=[r.prepared.target_mp for r in ready],
-                slots=slots,
-            )
-            results = group.train(run, 0)
+            run = VecRun(targets=[r.prepared.target_mp for r in ready], slots=slots)
+            epochs = int(jobs[ready[0].index].spec.epochs)  # type: ignore[arg-type]
+            results = group.train(run, epochs)
         return collect_trained(group, ready, results, errors)

@@ -18,14 +18,15 @@ counted again. A batch of step 1 and each aggregation are one round each.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from trainables.messages import BatchSchedule, Message
-from trainables.protocols.base import TrainResult
-from trainables.transport.base import CommStats, Transport
+from trainables.messages import BatchRef, BatchSchedule, Message
+from trainables.protocols.base import Rounds, TrainResult
+from trainables.transport.base import Transport
 from trainables.transport.group import PartyGroup
 
 
@@ -45,25 +46,72 @@ def senders(n: int) -> list[tuple[int, int]]:
     return [(k, active) for k in range(active)] + [(active, k) for k in range(active)]
 
 
-def cross_party_epoch(
-    group: PartyGroup, wire: Transport, epoch: int, n_aligned: int, batch: int, seed: int
-) -> float:
-    """Step 1: one epoch of Eq. (5) over the aligned rows; representations only.
+class Pretraining(Rounds[PartyGroup, None]):
+    """``epochs`` global iterations of the enabled steps on ``Rounds.run``'s loop, driven
+    from the trial's process; ``server`` only with PMA. An epoch's steps: every batch of
+    step 1 (one round each), then step 2, then step 3 (one round). No test MP (NaN);
+    ``outputs``: the ``cross_loss`` and ``local_loss`` per epoch."""
 
-    ``wire`` reaches the senders of ``senders(n)`` (the active party once per passive one).
-    """
-    pairs = senders(group.n)
-    losses = []
-    for ref in BatchSchedule(n_aligned, batch, seed).refs(epoch):
+    def __init__(self, server: PartyGroup | None, stages: Stages, n_aligned: int, batch: int,
+                 gamma: float, seed: int) -> None:  # fmt: skip
+        assert server is not None or not stages.pma, "partial model aggregation needs the server"
+        self.server, self.stages = server, stages
+        self.n_aligned, self.batch, self.gamma, self.seed = n_aligned, batch, gamma, seed
+
+    def setup(self, group: PartyGroup, transport: None) -> None:
+        self.pairs = senders(group.n)
+        # the cross wire reaches every sender (the active party once per passive one)
+        self.cross_wire = group.transport([s for s, _ in self.pairs])
+        self.pma_wire = group.transport(list(range(group.n)))
+        self.batch_loss: dict[int, list[float]] = {}  # epoch -> step 1's loss per batch
+        self.local_loss: list[float] = []
+
+    def epoch_steps(self, group: PartyGroup, epoch: int) -> Sequence[tuple[str, Any]]:
+        cross = BatchSchedule(self.n_aligned, self.batch, self.seed).refs(epoch)
+        return [
+            *((("cross", ref) for ref in cross) if self.stages.cross else ()),
+            *((("local", epoch),) if self.stages.local else ()),
+            *((("pma", epoch),) if self.stages.pma else ()),
+        ]
+
+    def exchange(self, group: PartyGroup, transport: None, step: tuple[str, Any],
+                 nxt: Any) -> None:  # fmt: skip
+        what, arg = step
+        if what == "cross":
+            self.batch_loss.setdefault(arg.epoch, []).append(self.cross_batch(group, arg))
+        elif what == "local":  # guided when cross-party SSL is on
+            g = self.gamma if self.stages.cross else 0.0
+            self.local_loss.append(float(np.mean(group.call_all("local_epoch", arg, g))))
+        else:
+            assert self.server is not None
+            aggregate(group, self.server, self.pma_wire)
+
+    def cross_batch(self, group: PartyGroup, ref: BatchRef) -> float:
+        """Step 1 on one batch of Eq. (5) over the aligned rows; representations only."""
+        wire = self.cross_wire
         sent: list[Message] = wire.gather(
-            wire.submit("cross_send", [(ref, dst) for _, dst in pairs], training=True,
+            wire.submit("cross_send", [(ref, dst) for _, dst in self.pairs], training=True,
                         new_round=True)
         )  # fmt: skip
         inbox = {k: [m for m in sent if m.dst == k] for k in range(group.n)}
         assert len(inbox[group.n - 1]) == group.n - 1  # the active party heard every passive
         out = group.call_many([(k, "cross_update", (ref, *inbox[k])) for k in range(group.n)])
-        losses.append(float(np.mean(out)))
-    return float(np.mean(losses))
+        return float(np.mean(out))
+
+    def pauses(self) -> bool:
+        return False
+
+    def result(self, group: PartyGroup, transport: None, seconds: float, total: int) -> TrainResult:
+        stats = [self.cross_wire.stats, self.pma_wire.stats]
+        return TrainResult(
+            rounds=sum(s.rounds for s in stats),
+            comm_bytes=sum(s.comm_bytes for s in stats),
+            train_seconds=seconds,
+            outputs={
+                "cross_loss": [float(np.mean(v)) for _, v in sorted(self.batch_loss.items())],
+                "local_loss": self.local_loss,
+            },
+        )
 
 
 def aggregate(group: PartyGroup, server: PartyGroup, wire: Transport) -> None:
@@ -85,32 +133,5 @@ def pretrain(
     gamma: float,
     seed: int,
 ) -> TrainResult:
-    """Run ``epochs`` global iterations of the enabled steps; ``server`` only with PMA.
-    No test MP (NaN); ``outputs``: the ``cross_loss`` and ``local_loss`` per epoch."""
-    start = time.perf_counter()
-    cross_loss: list[float] = []
-    local_loss: list[float] = []
-    cross_wire = group.transport([s for s, _ in senders(group.n)])
-    pma_wire = group.transport(list(range(group.n)))
-    for epoch in range(epochs):
-        if stages.cross:
-            loss = cross_party_epoch(group, cross_wire, epoch, n_aligned, batch, seed)
-            cross_loss.append(loss)
-        if stages.local:
-            g = gamma if stages.cross else 0.0
-            local_loss.append(float(np.mean(group.call_all("local_epoch", epoch, g))))
-        if stages.pma:
-            assert server is not None, "partial model aggregation needs the server"
-            aggregate(group, server, pma_wire)
-    rounds, comm_bytes = total([cross_wire.stats, pma_wire.stats])
-    return TrainResult(
-        rounds=rounds,
-        comm_bytes=comm_bytes,
-        train_seconds=time.perf_counter() - start,
-        outputs={"cross_loss": cross_loss, "local_loss": local_loss},
-    )
-
-
-def total(stats: list[CommStats]) -> tuple[int, int]:
-    """(rounds, bytes) over several transports."""
-    return sum(s.rounds for s in stats), sum(s.comm_bytes for s in stats)
+    """Run ``epochs`` global iterations of the enabled steps (``Pretraining``)."""
+    return Pretraining(server, stages, n_aligned, batch, gamma, seed).run(group, None, epochs)
