@@ -15,6 +15,7 @@ from trainables.data.split import split_record
 from trainables.spec import TrialSpec
 
 if TYPE_CHECKING:
+    from trainables.attacks.harness import AttackOutcome
     from trainables.protocols.base import TrainResult
 
 ENGINE_VERSION = "0.1.0"
@@ -178,6 +179,21 @@ class Record:
             "trial_id": spec.config_hash,
         }
         return cls.clean(spec, n_labeled, **{**measured, **fields})
+
+    def attacked(self, out: AttackOutcome) -> Record:
+        """The record of attack ``out`` on this clean record's training, whatever its kind:
+        the judge's AP beside its baseline (advantage, its SE, collapse), the MP under
+        attack with its SE, the attack's seconds, and ``extra`` with what the attack ran
+        with (``attack_label``, ``attack_preset``, ``attack_params``: ``record_extra``)."""
+        return dataclasses.replace(
+            self,
+            attack=out.name,
+            attack_type=out.type,
+            attacker_party=out.attacker,
+            **out.record_fields(),
+            attack_seconds=round(out.seconds, 4),
+            extra=json.dumps({**json.loads(self.extra or "{}"), **out.extra}, sort_keys=True),
+        )
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)

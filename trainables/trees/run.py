@@ -134,20 +134,16 @@ def _attack_record(clean: Record, out: TrainResult, name: str, params: dict[str,
     and its SE stay the clean record's: the attack reads the view, it tampers nothing."""
     from trainables.attacks import ATTACKS
     from trainables.attacks.chance import score_labels
-    from trainables.attacks.harness import merged_extra
+    from trainables.attacks.harness import AttackOutcome
 
     attack = ATTACKS.create(name, **params)
     start = time.perf_counter()
     view, view_labels = out.outputs["view"], out.outputs["view_labels"]
     guess = attack.run(view)
     score = score_labels(guess, view_labels, np.zeros(0, dtype=np.int64))
-    extra = merged_extra(clean.extra, {**attack.record_extra(), "attack_rows": len(guess.rows)})
-    return dataclasses.replace(
-        clean,
-        attack=name,
-        attack_type=attack.info.type,
-        attacker_party=view.party_id,
-        **score.ap_fields(),  # ap beside its baseline; mp and mp_se: the clean record's
-        attack_seconds=round(time.perf_counter() - start, 4),
-        extra=extra,
+    score = dataclasses.replace(score, mp=clean.mp, mp_se=clean.mp_se)
+    extra = {**attack.record_extra(), "attack_rows": len(guess.rows)}
+    seconds = time.perf_counter() - start
+    return clean.attacked(
+        AttackOutcome(name, attack.info.type, view.party_id, score, seconds, extra)
     )

@@ -12,7 +12,6 @@ bottoms start pretrained. Party ``K-1`` is the active party (VFLAIR's convention
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -242,16 +241,6 @@ def records_of(
         extra=applied if not extra else merged_extra(applied, extra),
     )
     records = [] if spec.train_attack != "none" else [clean]
-    for out in run_attacks(trained.parties, attacks, spec.seed) if attacks else ():
-        records.append(
-            dataclasses.replace(
-                clean,
-                attack=out.name,
-                attack_type=out.type,
-                attacker_party=out.attacker,
-                **out.record_fields(),  # ap, its baseline and advantage, mp, their SEs
-                attack_seconds=round(out.seconds, 4),
-                extra=merged_extra(clean.extra, out.extra),  # + the preset and params
-            )
-        )
+    outcomes = run_attacks(trained.parties, attacks, spec.seed) if attacks else []
+    records += [clean.attacked(out) for out in outcomes]
     return records
