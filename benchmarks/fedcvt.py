@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from trainables.defenses.stack import DefenseStack
 from trainables.spec import TrialSpec
 from trainables.trial import run_trial
 
@@ -278,7 +279,9 @@ def estimate_quality(
     )  # fmt: skip
     ds = load_dataset(dataset)
     opts = runner.cvt_options(spec, True)
-    with open_parties(runner.party_inits(spec, ds, opts), LOCAL) as group:
+    with open_parties(
+        runner.party_inits(spec, ds, opts, DefenseStack.compile(spec)), LOCAL
+    ) as group:
         group.train(CvtProtocol(semi=True), epochs)
         a, b = group.snapshot()
     rows = runner.choose_rows(spec, ds, opts.n_local)

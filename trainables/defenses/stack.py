@@ -42,58 +42,78 @@ PLAIN_SENDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def incompatibility(spec: TrialSpec, sends: dict[str, tuple[str, ...]] = PLAIN_SENDS) -> str | None:
-    """Why a defense of ``spec`` could never act in its trial (the planner drops the cell),
-    or None; ConfigError for bad names or parameters. A neutral strength acts on nothing
-    by definition and trains like no defense: it runs."""
-    for defense in build(spec):
-        why = defense.inapplicable(sends[defense.party]) if defense.must_apply() else None
-        if why is not None:
-            given = ", ".join(f"{k}={v}" for k, v in sorted(defense.params.items()))
-            given = f" ({given})" if given else ""
-            return f"defense {defense.name}{given} would never apply: {why}"
-    return None
+HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in PartyInit.hooks
 
 
-def build(spec: TrialSpec) -> list[Defense]:
-    """Instantiate every defense once (validates names, strengths and parameters)."""
-    return [
-        DEFENSES.create(e.name, strength=e.strength, seed=spec.seed, index=i, **e.params)  # type: ignore[misc]
-        for i, e in enumerate(entries(spec))
-    ]
+@dataclass(frozen=True)
+class DefenseStack:
+    """A spec's defenses read once: each entry beside its built ``Defense`` (names,
+    strengths and parameters validated by building). A trial compiles its stack when it
+    prepares its parties, installs their hooks from it and hands the same object to its
+    record, so the hooks that ran and the record's defense columns come from one reading
+    of the spec. Each party still builds its own hook objects from ``hook_entries``: on a
+    remote actor they must be built there, with their own random streams."""
 
+    seed: int
+    n_parties: int
+    primary: bool  # the spec names a primary defense (``defense != 'none'``)
+    entries: tuple[StackEntry, ...]
+    defenses: tuple[Defense, ...]  # entries[i] built, ``index=i``
 
-def hook_entries(spec: TrialSpec) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
-    """``PartyInit.hooks`` entries per party index for the spec's defenses."""
-    out: dict[int, list[tuple[str, str, dict[str, Any]]]] = {}
-    active = spec.n_parties - 1
-    for i, (entry, defense) in enumerate(zip(entries(spec), build(spec), strict=True)):
-        params = {"strength": entry.strength, "seed": spec.seed, "index": i, **entry.params}
-        targets = [active] if defense.party == "active" else list(range(active))
-        for k in targets:
-            out.setdefault(k, []).append(("defense", entry.name, params))
-    return out
+    @classmethod
+    def compile(cls, spec: TrialSpec) -> DefenseStack:
+        """ConfigError for a bad name, strength or parameter."""
+        found = tuple(entries(spec))
+        built = tuple(
+            DEFENSES.create(e.name, strength=e.strength, seed=spec.seed, index=i, **e.params)  # type: ignore[misc]
+            for i, e in enumerate(found)
+        )
+        return cls(spec.seed, spec.n_parties, spec.defense != "none", found, built)
 
+    def incompatibility(self, sends: dict[str, tuple[str, ...]] = PLAIN_SENDS) -> str | None:
+        """Why a defense could never act in a trial whose parties send ``sends`` (the
+        planner drops the cell), or None. A neutral strength acts on nothing by definition
+        and trains like no defense: it runs."""
+        for defense in self.defenses:
+            why = defense.inapplicable(sends[defense.party]) if defense.must_apply() else None
+            if why is not None:
+                given = ", ".join(f"{k}={v}" for k, v in sorted(defense.params.items()))
+                given = f" ({given})" if given else ""
+                return f"defense {defense.name}{given} would never apply: {why}"
+        return None
 
-def record_fields(spec: TrialSpec, merged: Sequence[Applied], sample_rate: float) -> dict[str, Any]:
-    """The record's defense columns: ``defense_party`` (``active``, ``passive``, ``+``-joined
-    for a stack, empty without), ``defense_param`` (the primary strength as applied, its
-    default filled in) and ``epsilon`` at delta=1e-5 of the accounted defenses (G-DP at the
-    active party; summed over a stack by basic composition; None if none accounts), each
-    after the releases its mechanism counted (``merged``: ``checked``'s entries)."""
-    built = build(spec)
-    steps = {entry.key: entry.dp_steps for entry in merged}
-    spent = [
-        eps
-        for d in built
-        if hasattr(d, "privacy_spent")
-        and (eps := d.privacy_spent(steps.get(d.index) or 0, sample_rate)) is not None
-    ]
-    return {
-        "defense_party": "+".join(d.party for d in built),
-        "defense_param": built[0].strength if built and spec.defense != "none" else None,
-        "epsilon": float(sum(spent)) if spent else None,
-    }
+    def hook_entries(self) -> dict[int, list[HookEntry]]:
+        """``PartyInit.hooks`` entries per party index: an active-party defense at party
+        K-1, a passive-party one at every passive party."""
+        out: dict[int, list[HookEntry]] = {}
+        active = self.n_parties - 1
+        for i, (entry, defense) in enumerate(zip(self.entries, self.defenses, strict=True)):
+            params = {"strength": entry.strength, "seed": self.seed, "index": i, **entry.params}
+            targets = [active] if defense.party == "active" else list(range(active))
+            for k in targets:
+                out.setdefault(k, []).append(("defense", entry.name, params))
+        return out
+
+    def record_fields(self, merged: Sequence[Applied], sample_rate: float) -> dict[str, Any]:
+        """The record's defense columns: ``defense_party`` (``active``, ``passive``,
+        ``+``-joined for a stack, empty without), ``defense_param`` (the primary strength
+        as applied, its default filled in) and ``epsilon`` at delta=1e-5 of the accounted
+        defenses (G-DP at the active party; summed over a stack by basic composition; None
+        if none accounts), each after the releases its mechanism counted (``merged``:
+        ``checked``'s entries)."""
+        steps = {entry.key: entry.dp_steps for entry in merged}
+        spent = [
+            eps
+            for d in self.defenses
+            if hasattr(d, "privacy_spent")
+            and (eps := d.privacy_spent(steps.get(d.index) or 0, sample_rate)) is not None
+        ]
+        built = self.defenses
+        return {
+            "defense_party": "+".join(d.party for d in built),
+            "defense_param": built[0].strength if built and self.primary else None,
+            "epsilon": float(sum(spent)) if spent else None,
+        }
 
 
 def checked(reports: Sequence[Sequence[dict[str, Any]]], by: str = "index") -> list[Applied]:

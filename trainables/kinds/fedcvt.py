@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables.data import Dataset, load_dataset
-from trainables.defenses import stack as defense_stack
+from trainables.defenses.stack import DefenseStack
 from trainables.jobs import AttackSpec
 from trainables.kinds.base import TrialKind
 from trainables.records import Record
@@ -47,7 +47,7 @@ def semi(spec: TrialSpec) -> bool:
 
 
 def sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
-    """The message kinds each FedCVT party sends (``defense_stack.incompatibility``)."""
+    """The message kinds each FedCVT party sends (``DefenseStack.incompatibility``)."""
     if semi(spec):
         return {"active": (VALUES, GRADIENT), "passive": (*UP_KINDS, TEST)}
     return {"active": (GRADIENT,), "passive": (*REPS_SPLIT, TEST)}
@@ -55,7 +55,8 @@ def sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
 
 def defense_refusal(spec: TrialSpec) -> str | None:
     """Why a defense of ``spec`` has no place in FedCVT, or None."""
-    for d in defense_stack.build(spec):
+    stack = DefenseStack.compile(spec)
+    for d in stack.defenses:
         if d.targets() is None:
             return (
                 f"defense {d.name} acts on the active party's loss or top model, which "
@@ -68,7 +69,7 @@ def defense_refusal(spec: TrialSpec) -> str | None:
                 "scheduled batch; FedCVT's gradients are per representation tensor over the "
                 "whole overlap or unlabeled rows; use residual: 0"
             )
-    return defense_stack.incompatibility(spec, sends(spec))
+    return stack.incompatibility(sends(spec))
 
 
 def protocol_refusal(spec: TrialSpec) -> str | None:
@@ -124,15 +125,15 @@ class FedCVTKind(TrialKind):
         evaluated = attacks_of(spec, attacks)
         opts = runner.cvt_options(spec, semi(spec))
         protocol, codecs = cvt_protocol(spec)
-        inits = runner.party_inits(
-            spec, ds, opts, local_steps=protocol.local_steps, codecs=codecs, attacks=evaluated
-        )
+        defenses = DefenseStack.compile(spec)
+        inits = runner.party_inits(spec, ds, opts, defenses, local_steps=protocol.local_steps,
+                                   codecs=codecs, attacks=evaluated)  # fmt: skip
         keep = bool(evaluated)
         with open_parties(inits, placement) as group:
             result = group.train(protocol, int(spec.epochs), spec.target_mp)  # type: ignore[arg-type]
             measured = group.call(1, "measurements")
             parties = group.snapshot() if keep or not placement.remote else []
-            trained = Trained(result, parties, group.call_all("defense_applied"))
+            trained = Trained(result, parties, group.call_all("defense_applied"), defenses)
         rows = runner.choose_rows(spec, ds, opts.n_local)
         extra = runner.measurements(measured, result.rounds, ds, rows, inits[0].steps, semi(spec))
         if semi(spec):  # which pseudo-label rule and estimate scaling ran (``CvtOptions``)

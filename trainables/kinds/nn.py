@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables.data import DATASETS, Dataset, load_dataset, split_refusal
-from trainables.defenses import stack as defense_stack
+from trainables.defenses.stack import DefenseStack
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.kinds.base import TrialKind
 from trainables.models import BOTTOMS
@@ -51,10 +51,10 @@ class NNKind(TrialKind):
         DATASETS.get(spec.dataset)
         BOTTOMS.get(str(spec.model))
         PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-        defense_stack.build(spec)
+        DefenseStack.compile(spec)
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
-        reason = defense_stack.incompatibility(spec)  # a defense with nothing to act on here
+        reason = DefenseStack.compile(spec).incompatibility()  # nothing to act on here
         if reason is not None:
             return reason
         return split_refusal(spec, load_dataset(spec.dataset, data_dir, **spec.dataset_params))

@@ -26,7 +26,7 @@ from trainables.data import (
     split_for,
     split_refusal,
 )
-from trainables.defenses import stack as defense_stack
+from trainables.defenses.stack import DefenseStack
 from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec
 from trainables.party import PartyConfig
@@ -100,6 +100,7 @@ def party_inits(
     spec: TrialSpec,
     ds: Dataset,
     opts: CvtOptions,
+    stack: DefenseStack,
     *,
     local_steps: int = 1,
     codecs: Sequence[HookEntry] = (),
@@ -107,7 +108,7 @@ def party_inits(
 ) -> tuple[CvtPartyInit, ...]:
     """(passive A, active B) inits; only B's carries labels (``check_cvt`` ran before).
 
-    Each party gets the spec's defenses for its side (``hook_entries``), then the codecs;
+    Each party gets ``stack``'s defenses for its side (``hook_entries``), then the codecs;
     the attacker party a message log / training-time attack as the ``attacks`` need."""
     from trainables.vfl.training import attack_needs, aux_for
 
@@ -126,7 +127,7 @@ def party_inits(
     config = party_config(spec, ds.n_classes, local_steps)
     steps = steps_per_epoch(len(rows.overlap), len(rows.own_a), len(rows.own_b), config.batch_size)
     record, install = attack_needs(spec, attacks)
-    defenses = defense_stack.hook_entries(spec)
+    defenses = stack.hook_entries()
     y_ol = ds.y_train[rows.overlap]
     return tuple(
         CvtPartyInit(
@@ -194,7 +195,7 @@ def check_cvt(spec: TrialSpec) -> None:
     BOTTOMS.get(str(spec.model))
     cvt_options(spec, True)
     PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    defense_stack.build(spec)
+    DefenseStack.compile(spec)
     if spec.n_parties != 2:
         raise ConfigError(
             f"ssl_variant={spec.ssl_variant!r} needs n_parties=2, got n_parties={spec.n_parties}"

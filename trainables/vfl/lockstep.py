@@ -177,5 +177,6 @@ def collect_trained(
             out.append((None, errors[s]))
             continue
         own = [stack[attacked.index(s)] for stack in parties] if s in attacked else []
-        out.append((Trained(results[s], own, [r[s] for r in reports]), None))
+        defenses = ready[s].prepared.defenses
+        out.append((Trained(results[s], own, [r[s] for r in reports], defenses), None))
     return out

@@ -28,6 +28,7 @@ from trainables.attacks.harness import (
 )
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_for
 from trainables.defenses import stack as defense_stack
+from trainables.defenses.stack import DefenseStack
 from trainables.jobs import AttackSpec
 from trainables.party import Labels, Party, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
@@ -42,6 +43,7 @@ from trainables.transport.placement import LOCAL, Placement
 class PreparedTrial:
     inits: tuple[PartyInit, ...]  # party order; the last one is active
     protocol: Protocol
+    defenses: DefenseStack  # the spec's, read once: the parties' hooks and the record's columns
     n_labeled: int
     target_mp: float | None = None  # rounds_to_target is measured against it
 
@@ -60,12 +62,14 @@ class PreparedTrial:
 
 @dataclass(frozen=True)
 class Trained:
-    """What a training left: the protocol's result, the parties (for attacks), and each
-    party's defense application counts (``Party.defense_applied``)."""
+    """What a training left: the protocol's result, the parties (for attacks), each
+    party's defense application counts (``Party.defense_applied``) and the defenses it
+    ran (for the record's columns)."""
 
     result: TrainResult
     parties: list[Any]
     reports: list[Any]
+    defenses: DefenseStack
 
 
 def attacks_of(spec: TrialSpec, attacks: Sequence[AttackSpec] = ()) -> list[AttackSpec]:
@@ -97,6 +101,7 @@ def prepare_parties(
 ) -> PreparedTrial:
     """Split ``ds`` into party inits for ``spec``; raises ConfigError on impossible specs."""
     protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
+    defenses = DefenseStack.compile(spec)
     split = split_for(spec, ds)
     columns = split.columns
     rows = split.rows.labeled  # supervised VFL trains on the aligned, labeled rows
@@ -108,9 +113,9 @@ def prepare_parties(
     X_test = [sc.transform(ds.X_test[:, cols]) for sc, cols in zip(scalers, columns, strict=True)]
     inits = party_inits(
         spec, party_config(spec, ds.n_classes, protocol), X_train, X_test,
-        Labels(ds.y_train[rows], ds.y_test), columns, attacks, protocol,
+        Labels(ds.y_train[rows], ds.y_test), columns, attacks, protocol, defenses,
     )  # fmt: skip
-    return PreparedTrial(inits, protocol, len(rows), spec.target_mp)
+    return PreparedTrial(inits, protocol, defenses, len(rows), spec.target_mp)
 
 
 def party_inits(
@@ -122,13 +127,14 @@ def party_inits(
     columns: Sequence[np.ndarray],
     attacks: Sequence[AttackSpec],
     protocol: Protocol,
+    defenses: DefenseStack,
 ) -> tuple[PartyInit, ...]:
     """One init per party from its scaled rows: the message log and training-time attacks
-    the ``attacks`` need, the spec's defenses, and the protocol's codecs (last in every
+    the ``attacks`` need, the ``defenses``, and the protocol's codecs (last in every
     stack: encode last, decode first). Labels go to the active party (the last) only."""
 
     record, install = attack_needs(spec, attacks_of(spec, attacks))
-    defense_hooks = defense_stack.hook_entries(spec)
+    defense_hooks = defenses.hook_entries()
     codecs = protocol.codec_hooks()
     y_rows = labels.y_train
     inits = []
@@ -195,7 +201,7 @@ def train_prepared(
 def _train_on(group: PartyGroup, prepared: PreparedTrial, epochs: int, keep: bool) -> Trained:
     result = group.train(prepared.protocol, epochs, prepared.target_mp)
     parties = group.snapshot() if keep else []
-    return Trained(result, parties, group.call_all("defense_applied"))
+    return Trained(result, parties, group.call_all("defense_applied"), prepared.defenses)
 
 
 def train_local_parties(prepared: PreparedTrial, epochs: int) -> tuple[TrainResult, list[Party]]:
@@ -237,7 +243,7 @@ def records_of(
         trained.result,
         y_test=y_test,
         metric=metric,
-        **defense_stack.record_fields(spec, merged, sample_rate),
+        **trained.defenses.record_fields(merged, sample_rate),
         extra=applied if not extra else merged_extra(applied, extra),
     )
     records = [] if spec.train_attack != "none" else [clean]

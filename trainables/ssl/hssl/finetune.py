@@ -121,12 +121,13 @@ def prepared_for(
     X_eval = list(data.X_test) if val is None else [X[val] for X in aligned]
     y_eval = data.y_test if val is None else data.y_aligned[val]
     labels = Labels(data.y_aligned[rows], y_eval)
-    inits = party_inits(spec, config, X_train, X_eval, labels, data.columns, attacks, protocol)
+    inits = party_inits(spec, config, X_train, X_eval, labels, data.columns, attacks, protocol,
+                        data.defenses)  # fmt: skip
     if ft_options(spec).mode == "probe":
         encoders = [Frozen(e, X) for e, X in zip(encoders, X_train, strict=True)]
     inits = tuple(dataclasses.replace(i, bottom=e) for i, e in zip(inits, encoders, strict=True))
     target = spec.target_mp if val is None else None
-    return PreparedTrial(inits, protocol, len(rows), target)
+    return PreparedTrial(inits, protocol, data.defenses, len(rows), target)
 
 
 def finetune(

@@ -29,6 +29,7 @@ import numpy as np
 
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_for
 from trainables.defenses import stack as defense_stack
+from trainables.defenses.stack import DefenseStack
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.augment import IMAGE_AUGS, ImageLayout, TabularLayout, party_fields
@@ -110,6 +111,7 @@ class HSSLData:
     y_aligned: np.ndarray  # (n_aligned,) labels of the aligned rows (only labeled ones used)
     y_test: np.ndarray  # (n_test,)
     n_classes: int
+    defenses: DefenseStack  # the spec's, read once: pretraining's and fine-tuning's hooks
 
     @property
     def n_aligned(self) -> int:
@@ -185,7 +187,7 @@ def check_hssl(spec: TrialSpec) -> None:
     ft_options(spec)
     image_aug(spec)
     PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    defense_stack.build(spec)
+    DefenseStack.compile(spec)
 
 
 def hssl_sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
@@ -206,7 +208,7 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     not fit its dataset, or None."""
     from trainables.data import load_dataset, split_refusal
 
-    reason = defense_stack.incompatibility(spec, sends=hssl_sends(spec))
+    reason = DefenseStack.compile(spec).incompatibility(hssl_sends(spec))
     if reason is not None:
         if PRETRAIN_KIND in reason and not parse_variant(spec.ssl_variant).cross:
             reason += (
@@ -230,15 +232,13 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     return split_refusal(spec, ds)
 
 
-def pretrain_hooks(spec: TrialSpec) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
-    """The spec's defense hook entries per party that act on what pretraining sends
+def pretrain_hooks(stack: DefenseStack) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
+    """The stack's defense hook entries per party that act on what pretraining sends
     (``representation``); the others act in fine-tuning only."""
-    from trainables.defenses import DEFENSES
-
     out: dict[int, list[tuple[str, str, dict[str, Any]]]] = {}
-    for k, entries in defense_stack.hook_entries(spec).items():
+    for k, entries in stack.hook_entries().items():
         for family, name, params in entries:
-            kinds = DEFENSES.create(name, **params).targets()  # type: ignore[attr-defined]
+            kinds = stack.defenses[params["index"]].targets()
             if kinds is not None and PRETRAIN_KIND in kinds:
                 out.setdefault(k, []).append((family, name, params))
     return out
@@ -269,7 +269,8 @@ def prepare(spec: TrialSpec, ds: Dataset, record: bool = False) -> HSSLData:
     columns, s = split.columns, split.rows
     own = np.array_split(np.random.default_rng([spec.seed, 11]).permutation(s.unaligned),
                          spec.n_parties)  # fmt: skip
-    hooks = pretrain_hooks(spec)
+    stack = DefenseStack.compile(spec)
+    hooks = pretrain_hooks(stack)
     kind = default_scaler_kind(ds)
     inits, X_test = [], []
     for k, cols in enumerate(columns):
@@ -287,7 +288,7 @@ def prepare(spec: TrialSpec, ds: Dataset, record: bool = False) -> HSSLData:
     return HSSLData(
         tuple(inits), tuple(X_test), tuple(columns),
         labeled=np.searchsorted(s.aligned, s.labeled), y_aligned=ds.y_train[s.aligned],
-        y_test=ds.y_test, n_classes=ds.n_classes,
+        y_test=ds.y_test, n_classes=ds.n_classes, defenses=stack,
     )  # fmt: skip
 
 
