@@ -54,12 +54,8 @@ class CvtProtocol(Protocol):
             "round", [(self.grads, step, values)], training=True, new_round=True
         )
         self.grads = active.train_step(step, transport.gather(pending)[0])
-
-    def observe(self, active: Any, transport: Transport, done: int) -> None:  # type: ignore[override]
-        """The pending gradients go down to A first, so A is evaluated on its updated
-        encoders."""
-        self.finish(active, transport)
-        super().observe(active, transport, done)
+        if self.pauses() and nxt is not None and (step + 1) % self.steps == 0:
+            self.finish(active, transport)  # an evaluation comes: A applies them first
 
     def finish(self, active: Any, transport: Transport) -> None:  # type: ignore[override]
         """The pending gradients down to A (no new round)."""
