@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,26 +107,47 @@ def make_view(
     )
 
 
-def run_attacks(
-    parties: Sequence[Any], attacks: Sequence[tuple[str, dict[str, Any]]], seed: int
+ViewOf = Callable[[AttackInfo], tuple[int, Any]]  # info -> (attacker party, its view)
+# (guess, attacker party) -> the judge's score, and what the judging adds to the record
+ScoreOf = Callable[[Any, int], tuple[Score, dict[str, Any]]]
+
+
+def evaluate(
+    attacks: Sequence[tuple[str, dict[str, Any]]], view_of: ViewOf, score_of: ScoreOf
 ) -> list[AttackOutcome]:
-    """Every attack in ``attacks`` on the trained ``parties`` (order: 0..K-1, active last)."""
-    judge = Judge(parties)
+    """The one attack harness, for every kind: each attack runs on the view ``view_of``
+    gives its attacker (built from that party alone) and ``score_of`` judges the guess.
+    An attack's seconds include building its view."""
     outcomes = []
     for name, params in attacks:
         attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
-        info = attack.info
-        who = attacker_index(info, len(parties))
         start = time.perf_counter()
+        who, view = view_of(attack.info)
+        guess = attack.run(view)
+        score, judged = score_of(guess, who)
+        seconds = time.perf_counter() - start
+        extra = {**attack.record_extra(), **judged}
+        outcomes.append(AttackOutcome(name, attack.info.type, who, score, seconds, extra))
+    return outcomes
+
+
+def run_attacks(
+    parties: Sequence[Any], attacks: Sequence[tuple[str, dict[str, Any]]], seed: int
+) -> list[AttackOutcome]:
+    """Every attack in ``attacks`` on the trained NN ``parties`` (order: 0..K-1, active
+    last): each attacker's view from its own party and its drawn auxiliary knowledge,
+    scored by the ``Judge``, who alone holds the ground truth."""
+    judge = Judge(parties)
+
+    def view_of(info: AttackInfo) -> tuple[int, PartyView]:
+        who = attacker_index(info, len(parties))
         y = parties[-1].y_train.cpu().numpy()
         peer_x = parties[peer_index(who)].X_train.cpu().numpy()
         aux = draw_aux(info, y, peer_x, seed)
         query = QueryModel(parties) if info.query_model else None
-        guess = attack.run(make_view(parties[who], info, aux, query, seed))
-        score = judge.score(guess, who)
-        seconds = time.perf_counter() - start
-        outcomes.append(AttackOutcome(name, info.type, who, score, seconds, attack.record_extra()))
-    return outcomes
+        return who, make_view(parties[who], info, aux, query, seed)
+
+    return evaluate(attacks, view_of, lambda guess, who: (judge.score(guess, who), {}))
 
 
 def merged_extra(base: str, attack_extra: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,10 @@ from trainables.trees.common import (
     model_params,
     tree_data,
 )
+
+if TYPE_CHECKING:
+    from trainables.attacks.chance import Score
+    from trainables.attacks.harness import AttackOutcome
 
 
 def refusal(spec: TrialSpec, messages: str) -> str | None:
@@ -125,25 +129,26 @@ def records(
     clean = Record.trained(
         spec, n_labeled, out, y_test=y_test, extra=json.dumps(extra, sort_keys=True)
     )
-    return [clean, *(_attack_record(clean, out, name, params) for name, params in attacks)]
+    return [clean, *(clean.attacked(o) for o in _attack(clean, out, attacks))]
 
 
-def _attack_record(clean: Record, out: TrainResult, name: str, params: dict[str, Any]) -> Record:
-    """Run a tree attack on party 0's view; the common label rule scores it, with its
-    baseline from the labels of the scored view rows (``chance.score_labels``). The MP
-    and its SE stay the clean record's: the attack reads the view, it tampers nothing."""
-    from trainables.attacks import ATTACKS
+def _attack(clean: Record, out: TrainResult, attacks: Sequence[tuple[str, dict[str, Any]]]
+            ) -> list[AttackOutcome]:  # fmt: skip
+    """The tree attacks on passive party 0's view, through the one harness; the common
+    label rule scores each, with its baseline from the labels of the scored view rows
+    (``chance.score_labels``). The MP and its SE stay the clean record's: the attack reads
+    the view, it tampers nothing."""
     from trainables.attacks.chance import score_labels
-    from trainables.attacks.harness import AttackOutcome
+    from trainables.attacks.harness import evaluate
 
-    attack = ATTACKS.create(name, **params)
-    start = time.perf_counter()
+    if not attacks:
+        return []
     view, view_labels = out.outputs["view"], out.outputs["view_labels"]
-    guess = attack.run(view)
-    score = score_labels(guess, view_labels, np.zeros(0, dtype=np.int64))
-    score = dataclasses.replace(score, mp=clean.mp, mp_se=clean.mp_se)
-    extra = {**attack.record_extra(), "attack_rows": len(guess.rows)}
-    seconds = time.perf_counter() - start
-    return clean.attacked(
-        AttackOutcome(name, attack.info.type, view.party_id, score, seconds, extra)
-    )
+
+    def score_of(guess: Any, who: int) -> tuple[Score, dict[str, Any]]:
+        score = score_labels(guess, view_labels, np.zeros(0, dtype=np.int64))
+        return dataclasses.replace(score, mp=clean.mp, mp_se=clean.mp_se), {
+            "attack_rows": len(guess.rows)
+        }
+
+    return evaluate(attacks, lambda info: (view.party_id, view), score_of)
