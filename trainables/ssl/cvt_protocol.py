@@ -18,11 +18,14 @@ representations); ``eval_bytes`` also holds any per-epoch evaluation (``target_m
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from trainables.messages import Message
 from trainables.protocols.base import Protocol
 from trainables.transport.base import Transport
+
+if TYPE_CHECKING:
+    from trainables.ssl.cvt_active import CvtActive
 
 
 class CvtProtocol(Protocol):
@@ -37,16 +40,16 @@ class CvtProtocol(Protocol):
     def local_steps(self) -> int:
         return int(self.params["local_steps"])
 
-    def setup(self, active: Any, transport: Transport) -> None:  # type: ignore[override]
+    def setup(self, active: CvtActive, transport: Transport) -> None:  # type: ignore[override]
         self.grads: Message | None = None
         self.semi, self.steps = bool(self.params["semi"]), int(active.steps)
 
-    def epoch_steps(self, active: Any, epoch: int) -> range:  # type: ignore[override]
+    def epoch_steps(self, active: CvtActive, epoch: int) -> range:  # type: ignore[override]
         """Global steps ``epoch * steps ...``: ``epochs * active.steps`` rounds in all."""
         return range(epoch * self.steps, (epoch + 1) * self.steps)
 
     def exchange(  # type: ignore[override]
-        self, active: Any, transport: Transport, step: int, nxt: int | None
+        self, active: CvtActive, transport: Transport, step: int, nxt: int | None
     ) -> None:
         """One round (see the module doc)."""
         values = active.values(step) if self.semi else None
@@ -57,12 +60,12 @@ class CvtProtocol(Protocol):
         if self.pauses() and nxt is not None and (step + 1) % self.steps == 0:
             self.finish(active, transport)  # an evaluation comes: A applies them first
 
-    def finish(self, active: Any, transport: Transport) -> None:  # type: ignore[override]
+    def finish(self, active: CvtActive, transport: Transport) -> None:  # type: ignore[override]
         """The pending gradients down to A (no new round)."""
         if self.grads is not None:
             transport.call("round", [(self.grads, None, None)], training=True)
         self.grads = None
 
-    def evaluate(self, active: Any, transport: Transport) -> float:  # type: ignore[override]
+    def evaluate(self, active: CvtActive, transport: Transport) -> float:  # type: ignore[override]
         test = transport.call("test_reps", [()], training=False)[0]
         return float(active.evaluate(test))
