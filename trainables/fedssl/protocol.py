@@ -46,7 +46,7 @@ def _send(tr: Transport, msgs: Sequence[tuple[Any, ...]], new_round: bool) -> li
 class FedSSLRounds(Rounds[PartyGroup, None]):
     """``plan.rounds`` communication rounds on ``Rounds.run``'s loop, driven from the
     trial's process; one epoch is one round, and every round's global model is scored by
-    ``evaluate`` (the curve is ``acc_by_round``).
+    ``score`` (the curve is ``acc_by_round``).
 
     Returns a ``TrainResult`` whose ``outputs`` hold ``acc_by_round``, the server's
     ``privacy`` accounting and each agent's labeled-data ``access`` log."""

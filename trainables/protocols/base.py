@@ -1,10 +1,12 @@
-"""The protocol owns the rounds (Flower's ``Strategy`` idea); subclasses fill small hooks.
+"""The one round loop (``Rounds``, Flower's ``Strategy`` idea) and the NN protocols' base.
 
-A protocol runs where the active party lives: in this process for the ``local``
-transport, inside the active party's actor for ``ray``. It talks to the passive parties
-only through a ``Transport``. A protocol may also ask every party to stack message
-hooks (``codec_hooks``: compression codecs, CELU-VFL's workset); trial.py appends them
-after every other hook, so codecs encode last on send and decode first on receive.
+``Rounds.run`` owns the rounds of every kind's training; a kind fills small hooks. A
+``Protocol`` is the ``Rounds`` of NN VFL. It runs where the active party lives: in this
+process for the ``local`` transport, inside the active party's actor for ``ray``. It talks
+to the passive parties only through a ``Transport``. A protocol may also ask every party
+to stack message hooks (``codec_hooks``: compression codecs, CELU-VFL's workset);
+trial.py appends them after every other hook, so codecs encode last on send and decode
+first on receive.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class Rounds(Generic[A, T]):
         start = time.perf_counter()
         per_epoch = [list(self.epoch_steps(active, epoch)) for epoch in range(epochs)]
         steps = [step for epoch_steps in per_epoch for step in epoch_steps]
-        ends = set()
+        ends: set[int] = set()
         if self.pauses():
             ends = {sum(map(len, per_epoch[: e + 1])) - 1 for e in range(epochs - 1)}
         eval_seconds = 0.0

@@ -51,7 +51,8 @@ class GiniRule:
 
 
 class Forest(Rounds[TreeSession, None]):
-    """The forest on ``Rounds.run``'s loop: an epoch is one tree, grown in one round.
+    """The forest on ``Rounds.run``'s loop, run without a target: an epoch is one tree,
+    grown in one round.
     ``result``: test accuracy, the trees and (M, C) mean leaf probabilities."""
 
     def __init__(self, y_train: np.ndarray, y_test: np.ndarray, n_classes: int,
@@ -86,9 +87,6 @@ class Forest(Rounds[TreeSession, None]):
         leaf = leaves_of_test(tree, session.own, session.wire, session.n_passive, len(self.y_test))
         self.proba += np.stack([tree.values[i] for i in leaf]) / params.n_trees
         self.trees.append(tree)
-
-    def pauses(self) -> bool:
-        return False
 
     def result(self, session: TreeSession, transport: None, seconds: float,
                total: int) -> tuple[float, list[Tree], np.ndarray]:  # fmt: skip

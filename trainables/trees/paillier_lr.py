@@ -239,6 +239,7 @@ class PaillierLR(Protocol):
 
     def setup(self, active: ActiveLR, transport: Transport) -> None:  # type: ignore[override]
         """The key holder's public key to every party, before the clock starts."""
+        super().setup(active, transport)  # type: ignore[arg-type]  # nothing pending
         self._passives, self._holder = _peer_split(transport)
         self._pub = self._holder.call("public_key", [()], training=False)[0]
         active.set_key(self._pub)
@@ -264,9 +265,6 @@ class PaillierLR(Protocol):
             ttp, relay = self._open_and_step(ref, active, masked, own, passives, holder)
             self._ttp_bytes += ttp
             self._relay_bytes += relay
-
-    def finish(self, active: ActiveLR, transport: Transport) -> None:  # type: ignore[override]
-        """Nothing is pending: every round ends with every party's step."""
 
     def result(  # type: ignore[override]
         self, active: ActiveLR, transport: Transport, seconds: float, total: int

@@ -67,8 +67,8 @@ def _grad_hess(margin: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.nd
 
 class Boosting(Rounds[TreeSession, None]):
     """Boosting on ``Rounds.run``'s loop: an epoch is one tree, a round one ``grow`` (one
-    per output: C' rounds per tree). ``result``: test accuracy, the trees and (M, C')
-    test margins."""
+    per output: C' rounds per tree), run without a target (no epoch-end evaluation).
+    ``result``: test accuracy, the trees and (M, C') test margins."""
 
     def __init__(self, y_train: np.ndarray, y_test: np.ndarray, n_classes: int,
                  params: BoostParams) -> None:  # fmt: skip
@@ -112,9 +112,6 @@ class Boosting(Rounds[TreeSession, None]):
         leaf = leaves_of_test(tree, session.own, session.wire, session.n_passive, m)
         self.test_margin[:, c] += np.array([tree.values[i][0] for i in leaf])
         self.trees.append(tree)
-
-    def pauses(self) -> bool:
-        return False
 
     def result(self, session: TreeSession, transport: None, seconds: float,
                total: int) -> tuple[float, list[Tree], np.ndarray]:  # fmt: skip

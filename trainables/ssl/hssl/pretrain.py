@@ -49,7 +49,8 @@ def senders(n: int) -> list[tuple[int, int]]:
 class Pretraining(Rounds[PartyGroup, None]):
     """``epochs`` global iterations of the enabled steps on ``Rounds.run``'s loop, driven
     from the trial's process; ``server`` only with PMA. An epoch's steps: every batch of
-    step 1 (one round each), then step 2, then step 3 (one round). No test MP (NaN);
+    step 1 (one round each), then step 2, then step 3 (one round). Run without a target:
+    no test MP (NaN), no epoch-end evaluation;
     ``outputs``: the ``cross_loss`` and ``local_loss`` per epoch."""
 
     def __init__(self, server: PartyGroup | None, stages: Stages, n_aligned: int, batch: int,
@@ -97,9 +98,6 @@ class Pretraining(Rounds[PartyGroup, None]):
         assert len(inbox[group.n - 1]) == group.n - 1  # the active party heard every passive
         out = group.call_many([(k, "cross_update", (ref, *inbox[k])) for k in range(group.n)])
         return float(np.mean(out))
-
-    def pauses(self) -> bool:
-        return False
 
     def result(self, group: PartyGroup, transport: None, seconds: float, total: int) -> TrainResult:
         stats = [self.cross_wire.stats, self.pma_wire.stats]
