@@ -6,7 +6,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -192,7 +192,7 @@ class Record:
             attacker_party=out.attacker,
             **out.record_fields(),
             attack_seconds=round(out.seconds, 4),
-            extra=json.dumps({**json.loads(self.extra or "{}"), **out.extra}, sort_keys=True),
+            extra=merged_extra(self.extra, out.extra),
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -206,6 +206,13 @@ class Record:
         fields = json.loads(text)
         fields["created_at"] = datetime.fromisoformat(fields["created_at"])
         return cls(**fields)
+
+
+def merged_extra(base: str, added: dict[str, Any]) -> str:
+    """A record's ``extra`` JSON with ``added`` on top: a kind's own measurements on its
+    defense counts, or what an attack ran with (``attack_label``, ``attack_preset``,
+    ``attack_params``: ``Attack.record_extra``) on its training's."""
+    return json.dumps({**json.loads(base or "{}"), **added}, sort_keys=True)
 
 
 def setting_hash(spec: TrialSpec) -> str:

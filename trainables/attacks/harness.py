@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -148,9 +147,3 @@ def run_attacks(
         return who, make_view(parties[who], info, aux, query, seed)
 
     return evaluate(attacks, view_of, lambda guess, who: (judge.score(guess, who), {}))
-
-
-def merged_extra(base: str, attack_extra: dict[str, Any]) -> str:
-    """An attack record's ``extra`` JSON: its training's, plus what the attack ran with
-    (``attack_label``, ``attack_preset``, ``attack_params``: ``Attack.record_extra``)."""
-    return json.dumps({**json.loads(base or "{}"), **attack_extra}, sort_keys=True)

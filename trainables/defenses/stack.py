@@ -101,14 +101,13 @@ class DefenseStack:
         defenses (G-DP at the active party; summed over a stack by basic composition; None
         if none accounts), each after the releases its mechanism counted (``merged``:
         ``checked``'s entries)."""
-        steps = {entry.key: entry.dp_steps for entry in merged}
+        built, steps = self.defenses, {entry.key: entry.dp_steps for entry in merged}
         spent = [
             eps
-            for d in self.defenses
+            for d in built
             if hasattr(d, "privacy_spent")
             and (eps := d.privacy_spent(steps.get(d.index) or 0, sample_rate)) is not None
         ]
-        built = self.defenses
         return {
             "defense_party": "+".join(d.party for d in built),
             "defense_param": built[0].strength if built and self.primary else None,

@@ -84,8 +84,8 @@ class Rounds(Generic[A, T]):
 
     Hooks, in the order ``run`` calls them: ``setup`` (before the clock), ``epoch_steps``
     (the rounds of one epoch), ``exchange`` (one round, given the next one),
-    ``pauses`` / ``observe`` (at an epoch end but the last), ``finish`` (after the last
-    round), ``result``. A loop object holds one training's state: one object per run.
+    ``pauses`` / ``pause`` / ``observe`` (at an epoch end but the last), ``finish`` (after
+    the last round), ``result``. A loop object holds one training's state: one object per run.
     """
 
     target_mp: float | None = None
@@ -113,6 +113,7 @@ class Rounds(Generic[A, T]):
         for i, step in enumerate(steps):
             self.exchange(active, transport, step, steps[i + 1] if i + 1 < len(steps) else None)
             if i in ends:
+                self.pause(active, transport)
                 eval_start = time.perf_counter()
                 self.observe(active, transport, i + 1)
                 eval_seconds += time.perf_counter() - eval_start
@@ -134,6 +135,10 @@ class Rounds(Generic[A, T]):
     def pauses(self) -> bool:
         """Whether epoch ends are observed (by default: with a target MP)."""
         return self.target_mp is not None
+
+    def pause(self, active: A, transport: T) -> None:
+        """Training's part of an observed epoch end, before the evaluation (FedCVT sends A
+        its pending gradients); its time is training's."""
 
     def observe(self, active: A, transport: T, done: int) -> None:
         """At a paused epoch end, ``done`` rounds in: the curve's point."""

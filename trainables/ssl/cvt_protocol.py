@@ -57,8 +57,10 @@ class CvtProtocol(Protocol):
             "round", [(self.grads, step, values)], training=True, new_round=True
         )
         self.grads = active.train_step(step, transport.gather(pending)[0])
-        if self.pauses() and nxt is not None and (step + 1) % self.steps == 0:
-            self.finish(active, transport)  # an evaluation comes: A applies them first
+
+    def pause(self, active: CvtActive, transport: Transport) -> None:  # type: ignore[override]
+        """An evaluation comes: A applies the pending gradients first."""
+        self.finish(active, transport)
 
     def finish(self, active: CvtActive, transport: Transport) -> None:  # type: ignore[override]
         """The pending gradients down to A (no new round)."""

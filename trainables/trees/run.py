@@ -147,8 +147,7 @@ def _attack(clean: Record, out: TrainResult, attacks: Sequence[tuple[str, dict[s
 
     def score_of(guess: Any, who: int) -> tuple[Score, dict[str, Any]]:
         score = score_labels(guess, view_labels, np.zeros(0, dtype=np.int64))
-        return dataclasses.replace(score, mp=clean.mp, mp_se=clean.mp_se), {
-            "attack_rows": len(guess.rows)
-        }
+        score = dataclasses.replace(score, mp=clean.mp, mp_se=clean.mp_se)
+        return score, {"attack_rows": len(guess.rows)}
 
     return evaluate(attacks, lambda info: (view.party_id, view), score_of)

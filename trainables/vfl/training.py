@@ -22,7 +22,6 @@ from trainables.attacks import ATTACKS
 from trainables.attacks.harness import (
     attacker_index,
     draw_aux,
-    merged_extra,
     peer_index,
     run_attacks,
 )
@@ -32,7 +31,7 @@ from trainables.defenses.stack import DefenseStack
 from trainables.jobs import AttackSpec
 from trainables.party import Labels, Party, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
-from trainables.records import Record
+from trainables.records import Record, merged_extra
 from trainables.spec import TrialSpec
 from trainables.transport.group import PartyGroup
 from trainables.transport.open import open_parties

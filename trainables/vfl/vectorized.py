@@ -52,7 +52,7 @@ OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
 # one does not stack (FedSGD, FedBCD and the compressed protocols override none; their Q
 # local steps and codecs are what the stack runs)
 LOOP_HOOKS = ("run", "setup", "epoch_steps", "exchange", "update", "send", "receive",
-              "pauses", "observe", "finish", "evaluate", "result")  # fmt: skip
+              "pauses", "pause", "observe", "finish", "evaluate", "result")  # fmt: skip
 
 
 # What a stacked party cannot hand to a hook: the model (MID's bottleneck, CAE's decoder

@@ -50,8 +50,8 @@ class Pretraining(Rounds[PartyGroup, None]):
     """``epochs`` global iterations of the enabled steps on ``Rounds.run``'s loop, driven
     from the trial's process; ``server`` only with PMA. An epoch's steps: every batch of
     step 1 (one round each), then step 2, then step 3 (one round). Run without a target:
-    no test MP (NaN), no epoch-end evaluation;
-    ``outputs``: the ``cross_loss`` and ``local_loss`` per epoch."""
+    no test MP (NaN), no epoch-end evaluation; ``outputs``: the ``cross_loss`` and
+    ``local_loss`` per epoch."""
 
     def __init__(self, server: PartyGroup | None, stages: Stages, n_aligned: int, batch: int,
                  gamma: float, seed: int) -> None:  # fmt: skip
@@ -64,13 +64,13 @@ class Pretraining(Rounds[PartyGroup, None]):
         # the cross wire reaches every sender (the active party once per passive one)
         self.cross_wire = group.transport([s for s, _ in self.pairs])
         self.pma_wire = group.transport(list(range(group.n)))
+        self.schedule = BatchSchedule(self.n_aligned, self.batch, self.seed)  # step 1's
         self.batch_loss: dict[int, list[float]] = {}  # epoch -> step 1's loss per batch
         self.local_loss: list[float] = []
 
     def epoch_steps(self, group: PartyGroup, epoch: int) -> Sequence[tuple[str, Any]]:
-        cross = BatchSchedule(self.n_aligned, self.batch, self.seed).refs(epoch)
         return [
-            *((("cross", ref) for ref in cross) if self.stages.cross else ()),
+            *((("cross", ref) for ref in self.schedule.refs(epoch)) if self.stages.cross else ()),
             *((("local", epoch),) if self.stages.local else ()),
             *((("pma", epoch),) if self.stages.pma else ()),
         ]
