@@ -32,22 +32,52 @@ USAGE = """usage: vflsweep COMMAND [ARGS]
 'vflsweep COMMAND --help' shows a command's options."""
 
 
+# ``run`` and ``plan`` share sweep.py's parser (same options); their --help says what each does.
+SWEEP_HELP = {
+    "run": "Run a sweep: every training of SPACE not recorded yet, each party in its own Ray "
+    "actor, records into RESULTS/NAME/records; re-running resumes an interrupted sweep. "
+    "'vflsweep plan SPACE' shows what would run, without running it.",
+    "plan": "Dry run: expand SPACE into its trainings and print the plan (trainings, attack "
+    "evaluations, dropped cells, resources per trial) and a wall-time estimate, without "
+    "running anything (--dry-run is implied). 'vflsweep run SPACE' runs it.",
+}
+
+
 def _run(argv: list[str]) -> int:
     from sweep_engine.cli import main
 
+    if _asks_help(argv):
+        return _sweep_help("run")
     return main(_with_space(argv, "run"), prog="vflsweep run")
 
 
 def _plan(argv: list[str]) -> int:
     from sweep_engine.cli import main
 
+    if _asks_help(argv):
+        return _sweep_help("plan")
     return main([*_with_space(argv, "plan"), "--dry-run"], prog="vflsweep plan")
+
+
+def _asks_help(argv: list[str]) -> bool:
+    """``-h``/``--help`` anywhere, as argparse reads it (``vflsweep plan smoke --help``)."""
+    return any(a in ("-h", "--help") for a in argv)
+
+
+def _sweep_help(command: str) -> int:
+    """sweep.py's options under ``vflsweep COMMAND``, with that command's own description:
+    the parser's own ("Run a sweep of VFL trials.") was wrong for ``plan``."""
+    from sweep_engine.cli import build_parser
+
+    parser = build_parser(f"vflsweep {command}")
+    parser.description = SWEEP_HELP[command]
+    parser.usage = "%(prog)s SPACE [options]"  # its --space, required there, is optional here
+    parser.print_help()
+    return 0
 
 
 def _with_space(argv: list[str], command: str) -> list[str]:
     """``SPACE`` first (positional), else ``--space SPACE`` as sweep.py takes it."""
-    if argv and argv[0] in ("-h", "--help"):
-        return ["--help"]
     if argv and not argv[0].startswith("-"):
         return ["--space", argv[0], *argv[1:]]
     if "--space" in argv or any(a.startswith("--space=") for a in argv):
@@ -57,8 +87,13 @@ def _with_space(argv: list[str], command: str) -> list[str]:
 
 
 def _analyze(argv: list[str]) -> int:
-    from analysis.cli import main
+    from analysis.cli import build_parser, main
 
+    if _asks_help(argv):  # the parser's usage line says ``python -m analysis``
+        parser = build_parser()
+        parser.prog = "vflsweep analyze"
+        parser.print_help()
+        return 0
     return main(argv)
 
 
@@ -74,13 +109,23 @@ def _ui(argv: list[str]) -> int:
     return main(argv)
 
 
+SPACES_HELP = (
+    "List the spaces shipped with vflsweep, a line each: its name (what 'vflsweep plan NAME' "
+    "and 'vflsweep run NAME' take) and what it asks; then the folder they are in. No options."
+)
+
+
 def _spaces(argv: list[str]) -> int:
+    """``vflsweep spaces``: its ``--help`` answers like every other command's (exit 0)."""
     import textwrap
 
     import yaml
 
     from sweep_engine.space import SPACES_DIR
 
+    if argv in (["-h"], ["--help"]):
+        print(f"usage: vflsweep spaces\n\n{SPACES_HELP}")
+        return 0
     if argv:
         print("usage: vflsweep spaces  (no options)", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""``python -m trainables.run``: one JSON line out; bad input exits 2 naming value and choices."""
+"""The command lines: ``python -m trainables.run`` prints one JSON line and exits 2 on bad
+input naming value and choices; each ``vflsweep`` subcommand's ``--help`` says what it does."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sweep_engine import vflsweep
 from trainables.run import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,3 +77,46 @@ def test_cli_missing_data_file_names_the_path(
     assert main(["--dataset", "adult", "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert str(tmp_path) in err and "adult.data" in err
+
+
+# What each subcommand's --help must say it does (lowercase fragments of its description).
+SAYS = {
+    "run": ["run a sweep", "resumes"],
+    "plan": ["dry run", "without running"],
+    "analyze": ["answer tables", "report"],
+    "status": ["running or finished sweep"],
+    "ui": ["mlflow's ui", "sigterm"],
+    "spaces": ["shipped"],
+}
+
+
+def _description(help_text: str) -> str:
+    """The paragraph after the usage lines, on one line (argparse wraps it)."""
+    return " ".join(help_text.split("\n\n")[1].split())
+
+
+def test_each_vflsweep_command_help_says_what_that_command_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert set(SAYS) == set(vflsweep.COMMANDS), "a new subcommand needs its --help checked here"
+    descriptions = {}
+    for command, fragments in SAYS.items():
+        assert vflsweep.main([command, "--help"]) == 0, command
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: vflsweep {command}"), out  # not python -m analysis
+        descriptions[command] = _description(out)
+        for fragment in fragments:
+            assert fragment in descriptions[command].lower(), (command, descriptions[command])
+    assert len(set(descriptions.values())) == len(descriptions), descriptions
+    assert vflsweep.main(["plan", "smoke", "--help"]) == 0  # after SPACE, as argparse reads it
+    assert "Dry run" in capsys.readouterr().out
+
+
+def test_vflsweep_plan_help_in_a_real_process_says_it_runs_nothing() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweep_engine.vflsweep", "plan", "--help"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: vflsweep plan")
+    assert "Dry run" in proc.stdout and "Run a sweep" not in proc.stdout

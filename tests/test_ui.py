@@ -1,4 +1,5 @@
-"""``vflsweep ui``: a real MLflow UI process on 127.0.0.1 that answers, then stops on Ctrl-C."""
+"""``vflsweep ui``: a real MLflow UI process on 127.0.0.1 that answers, then stops, with every
+process it started, on Ctrl-C, SIGTERM and SIGHUP."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,15 +35,53 @@ def test_no_store_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2 and "no MLflow store" in done.stderr
 
 
-@pytest.mark.slow
-def test_ui_answers_and_stops(tmp_path: Path) -> None:
-    results = tmp_path / "results"
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time) of a process, read by the test itself (not with
+    ``sweep_engine.ui``'s helpers, which are what is under test); None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def _tree(root: int) -> dict[int, int]:
+    """The live descendants of ``root``, pid -> start time (the start time tells them from
+    a later process that reuses a pid)."""
+    stats = {int(e.name): _stat(int(e.name)) for e in Path("/proc").iterdir() if e.name.isdigit()}
+    found: dict[int, int] = {}
+    parents = {root}
+    while parents:
+        children = {pid: st for pid, st in stats.items() if st and st[0] in parents}
+        found.update({pid: st[2] for pid, st in children.items() if st[1] != "Z"})
+        parents = set(children) - parents
+    return found
+
+
+def _running(tree: dict[int, int]) -> dict[int, int]:
+    return {pid: t for pid, t in tree.items() if (st := _stat(pid)) and st[1] != "Z" and st[2] == t}
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextmanager
+def _ui(results: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``vflsweep ui`` as a real process in a session of its own (as from a terminal) over a
+    real store, once it printed its URL; killed with everything it started if a test fails."""
     client_for(default_uri(results)).create_experiment("demo")  # a real store with one sweep
     proc = subprocess.Popen(
         [sys.executable, "-m", "sweep_engine.vflsweep", "ui", "--results", str(results),
          "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
+    seen: dict[int, int] = {}
     try:
         url = None
         deadline = time.monotonic() + 240
@@ -52,11 +93,36 @@ def test_ui_answers_and_stops(tmp_path: Path) -> None:
             if line.startswith("MLflow UI: "):
                 url = line.split()[2]
         assert url is not None and url.startswith("http://127.0.0.1:"), url
-        with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
-            assert response.status == 200
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        seen = _tree(proc.pid)
+        yield proc, url
     finally:
+        for pid in _running(seen | _tree(proc.pid)):
+            os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+@pytest.mark.parametrize(
+    ("sig", "to_group"),
+    [
+        (signal.SIGINT, True),  # Ctrl-C: the terminal signals the foreground group
+        (signal.SIGTERM, False),  # kill PID, a service manager
+        (signal.SIGHUP, False),  # the terminal closed (ssh dropped)
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGHUP"],
+)
+def test_ui_answers_then_stops_with_its_whole_process_tree(
+    tmp_path: Path, sig: signal.Signals, to_group: bool
+) -> None:
+    with _ui(tmp_path / "results") as (proc, url):
+        assert _answers(url)
+        tree = _tree(proc.pid)  # mlflow ui, the uvicorn it runs, and any worker of theirs
+        assert tree, "vflsweep ui started no server process"
+        (os.killpg if to_group else os.kill)(proc.pid, sig)
+        assert proc.wait(timeout=60) == 0
+        # the command returns only once the server is gone: nothing of it may be left
+        assert _running(tree) == {}, f"still running after {sig.name}: {_running(tree)}"
+        assert not _answers(url)
