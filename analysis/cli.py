@@ -27,14 +27,20 @@ from trainables.results.manifest import read_manifest
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m analysis",
-        description="Per-axis tables and plots of a sweep; DCS rankings, gaps, CAP "
-        "and plots when it ran attacks.",
+        description="Analyze a sweep's records: print the answer tables and write the "
+        "report folder (per-axis tables and plots; DCS rankings, gaps, CAP and their plots "
+        "when it ran attacks) into <sweep dir>/report/, and log it to the sweep's MLflow run.",
     )
     p.add_argument("sweep_dir", help="the sweep's folder, e.g. results/smoke")
     p.add_argument("--beta", type=float, default=0.5, help="DCS weight on MP (default 0.5)")
     p.add_argument("--weights", default=None, help="C-DCS weights, e.g. LI=0.5,FR=0.5")
     p.add_argument(
-        "--compare", action="append", default=[], help="AXIS=A:B, e.g. partition=split:agg"
+        "--compare",
+        action="append",
+        default=None,
+        help="AXIS=A:B: contrasts (B − A, paired over seeds, with intervals and Holm-corrected "
+        "verdicts), interactions and DCS gaps, e.g. protocol=fedsgd:fedbcd; any spec field "
+        "(dotted: protocol_params.q). Default: the space's analysis.compare",
     )
     p.add_argument("--out", default=None, help="report folder (default <sweep dir>/report)")
     p.add_argument("--no-plots", action="store_true", help="tables only")
@@ -63,9 +69,11 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     if not 0.0 <= args.beta <= 1.0:
         raise ConfigError(f"--beta={args.beta}: must be between 0 and 1")
     weights = parse_weights(args.weights)
-    compares = [parse_compare(text) for text in args.compare]
+    manifest = read_manifest(sweep_dir)
+    texts = args.compare if args.compare is not None else space_compares(manifest)
+    compares = [parse_compare(text) for text in texts]
     if len({c.axis for c in compares}) != len(compares):
-        raise ConfigError(f"--compare {args.compare}: one comparison per axis")
+        raise ConfigError(f"--compare {texts}: one comparison per axis")
     started = time.perf_counter()
     out = Path(args.out) if args.out else sweep_dir / "report"
     # plot workers first: they import matplotlib while this process reads the records
@@ -73,7 +81,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
         clock = time.perf_counter()
         records = read_records(sweep_dir)
         read_s = time.perf_counter() - clock
-        report = make(records, args.beta, weights, compares, out, read_manifest(sweep_dir), pool)
+        report = make(records, args.beta, weights, compares, out, manifest, pool)
     report.timings = {"read": round(read_s, 4), **report.timings}
     report.timings["report"] = round(time.perf_counter() - started, 4)
     report.timings["cpu_main"] = round(time.process_time(), 4)  # imports included
@@ -95,6 +103,14 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     return summary, lines
 
 
+def space_compares(manifest: dict[str, object] | None) -> list[str]:
+    """The comparisons the sweep's space asks for (``analysis: {compare: [...]}``)."""
+    space = (manifest or {}).get("space_spec")
+    block = space.get("analysis") if isinstance(space, dict) else None
+    compare = block.get("compare") if isinstance(block, dict) else None
+    return [str(c) for c in compare] if isinstance(compare, list) else []
+
+
 def tracking_uri(args: argparse.Namespace, sweep_dir: Path) -> str | None:
     """The URI given, else the sweep's default sqlite store if the sweep created one."""
     if args.no_mlflow:
@@ -110,6 +126,7 @@ def tracking_uri(args: argparse.Namespace, sweep_dir: Path) -> str | None:
 def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
     """What a researcher reads first: the answer's tables, then where everything is."""
     from analysis.answer import answer_lines
+    from analysis.contrast_text import contrast_lines
 
     lines = answer_lines(report.answer, rows) if report.answer is not None else []
     if report.answer is None:
@@ -120,6 +137,9 @@ def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
                 tied = [c["cell"] for c in entry.get("tied", [])]
                 text = f"best {metric} ({entry['direction']}): {best['mean']:.4g} at {best['cell']}"
                 lines.append(text + (f" (tied: {', '.join(tied)})" if tied else ""))
+    for found in report.contrasts.values():
+        lines += contrast_lines(found, rows)
+        lines.append(f"every contrast: {out / f'contrast_{found.compare.axis}.csv'}")
     lines.append(f"report: {out / 'index.html'} (also index.md, ranking.csv, summary.json)")
     return lines
 

@@ -1,130 +1,111 @@
-"""DCS gaps between two settings of one axis (VFLAIR: splitVFL − aggVFL, FedBCD − FedSGD).
+"""DCS gaps between two settings of one axis, per (attack, defense, strength, seed) point:
+the distribution VFLAIR plots (splitVFL − aggVFL, FedBCD − FedSGD), chance-aware.
 
-``--compare partition=split:agg`` pairs each row of setting A with the row of setting B
-that agrees on everything else: attack, defense, strength, seed, the other scenario
-columns, and every other spec field (the spec JSON without the axis fields, cut once
-per distinct spec, not per row, by a regex), so a sweep that also varies lr never pairs across lrs.
+Every gap is **B − A** of ``--compare AXIS=A:B`` (``analysis/compare.py``): a point of A
+pairs with the point of B whose spec differs only in the axis (same seed, defense,
+strength, attack and context). Two gaps per pair:
+
+- ``ca_gap``: of the chance-aware DCS (the advantage over a no-information guess in place
+  of AP), the one the summary and the figure lead with;
+- ``gap``: VFLAIR's DCS on the raw AP, kept beside it (labelled so) for comparison with
+  the paper.
+
+An attack at chance undefended in both arms (``contrast.chance_both``) says nothing about
+either: its pairs are kept in the CSV with ``at_chance_both`` set, left out of the
+summary and the figure, and named there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from analysis.load import SCENARIO_COLUMNS
-from trainables.errors import ConfigError
+from analysis.compare import Compare, parse_compare, row_arms
+from analysis.uncertainty import MIN_SEEDS, t_quantile
 
-# axis -> spec fields that belong to it (dropped from the "everything else" key)
-AXES: dict[str, tuple[str, ...]] = {
-    "partition": ("partition",),
-    "protocol": ("protocol", "protocol_params"),
-    "model": ("model", "model_params", "hidden"),
-    "n_parties": ("n_parties", "split_scheme"),
-    "aligned_ratio": ("aligned_ratio",),
-    "n_labeled": ("n_labeled",),
-    "ssl_variant": ("ssl_variant",),
-    "dataset": ("dataset", "dataset_params", "model", "lr", "epochs", "batch_size", "hidden"),
-}
-COMPANION_COLUMNS = {"protocol": ("protocol_params",)}
-PAIR_COLUMNS = ["attack", "attack_type", "defense", "defense_param", "defense_party", "seed"]
+__all__ = ["Compare", "dcs_gaps", "gap_summary", "parse_compare"]
+
+KEYS = ["context", "attack", "attack_type", "defense", "defense_param", "defense_party", "seed"]
+TYPES = ("LI", "FR", "TB", "NTB")
 
 
-@dataclass(frozen=True)
-class Compare:
-    axis: str
-    a: str
-    b: str
+def dcs_gaps(
+    dcs: pd.DataFrame, compare: Compare, left_out: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per pair: the keys, dcs_a, dcs_b, gap, ca_dcs_a, ca_dcs_b, ca_gap and
+    ``at_chance_both``. ``left_out``: (context, metric) at chance in both arms, as
+    ``contrast.contrasts`` found them (computed here when not given)."""
+    rows = dcs[dcs["dcs"].notna() & (dcs["status"] == "ok")]
+    arms, contexts = row_arms(rows, compare)
+    frame = pd.DataFrame(
+        {
+            "context": contexts,
+            "arm": arms,
+            "attack": rows["attack"].astype(str).to_numpy(),
+            "attack_type": rows["attack_type"].astype(str).to_numpy(),
+            "defense": rows["defense"].astype(str).to_numpy(),
+            "defense_param": rows["defense_param"].astype(float).to_numpy(),
+            "defense_party": rows["defense_party"].astype(str).to_numpy(),
+            "seed": rows["seed"].to_numpy(),
+            "dcs": rows["dcs"].to_numpy(dtype=float),
+            "ca_dcs": rows["ca_dcs"].to_numpy(dtype=float),
+        }
+    )
+    frame = frame[frame["arm"].notna()]
+    means = frame.groupby([*KEYS, "arm"], dropna=False, sort=False)[["dcs", "ca_dcs"]].mean()
+    means = means.reset_index()
+    a = means[means["arm"] == "a"].drop(columns="arm")
+    b = means[means["arm"] == "b"].drop(columns="arm")
+    out = a.merge(b, on=KEYS, suffixes=("_a", "_b"))
+    out["gap"] = out["dcs_b"] - out["dcs_a"]
+    out["ca_gap"] = out["ca_dcs_b"] - out["ca_dcs_a"]
+    if left_out is None:
+        from analysis.contrast import baseline_table, chance_both, seed_units
 
-    @property
-    def label(self) -> str:
-        return f"{self.a} − {self.b}"
-
-
-def parse_compare(text: str) -> Compare:
-    """``axis=A:B`` → Compare; ConfigError naming what is allowed."""
-    axis, sep, values = text.partition("=")
-    a, sep2, b = values.partition(":")
-    if not sep or not sep2 or not a or not b:
-        raise ConfigError(f"--compare {text!r}: expected AXIS=A:B, e.g. partition=split:agg")
-    if axis not in AXES:
-        raise ConfigError(f"--compare {text!r}: axis {axis!r} is not one of {', '.join(AXES)}")
-    if a == b:
-        raise ConfigError(f"--compare {text!r}: A and B are the same value")
-    return Compare(axis, a, b)
-
-
-JSON_VALUE = r'(?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|\[[^\]]*\]|[^,}]*)'
-
-
-def _rest_key(spec_json: pd.Series, axis: str) -> np.ndarray:
-    """Per row: an integer code of its spec JSON with the axis fields cut out.
-
-    The cut is one regex over the distinct spec strings (Arrow compute, not json.loads per
-    row); rows whose specs differ only in the axis get the same code.
-    """
-    codes, uniques = pd.factorize(spec_json, use_na_sentinel=False)
-    text = pa.array(np.asarray(uniques, dtype=object), type=pa.string())
-    for name in AXES[axis]:
-        text = pc.replace_substring_regex(text, f'"{name}":{JSON_VALUE}', "")
-    _, rest = np.unique(np.asarray(text.to_pylist(), dtype=object), return_inverse=True)
-    return rest[codes]
-
-
-def dcs_gaps(dcs: pd.DataFrame, compare: Compare) -> pd.DataFrame:
-    """One row per pair: keys, dcs_a, dcs_b, gap = dcs_a − dcs_b."""
-    wanted = {*PAIR_COLUMNS, *SCENARIO_COLUMNS, "spec_json", "dcs"}
-    rows = dcs.loc[dcs["dcs"].notna(), [c for c in dcs.columns if c in wanted]]
-    codes, uniques = pd.factorize(rows[compare.axis], use_na_sentinel=False)
-    names = np.asarray([str(u) for u in uniques], dtype=object)  # each distinct value once
-    seen = set(names[np.unique(codes)])
-    for value in (compare.a, compare.b):
-        if value not in seen:
-            raise ConfigError(
-                f"--compare {compare.axis}={compare.a}:{compare.b}: no scored rows with "
-                f"{compare.axis}={value!r}; present: {', '.join(sorted(seen)) or 'none'}"
-            )
-    others = [
-        c
-        for c in SCENARIO_COLUMNS
-        if c != compare.axis and c not in COMPANION_COLUMNS.get(compare.axis, ())
-    ]
-    keys = [c for c in (*PAIR_COLUMNS, *others) if c in rows.columns]
-    frame = rows[keys].copy()
-    if "spec_json" in rows and rows["spec_json"].notna().all():
-        # the spec without the axis already fixes seed, defense and every other setting
-        group = pd.DataFrame(
-            {"attack": rows["attack"], "rest": _rest_key(rows["spec_json"], compare.axis)}
-        )
-    else:
-        group = frame
-    pair_id = group.groupby(list(group.columns), observed=True, dropna=False).ngroup()
-    dcs_values, pair_ids = rows["dcs"].to_numpy(), pair_id.to_numpy()
-    is_a, is_b = (np.isin(codes, np.flatnonzero(names == v)) for v in (compare.a, compare.b))
-    a = pd.Series(dcs_values[is_a]).groupby(pair_ids[is_a])
-    b = pd.Series(dcs_values[is_b]).groupby(pair_ids[is_b])
-    pairs = pd.concat([a.mean().rename("dcs_a"), b.mean().rename("dcs_b")], axis=1, join="inner")
-    first = frame[keys].assign(pair_id=pair_id.to_numpy()).drop_duplicates("pair_id")
-    out = first.set_index("pair_id").loc[pairs.index, keys].reset_index(drop=True)
-    out["dcs_a"] = pairs["dcs_a"].to_numpy()
-    out["dcs_b"] = pairs["dcs_b"].to_numpy()
-    out["gap"] = out["dcs_a"] - out["dcs_b"]
+        left_out = chance_both(baseline_table(seed_units(dcs, compare)))
+    dropped = set(zip(left_out["context"].astype(str), left_out["metric"].astype(str), strict=True))
+    pairs = zip(out["context"].astype(str), out["attack"].astype(str), strict=True)
+    out["at_chance_both"] = [pair in dropped for pair in pairs]
     return out
 
 
+def type_order(kinds: set[str]) -> list[str]:
+    """VFLAIR's attack types first, in its order, then any others."""
+    return [k for k in TYPES if k in kinds] + sorted(kinds - set(TYPES))
+
+
 def gap_summary(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Per attack type (and all): pairs, mean, median, share of positive gaps."""
-    every = pairs.assign(attack_type="all")
-    both = pd.concat([pairs, every], ignore_index=True)
-    grouped = both.groupby("attack_type", sort=False)["gap"]
-    return pd.DataFrame(
-        {
-            "n_pairs": grouped.size(),
-            "mean_gap": grouped.mean(),
-            "median_gap": grouped.median(),
-            "share_positive": grouped.apply(lambda g: float((g > 0).mean())),
-        }
-    ).reset_index()
+    """Per attack type (and ``all``), over the pairs not at chance in both arms: n pairs,
+    n seeds, the mean chance-aware gap with a 95 % interval over seeds (per seed the mean
+    of its pairs, then a t interval: the points of one seed share its trainings, so they
+    are not independent), its median and share > 0; VFLAIR's raw-AP gap beside it; the
+    attacks left out as at chance in both arms."""
+    kept = pairs[~pairs["at_chance_both"]]
+    parts = [(k, kept[kept["attack_type"] == k]) for k in type_order(set(kept["attack_type"]))]
+    parts.append(("all", kept))
+    rows = []
+    for kind, part in parts:
+        out_of = pairs[pairs["at_chance_both"]]
+        if kind != "all":
+            out_of = out_of[out_of["attack_type"] == kind]
+        ca = part[part["ca_gap"].notna()]
+        per_seed = ca.groupby("seed")["ca_gap"].mean()
+        n = len(per_seed)
+        half = float(t_quantile(n - 1) * per_seed.std() / np.sqrt(n)) if n >= MIN_SEEDS else np.nan
+        mean = float(ca["ca_gap"].mean()) if len(ca) else np.nan
+        rows.append(
+            {
+                "attack_type": kind,
+                "n_pairs": len(part),
+                "n_seeds": int(part["seed"].nunique()),
+                "mean_ca_gap": mean,
+                "ca_gap_lo": mean - half,
+                "ca_gap_hi": mean + half,
+                "median_ca_gap": float(ca["ca_gap"].median()) if len(ca) else np.nan,
+                "share_positive_ca": float((ca["ca_gap"] > 0).mean()) if len(ca) else np.nan,
+                "mean_gap_vflair": float(part["gap"].mean()) if len(part) else np.nan,
+                "share_positive_vflair": float((part["gap"] > 0).mean()) if len(part) else np.nan,
+                "left_out_at_chance": ";".join(sorted(set(out_of["attack"].astype(str)))),
+            }
+        )
+    return pd.DataFrame(rows)

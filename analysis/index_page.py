@@ -75,6 +75,31 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def contrast_sections(report: Report) -> tuple[list[str], list[str]]:
+    """Each ``--compare``'s tables (contrast_text.py) as markdown and as HTML."""
+    from analysis.contrast_text import legend, tables
+
+    md: list[str] = []
+    page: list[str] = []
+    for found in report.contrasts.values():
+        md += [f"## Comparison {found.compare.text} (Δ = {found.compare.label})", ""]
+        page.append(f"<h2>Comparison {html.escape(found.compare.text)}</h2>")
+        for t in tables(found):
+            md += [f"### {t.title}", "", *[f"- {h}" for h in t.header], ""]
+            md += ["Contrast:", "", *_md_table(t.contrast_head, t.contrast_rows), ""]
+            page.append(f"<h3>{html.escape(t.title)}</h3>")
+            page += [f"<p>{html.escape(h)}</p>" for h in t.header]
+            page.append(_html_table(t.contrast_head, t.contrast_rows))
+            if t.interaction_rows:
+                md += ["Interaction (does the defense act equally under both?):", ""]
+                md += [*_md_table(t.interaction_head, t.interaction_rows), ""]
+                page.append("<p>Interaction (does the defense act equally under both?):</p>")
+                page.append(_html_table(t.interaction_head, t.interaction_rows))
+        md += [f"> {line}" for line in legend(found)] + [""]
+        page += [f"<p class='note'>{html.escape(line)}</p>" for line in legend(found)]
+    return md, page
+
+
 def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
     """Both pages into ``folder`` (the report's staging folder, figures already drawn)."""
     answer = report.answer
@@ -102,6 +127,9 @@ def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
         page += [f"<p class='warn'>{html.escape(line)}</p>" for line in table.chance]
         page.append(_html_table(table.head, table.rows))
         page.append("<h3>Per attack</h3>" + _html_table(DETAIL_HEAD, detail))
+    contrast_md, contrast_html = contrast_sections(report)
+    md += contrast_md
+    page += contrast_html
     legend = legend_of([table for table, _ in tables])
     md += [f"> {line}" for line in legend] + ([""] if legend else [])
     page += [f"<p class='note'>{html.escape(line)}</p>" for line in legend]

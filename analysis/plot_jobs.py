@@ -149,6 +149,9 @@ class PlotPool:
         self.close()
 
 
+GAP_COLUMNS = ["attack", "attack_type", "seed", "gap", "ca_gap", "at_chance_both"]
+
+
 class Figures:
     """Submits each figure of the report once its input table exists (``build``'s
     ``ready`` callback): AP-MP per attack, β sensitivity, DCS gaps, one per sweep axis."""
@@ -177,9 +180,7 @@ class Figures:
             axis, pairs = value  # type: ignore[misc]
             path = self.folder / f"dcs_gap_{axis}.png"
             compare = self.compares[axis]
-            self.pool.submit(
-                "analysis.plots:plot_gaps", pairs[["attack_type", "gap"]], compare, path
-            )
+            self.pool.submit("analysis.plots:plot_gaps", pairs[GAP_COLUMNS], compare, path)
         elif name == "per_training":
             long, cell_axes = value  # type: ignore[misc]
             for args in axis_jobs(long, cell_axes, self.folder):

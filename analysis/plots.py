@@ -301,31 +301,50 @@ def plot_beta(table: pd.DataFrame, path: Path) -> None:
 
 
 def plot_gaps(pairs: pd.DataFrame, compare: Compare, path: Path) -> None:
-    kinds = [k for k in ("LI", "FR", "TB", "NTB") if k in set(pairs["attack_type"].astype(str))]
-    kinds += sorted(set(pairs["attack_type"].astype(str)) - set(kinds))
+    """Per attack type: the chance-aware DCS gaps (B − A) as a histogram, VFLAIR's raw-AP
+    gaps as an outline beside them, the mean chance-aware gap with its interval over
+    seeds (``gap_summary``'s numbers), n in the title; attacks at chance in both arms are
+    left out and named under the figure."""
+    from analysis.gaps import gap_summary
+
+    summary = gap_summary(pairs).set_index("attack_type")
+    kept = pairs[~pairs["at_chance_both"]]
+    kinds = [k for k in summary.index if k != "all" and summary.loc[k, "n_pairs"] > 0]
     fig, axes = _panels(max(len(kinds), 1))
     for ax, kind in zip(axes, kinds, strict=False):
-        gap = pairs.loc[pairs["attack_type"].astype(str) == kind, "gap"].to_numpy()
-        share = float((gap > 0).mean()) if len(gap) else float("nan")
-        ax.hist(
-            gap,
-            bins=min(40, max(5, len(gap) // 5)),
-            color="tab:blue",
-            alpha=0.8,
-            label=f"{len(gap)} pairs, {share:.0%} > 0",
-        )
-        ax.axvline(0, c="red", ls="--", lw=1.2, label="no difference")
-        ax.axvline(
-            float(np.mean(gap)) if len(gap) else 0,
-            c="black",
-            lw=1,
-            label=f"mean {np.mean(gap) if len(gap) else float('nan'):+.3f}",
-        )
-        ax.set_title(f"{kind} attacks", fontsize=9, y=TITLE_Y)
+        part = kept[kept["attack_type"] == kind]
+        stats = summary.loc[kind]
+        ca, raw = part["ca_gap"].dropna().to_numpy(), part["gap"].dropna().to_numpy()
+        both = np.concatenate([ca, raw]) if len(ca) + len(raw) else np.zeros(1)
+        bins = np.linspace(both.min() - 1e-9, both.max() + 1e-9, min(40, max(6, len(both) // 5)))
+        share, raw_mean = stats["share_positive_ca"], stats["mean_gap_vflair"]
+        if len(ca):
+            label = f"chance-aware DCS gap ({share:.0%} > 0)"
+            ax.hist(ca, bins=bins, color="tab:blue", alpha=0.75, label=label)
+        label = f"VFLAIR DCS gap, raw AP (mean {raw_mean:+.3f})"
+        ax.hist(raw, bins=bins, histtype="step", color="grey", lw=1.2, label=label)
+        ax.axvline(0, c="red", ls="--", lw=1.0, label="no difference")
+        mean, lo, hi = stats["mean_ca_gap"], stats["ca_gap_lo"], stats["ca_gap_hi"]
+        if np.isfinite(mean):
+            ci = f" [{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) else " (< 3 seeds: no CI)"
+            ax.axvline(mean, c="black", lw=1.2, label=f"mean {mean:+.3f}{ci}")
+            if np.isfinite(lo):
+                ax.axvspan(lo, hi, color="black", alpha=0.12)
+        n, seeds = int(stats["n_pairs"]), int(stats["n_seeds"])
+        ax.set_title(f"{kind}: n = {n} pairs, {seeds} seeds", fontsize=9, y=TITLE_Y)
         ax.set_xlabel(f"DCS gap ({compare.label})")
         ax.set_ylabel("pairs")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"DCS gap by attack type: {compare.axis} {compare.label}")
+        ax.legend(fontsize=6.5, loc="upper left")
+    if not kinds:
+        axes[0].text(0.5, 0.5, "no attack above chance in either arm", ha="center",
+                     transform=axes[0].transAxes)  # fmt: skip
+    left = summary.loc["all", "left_out_at_chance"] if "all" in summary.index else ""
+    if left:
+        names = left.replace(";", ", ")
+        text = f"left out, at chance undefended in both arms: {names}"
+        fig.text(0.07, 0.015, text, fontsize=8, color="#a00")
+    fig.suptitle(f"DCS gap by attack type: {compare.axis}, {compare.label} (> 0: {compare.b} "
+                 "defends better)", fontsize=10)  # fmt: skip
     _save(fig, path)
 
 

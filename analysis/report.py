@@ -26,6 +26,7 @@ from analysis.answer import Answer, build_answer
 from analysis.axes import flatten
 from analysis.by_axis import best_cells, by_axis_table, per_training
 from analysis.cap import cap_table
+from analysis.contrast import Contrasts, contrasts
 from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
 from analysis.load import scenario_labels
@@ -48,6 +49,7 @@ class Report:
     by_axis: pd.DataFrame | None = None
     best: dict[str, object] = field(default_factory=dict)
     answer: Answer | None = None  # the printed tables (analysis/answer.py)
+    contrasts: dict[str, Contrasts] = field(default_factory=dict)  # per --compare axis
 
     @property
     def has_attacks(self) -> bool:
@@ -110,11 +112,30 @@ def build(
     lap("answer")
     report.cap = cap_table(dcs)
     lap("cap")
-    for c in compares:
-        report.gaps[c.axis] = dcs_gaps(dcs, c)
-        tell("gaps", (c.axis, report.gaps[c.axis]))
-    lap("gaps")
+    for c in compares:  # MP contrasts need no attack; gaps need scored attack rows
+        found = report.contrasts[c.axis] = contrasts(dcs, c)
+        report.summary.setdefault("contrasts", {})  # one entry per axis
+        report.summary["contrasts"][c.axis] = contrast_summary(found)  # type: ignore[index]
+        if report.has_attacks:
+            report.gaps[c.axis] = dcs_gaps(dcs, c, found.left_out)
+            tell("gaps", (c.axis, report.gaps[c.axis]))
+    lap("contrasts")
     return report
+
+
+def contrast_summary(found: Contrasts) -> dict[str, object]:
+    """What summary.json says of one comparison: its size and how the verdicts fell."""
+    table = found.table
+    return {
+        "compare": found.compare.text,
+        "delta": found.compare.label,
+        "contexts": found.contexts,
+        "contrasts": int((table["kind"] == "contrast").sum()),
+        "interactions": int((table["kind"] == "interaction").sum()),
+        "correction": "holm",
+        "verdicts": {str(k): int(v) for k, v in table["verdict"].value_counts().items()},
+        "left_out_at_chance": found.left_out.to_dict("records"),
+    }
 
 
 def add_axes(report: Report, records: pd.DataFrame, manifest: dict[str, object] | None) -> None:
@@ -210,6 +231,7 @@ def write_files(report: Report, tmp: Path, pool: PlotPool | None) -> None:
     clock = time.perf_counter()
     if report.has_attacks:
         write_tables(report, tmp)
+    write_contrasts(report, tmp)
     write_axis_tables(report, tmp)
     report.timings["write_tables"] = round(time.perf_counter() - clock, 4)
     if pool is not None:
@@ -238,6 +260,16 @@ def write_tables(report: Report, folder: Path) -> None:
 
         write_csv(split_leakage.bins(dcs), folder / "split_leakage_bins.csv")
         write_csv(split_leakage.slopes(dcs), folder / "split_leakage_slopes.csv")
+
+
+def write_contrasts(report: Report, folder: Path) -> None:
+    """``contrast_<axis>.csv`` / ``.parquet`` (every contrast and interaction) and
+    ``contrast_<axis>_baselines.csv`` (each arm's undefended cell) per comparison."""
+    for axis, found in report.contrasts.items():
+        write_csv(found.table, folder / f"contrast_{axis}.csv")
+        table = pa.Table.from_pandas(found.table, preserve_index=False)
+        pq.write_table(table, folder / f"contrast_{axis}.parquet")
+        write_csv(found.baselines, folder / f"contrast_{axis}_baselines.csv")
 
 
 def write_index(report: Report, folder: Path) -> None:

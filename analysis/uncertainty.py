@@ -141,3 +141,12 @@ def _indistinguishable(
     half = half_width(std, n, np.hypot(se_lead, se_others))  # NaN below MIN_SEEDS
     comparable = n >= MIN_SEEDS
     return comparable & (np.abs(mean) <= half), comparable
+
+
+def at_chance(mean: pd.Series, half: pd.Series, n: pd.Series, se: pd.Series) -> pd.Series:
+    """Whether an advantage cannot be told apart from 0 (no information): its interval
+    reaches 0 (n >= 3), or, with fewer seeds, it is within z test-set errors of 0."""
+    enough = n >= MIN_SEEDS
+    reaches = enough & (mean - half <= 0)
+    near = ~enough & (mean <= Z * se.fillna(0.0))
+    return reaches | near

@@ -8,8 +8,8 @@ about 231k trainings. They are written through ``RecordSink.write_many`` in pack
 ``--pack`` trainings, the driver calling ``maybe_compact(--threshold)`` after each pack and
 ``compact()`` at the end, as a sweep does; the JSON gives those seconds (``--keep DIR``
 writes them there once and reuses them after). Timed (median over ``--repeats``): the
-command a user runs, ``python -m analysis <dir> --compare partition=split:agg --compare
-protocol=fedbcd:fedsgd --no-mlflow``, in a fresh interpreter: every table (DCS, ranking
+command a user runs, ``python -m analysis <dir> --compare partition=agg:split --compare
+protocol=fedsgd:fedbcd --no-mlflow``, in a fresh interpreter: every table (DCS, ranking
 with bootstrap, β sensitivity, CAP, two DCS-gap comparisons, by-axis) and every figure.
 Phases from the timings it prints: ``startup_imports_exit`` (interpreter, imports, exit),
 ``read``, ``compute`` (tables), ``write_tables``, ``plots_not_overlapped`` (waiting for
@@ -89,9 +89,9 @@ COMMAND = [
     "-m",
     "analysis",
     "--compare",
-    "partition=split:agg",
+    "partition=agg:split",
     "--compare",
-    "protocol=fedbcd:fedsgd",
+    "protocol=fedsgd:fedbcd",
     "--no-mlflow",
 ]
 BUILD_LAPS = (

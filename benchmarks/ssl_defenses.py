@@ -3,7 +3,7 @@
 The shipped space asks the mission's question (defenses x SSL variants x aligned ratio x
 attacks on adult and mnist, 2 seeds); on a laptop it runs for hours. This command runs a
 slice of it through ``sweep.py`` and ``python -m analysis --compare
-ssl_variant=hssl_simsiam:splitnn`` and prints one JSON object: the best defense per SSL
+ssl_variant=splitnn:hssl_simsiam`` and prints one JSON object: the best defense per SSL
 variant (C-DCS rank 1 per scenario, with its MP and C-DCS), the undefended MP per variant
 and the DCS-gap summary of FedHSSL against plain split learning.
 
@@ -77,7 +77,7 @@ def run(results: Path, args: argparse.Namespace) -> dict[str, object]:
     sweep_dir = results / "ssl_defenses_slice"
     with contextlib.redirect_stdout(io.StringIO()):
         code = analysis_main([str(sweep_dir), "--no-mlflow", "--no-plots",
-                              "--compare", "ssl_variant=hssl_simsiam:splitnn"])  # fmt: skip
+                              "--compare", "ssl_variant=splitnn:hssl_simsiam"])  # fmt: skip
     if code != 0:
         raise SystemExit(f"python -m analysis exited {code}")
     report = sweep_dir / "report"

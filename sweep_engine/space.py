@@ -133,6 +133,28 @@ class SearchBlock(_Strict):
     seed: Int = 0
 
 
+class AnalysisBlock(_Strict):
+    """What ``vflsweep analyze`` does by default for this space (its CLI flags override)."""
+
+    # AXIS=A:B, e.g. protocol=fedsgd:fedbcd (analysis/compare.py): contrasts B − A
+    compare: list[str] = Field(default_factory=list)
+
+    @field_validator("compare")
+    @classmethod
+    def _compare_syntax(cls, texts: list[str]) -> list[str]:
+        from analysis.compare import parse_compare
+
+        for text in texts:
+            try:
+                parse_compare(text)
+            except ConfigError as err:
+                raise ValueError(str(err).removeprefix("--compare ")) from None
+        axes = [t.partition("=")[0] for t in texts]
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{texts}: one comparison per axis")
+        return texts
+
+
 class AttackEntry(_Strict):
     """An attack evaluated on every cell: a registry name and VFLAIR-default overrides."""
 
@@ -202,6 +224,7 @@ class Space(_Strict):
     resources: Resources = Field(default_factory=Resources)
     run: RunSettings = Field(default_factory=RunSettings)
     search: SearchBlock | None = None
+    analysis: AnalysisBlock = Field(default_factory=AnalysisBlock)
     attacks: list[AttackItem] = Field(default_factory=list)
     # defense name -> strengths (a list), "vflair"/null for VFLAIR's grid, or a DefenseAxis;
     # expands into a "defense" grid axis that always includes the undefended cell
@@ -234,6 +257,42 @@ class Space(_Strict):
                 " allowed: one of the two"
             )
         return self
+
+    @model_validator(mode="after")
+    def _compare_axes_varied(self) -> Space:
+        """Each ``analysis.compare`` names an axis this space varies, and two of its values."""
+        from analysis.compare import arm_of, parse_compare
+
+        for i, text in enumerate(self.analysis.compare):
+            compare = parse_compare(text)
+            values = self.axis_values(compare.axis)
+            if not values:
+                varied = ", ".join(self.effective_grid()) or "none"
+                raise ValueError(
+                    f"analysis.compare[{i}]={text!r}: {compare.axis!r} is not varied by this "
+                    f"space; allowed: an axis of its grid ({varied})"
+                )
+            arms = {arm_of(v, compare) for v in values}
+            for arm, value in (("a", compare.a), ("b", compare.b)):
+                if arm not in arms:
+                    shown = ", ".join(str(v) for v in values)
+                    raise ValueError(
+                        f"analysis.compare[{i}]={text!r}: {compare.axis}={value!r} is not a "
+                        f"value of the axis; allowed: {shown}"
+                    )
+        return self
+
+    def axis_values(self, axis: str) -> list[Any]:
+        """The values a grid gives ``axis`` (its own axis, or a mapping-valued axis that
+        sets it); empty when the space does not vary it."""
+        out: list[Any] = []
+        for key, values in self.effective_grid().items():
+            for value in values:
+                if isinstance(value, dict) and axis in value:
+                    out.append(value[axis])
+                elif key == axis and not isinstance(value, dict):
+                    out.append(value)
+        return out if len({repr(v) for v in out}) > 1 else []
 
     def defense_axes(self) -> dict[str, DefenseAxis]:
         """Each listed defense as a DefenseAxis (strengths None: VFLAIR's grid)."""

@@ -119,24 +119,27 @@ def two_partition_rows() -> list[dict]:
 
 
 def test_gap_pairs_by_everything_but_the_axis() -> None:
-    pairs = dcs_gaps(prepare(two_partitions(), 0.5), parse_compare("partition=split:agg"))
+    """``partition=agg:split`` is VFLAIR's splitVFL − aggVFL: every gap is B − A."""
+    pairs = dcs_gaps(prepare(two_partitions(), 0.5), parse_compare("partition=agg:split"))
     assert len(pairs) == 8  # 2 seeds x 2 defenses (none, gdp) x 2 attacks
     assert set(pairs["seed"].astype(int)) == {0, 1}
     gdp_li = pairs[(pairs["defense"] == "gdp") & (pairs["attack"] == "dli")]
     assert gdp_li["gap"].to_numpy() == pytest.approx([dcs(0.2, 0.05) - dcs(0.4, 0.05)] * 2)
     fr = pairs[(pairs["defense"] == "gdp") & (pairs["attack"] == "grn")]
     assert fr["gap"].to_numpy() == pytest.approx([0.0, 0.0])
+    assert pairs["ca_gap"].isna().all()  # records without chance baselines: VFLAIR's only
     summary = gap_summary(pairs).set_index("attack_type")
-    assert summary.loc["LI", "share_positive"] == 0.5  # gdp pairs > 0, undefended pairs = 0
-    assert summary.loc["FR", "share_positive"] == 0.0
+    assert summary.loc["LI", "share_positive_vflair"] == 0.5  # gdp > 0, undefended = 0
+    assert summary.loc["FR", "share_positive_vflair"] == 0.0
     assert summary.loc["all", "n_pairs"] == 8
+    assert math.isnan(summary.loc["all", "mean_ca_gap"])
 
 
 @pytest.mark.parametrize(
     ("text", "match"),
     [
         ("partition", "AXIS=A:B"),
-        ("color=a:b", "not one of"),
+        ("color=a:b", "not one of the spec's fields"),
         ("partition=agg:agg", "same value"),
         ("partition=split:vertical", "present: agg, split"),
     ],
@@ -181,7 +184,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_writes_every_table_and_plot(tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path)
-    args = ["--compare", "partition=split:agg", "--weights", "LI=0.5,FR=0.5", "--json"]
+    args = ["--compare", "partition=agg:split", "--weights", "LI=0.5,FR=0.5", "--json"]
     out = run_cli(str(sweep), *args)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
@@ -197,6 +200,9 @@ def test_cli_writes_every_table_and_plot(tmp_path: Path) -> None:
         "cap.csv",
         "dcs_gap_partition.csv",
         "dcs_gap_partition.png",
+        "contrast_partition.csv",
+        "contrast_partition.parquet",
+        "contrast_partition_baselines.csv",
         "ap_mp_dli.png",
         "ap_mp_grn.png",
         "summary.json",
@@ -239,7 +245,7 @@ def test_plots_are_titled_labeled_and_have_legends(tmp_path: Path) -> None:
     try:
         from analysis.report import build
 
-        compare = parse_compare("partition=split:agg")
+        compare = parse_compare("partition=agg:split")
         report = build(two_partitions(), 0.5, DEFAULT_WEIGHTS, [compare])
         plots.PLOT_WORKERS = 1
         plots.write_plots(report, tmp_path, [compare])

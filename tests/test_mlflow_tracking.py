@@ -155,7 +155,7 @@ def test_smoke_sweep_and_analysis_on_a_real_server(
     trial_ids = set(records["trial_id"])
     assert len(trial_ids) == 8 and set(records["attack"]) == {"none", "ns"}
 
-    compare = ["--compare", "partition=split:agg", "--compare", "protocol=fedbcd:fedsgd"]
+    compare = ["--compare", "partition=agg:split", "--compare", "protocol=fedsgd:fedbcd"]
     assert analysis_main([str(sweep_dir), "--mlflow-uri", mlflow_server, *compare]) == 0
 
     client = MlflowClient(mlflow_server)
@@ -188,6 +188,9 @@ def test_smoke_sweep_and_analysis_on_a_real_server(
         "dcs_gap_partition.csv",
         "dcs_gap_partition.png",
         "dcs_gap_protocol.csv",
+        "contrast_partition.csv",  # every contrast and interaction, with intervals
+        "contrast_protocol.csv",
+        "contrast_protocol_baselines.csv",
         "index.html",  # the printed answer with every figure, for the MLflow UI
         "index.md",
     }

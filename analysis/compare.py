@@ -1,0 +1,162 @@
+"""``--compare AXIS=A:B``: which records are arm A, which are arm B, and what they share.
+
+Read "from A to B": every difference the analysis prints is **B − A**
+(``protocol=fedsgd:fedbcd`` gives FedBCD − FedSGD; VFLAIR's "splitVFL − aggVFL" is
+``partition=agg:split``). The axis is any spec field, dotted into parameter mappings
+(``protocol``, ``aligned_ratio``, ``ssl_variant``, ``split_params.alpha``,
+``dataset_params.n_informative``…), read from each record's ``spec_json``.
+
+Two trainings pair when their specs differ only in the axis and the fields that belong to
+it (``protocol_params.*`` with ``protocol``; the dataset's own model, lr, epochs… with
+``dataset``): the rest is their *context*, held fixed by every comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from trainables.errors import ConfigError
+from trainables.results.manifest import NESTED_FIELDS
+
+# axis -> further spec fields that belong to it (cut from the context with it)
+AXES: dict[str, tuple[str, ...]] = {
+    "protocol": ("protocol_params",),
+    "model": ("model_params", "hidden"),
+    "n_parties": ("split_scheme", "split_params"),
+    "split_scheme": ("split_params",),
+    "aligned_ratio": ("n_aligned",),
+    "dataset": ("dataset_params", "model", "model_params", "lr", "epochs", "batch_size", "hidden"),
+}
+# spec fields that are not the context: the cell (defense), the unit (seed), what an
+# attack row already names (a training-time attack), and where it ran
+NOT_CONTEXT = ("seed", "defense", "defense_param", "defense_params", "stack", "train_attack",
+               "train_attack_params", "device")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Compare:
+    axis: str
+    a: str
+    b: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.axis}={self.a}:{self.b}"
+
+    @property
+    def label(self) -> str:
+        """What every Δ is: B − A."""
+        return f"{self.b} − {self.a}"
+
+
+def spec_fields() -> list[str]:
+    from trainables.spec import TrialSpec
+
+    return list(TrialSpec.model_fields)
+
+
+def parse_compare(text: str) -> Compare:
+    """``axis=A:B`` → Compare; ConfigError naming what is allowed. Whether the records
+    hold both values is checked when they are read (``row_arms``)."""
+    axis, sep, values = text.partition("=")
+    a, sep2, b = values.partition(":")
+    if not sep or not sep2 or not a or not b:
+        raise ConfigError(f"--compare {text!r}: expected AXIS=A:B, e.g. protocol=fedsgd:fedbcd")
+    fields = spec_fields()
+    head, dot, inner = axis.partition(".")
+    known = axis in fields if not dot else head in NESTED_FIELDS and bool(inner)
+    if not known or axis in ("seed", "defense", "defense_param", "stack"):
+        nested = ", ".join(f"{f}.<key>" for f in NESTED_FIELDS)
+        plain = ", ".join(f for f in fields if f not in (*NESTED_FIELDS, "seed", "stack"))
+        raise ConfigError(
+            f"--compare {text!r}: axis {axis!r} is not one of the spec's fields: {plain}; "
+            f"or {nested} (seed and the defense are what a comparison pairs over)"
+        )
+    if a == b:
+        raise ConfigError(f"--compare {text!r}: A and B are the same value")
+    return Compare(axis, a, b)
+
+
+def companions(axis: str, columns: Iterable[str]) -> list[str]:
+    """The flat spec columns that belong to ``axis`` (itself included)."""
+    names = (axis, *AXES.get(axis, ()), f"{axis}_params")
+    return [c for c in columns if any(c == n or c.startswith(n + ".") for n in names)]
+
+
+def arm_of(value: object, compare: Compare) -> str | None:
+    """``"a"``, ``"b"`` or None: the value as written (``0.2`` matches ``0.20``)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    for arm, text in (("a", compare.a), ("b", compare.b)):
+        if str(value) == text or json.dumps(value) == text:
+            return arm
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                if float(text) == float(value):
+                    return arm
+            except ValueError:
+                pass
+    return None
+
+
+def context_of(table: pd.DataFrame, compare: Compare) -> tuple[np.ndarray, list[str]]:
+    """Per flat spec (a row of ``table``): its context's code, and each context's label:
+    the context fields that differ between contexts (one determined by the others, like a
+    dataset's epochs, left out), ``dataset`` alone when there is one context."""
+    skip = set(companions(compare.axis, table.columns))
+    columns = [
+        c
+        for c in table.columns
+        if c not in skip and not any(c == n or c.startswith(n + ".") for n in NOT_CONTEXT)
+    ]
+    rest = table[columns].astype(object).where(table[columns].notna(), None)
+    keys = [json.dumps(row, sort_keys=True, default=str) for row in rest.to_dict("records")]
+    codes, uniques = pd.factorize(pd.Series(keys, dtype=object))
+    first = {key: i for i, key in reversed(list(enumerate(keys)))}
+    firsts = rest.iloc[[first[u] for u in uniques]].reset_index(drop=True)
+    varying = [c for c in columns if firsts[c].astype(str).nunique() > 1]
+    for column in list(reversed(varying)):  # drop fields the others determine
+        others = [c for c in varying if c != column]
+        if others and not firsts[others].astype(str).duplicated().any():
+            varying = others
+    if not varying:
+        name = str(firsts["dataset"].iloc[0]) if "dataset" in firsts and len(firsts) else "all"
+        return np.asarray(codes), [name] * len(uniques)
+    labels = [" ".join(f"{c}={row[c]}" for c in varying) for row in firsts.to_dict("records")]
+    return np.asarray(codes), labels
+
+
+def row_arms(rows: pd.DataFrame, compare: Compare) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``rows`` (records with ``spec_json``): its arm (``a``, ``b`` or None)
+    and its context label. ConfigError when the axis or one of its values is absent."""
+    from analysis.axes import parsed_specs
+
+    if "spec_json" not in rows.columns or rows["spec_json"].isna().any():
+        raise ConfigError(
+            f"--compare {compare.text}: records without spec_json cannot be paired; "
+            "re-run the sweep with this engine"
+        )
+    table, codes = parsed_specs(rows)
+    if compare.axis not in table.columns:
+        varying = [c for c in table.columns if table[c].astype(str).nunique() > 1]
+        raise ConfigError(
+            f"--compare {compare.text}: no record's spec has {compare.axis!r}; fields that "
+            f"vary in these records: {', '.join(varying) or 'none'}"
+        )
+    arms = np.asarray([arm_of(v, compare) for v in table[compare.axis]], dtype=object)
+    used = np.unique(codes.to_numpy())
+    for value, arm in ((compare.a, "a"), (compare.b, "b")):
+        if arm not in set(arms[used]):
+            seen = sorted({str(v) for v in table[compare.axis].iloc[used]})
+            raise ConfigError(
+                f"--compare {compare.text}: no scored rows with {compare.axis}={value!r}; "
+                f"present: {', '.join(seen) or 'none'}"
+            )
+    context_codes, labels = context_of(table, compare)
+    code = codes.to_numpy()
+    return arms[code], np.asarray(labels, dtype=object)[context_codes[code]]

@@ -1,0 +1,269 @@
+"""Contrasts between two settings of one axis: "does B leak more than A, and does the
+defense act equally under both?" (DESIGN.md "Comparisons and selection").
+
+``--compare protocol=fedsgd:fedbcd`` reads "from A = fedsgd to B = fedbcd"; every Δ is
+B − A. Per *context* (every spec field but the axis, the defense and the seed held
+fixed: dataset, partition, lr, …) and per defense cell:
+
+- **contrast**: Δ MP and Δ advantage of each attack, paired over seeds (a training of A
+  and one of B whose specs differ only in the axis and its own parameters, e.g.
+  ``protocol_params.q``);
+- **interaction**: for each defense, its effect under B minus its effect under A (a
+  difference in differences, per seed: (B_d − B_none) − (A_d − A_none)); on the
+  advantage it answers "does the defense protect equally under both", on MP "does it cost
+  equally".
+
+Interval (n ≥ 3 paired seeds), the engine's one shape (``uncertainty.half_width``):
+Δ̄ ± sqrt((t_{0.975,n−1}·s/√n)² + (z_{0.975}·se)²), s the spread of the per-seed
+differences and se the test-set sampling error of one difference (the arms' errors added
+in quadrature, averaged over seeds: every seed is scored on the same test rows, so those
+errors do not shrink with n; A and B share those rows, so the quadrature sum is the
+conservative side). The p value is the α at which that interval's (1 − α) version just
+reaches 0 (``interval_pvalue``): p < 0.05 exactly when the 95 % interval excludes 0.
+**Holm**'s step-down correction runs over every contrast and interaction one
+``--compare`` table prints (family-wise error 5 %), and the verdicts read the corrected
+p values, so a wide grid does not manufacture findings. The printed intervals are the
+uncorrected 95 % ones (a verdict can say "cannot tell" while its interval misses 0).
+
+An attack at chance undefended in *both* arms (the chance rule of ``answer.chance_table``)
+says nothing about either arm: it is named, not contrasted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.compare import Compare, row_arms
+from analysis.uncertainty import MIN_SEEDS, at_chance, cell_stats, half_width
+from trainables.errors import ConfigError
+
+ALPHA = 0.05
+CELL = ["context", "metric", "attack_type", "defense", "defense_param"]
+
+
+@dataclass
+class Contrasts:
+    """Everything one ``--compare`` prints and writes (``contrast_<axis>.csv``)."""
+
+    compare: Compare
+    table: pd.DataFrame  # one row per contrast or interaction (``kind``)
+    baselines: pd.DataFrame  # per context, arm and metric: the undefended mean ± half
+    left_out: pd.DataFrame  # (context, attack) at chance undefended in both arms
+    contexts: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def contrasts(dcs: pd.DataFrame, compare: Compare) -> Contrasts:
+    """The contrasts of ``compare`` over the prepared records (``report.prepare``)."""
+    units = seed_units(dcs, compare)
+    paired = pair_arms(units)
+    if paired.empty:
+        raise ConfigError(
+            f"--compare {compare.text}: no training of {compare.a!r} has a twin of "
+            f"{compare.b!r} that differs only in {compare.axis} (same seed, defense and "
+            "every other setting)"
+        )
+    baselines = baseline_table(units)
+    left_out = chance_both(baselines)
+    drop = left_out.assign(_drop=True)[["context", "metric", "_drop"]]
+    paired = paired.merge(drop, on=["context", "metric"], how="left")
+    paired = paired[paired["_drop"].isna()].drop(columns="_drop")
+    table = pd.concat(
+        [summarize(paired, "contrast"), summarize(interactions(paired), "interaction")],
+        ignore_index=True,
+    )
+    table = holm(ordered(table, units))
+    table["verdict"] = [verdict(r, compare) for r in table.itertuples()]
+    table.insert(0, "axis", compare.axis)
+    table.insert(1, "a", compare.a)
+    table.insert(2, "b", compare.b)
+    contexts = list(dict.fromkeys(units["context"].astype(str)))
+    notes = []
+    few = table[table["n"] < MIN_SEEDS]
+    if len(few):
+        notes.append(
+            f"{len(few)} contrasts have fewer than {MIN_SEEDS} paired seeds: "
+            "no interval, no verdict"
+        )
+    return Contrasts(compare, table, baselines, left_out, contexts, notes)
+
+
+def ordered(table: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
+    """Contrasts before interactions; contexts as the records list them; MP before the
+    attacks (by name); the undefended cell first, then each defense by strength."""
+    context_rank = {c: i for i, c in enumerate(dict.fromkeys(units["context"]))}
+    keys = pd.DataFrame(
+        {
+            "k": (table["kind"] != "contrast").astype(int),
+            "c": table["context"].map(context_rank),
+            "m": table["metric"].map(lambda m: "" if m == "mp" else str(m)),
+            "d": table["defense"].map(lambda d: "" if d == "none" else str(d)),
+            "s": table["defense_param"],
+        }
+    )
+    order = keys.sort_values(["k", "c", "m", "d", "s"], kind="stable").index
+    return table.loc[order].reset_index(drop=True)
+
+
+def seed_units(dcs: pd.DataFrame, compare: Compare) -> pd.DataFrame:
+    """One row per (context, arm, metric, defense cell, seed): the value and its test-set
+    error. ``metric`` is ``mp`` (the clean rows) or an attack's label (its advantage)."""
+    ok = dcs[dcs["status"] == "ok"]
+    arms, contexts = row_arms(ok, compare)
+    frame = pd.DataFrame(
+        {
+            "context": contexts,
+            "arm": arms,
+            "defense": ok["defense"].astype(str).to_numpy(),
+            "defense_param": ok["defense_param"].astype(float).to_numpy(),
+            "seed": ok["seed"].to_numpy(),
+        }
+    )
+    clean = (ok["attack"].astype(str) == "none").to_numpy()
+    attacked = ~clean & ok["adv"].notna().to_numpy()
+    mp = frame[clean].assign(
+        metric="mp",
+        attack_type="MP",
+        value=ok.loc[clean, "mp"].astype(float).to_numpy(),
+        se=ok.loc[clean, "mp_se"].astype(float).fillna(0.0).to_numpy(),
+    )
+    adv = frame[attacked].assign(
+        metric=ok.loc[attacked, "attack"].astype(str).to_numpy(),
+        attack_type=ok.loc[attacked, "attack_type"].astype(str).to_numpy(),
+        value=ok.loc[attacked, "adv"].astype(float).to_numpy(),
+        se=ok.loc[attacked, "ap_advantage_se"].astype(float).fillna(0.0).to_numpy(),
+    )
+    units = pd.concat([mp, adv], ignore_index=True)
+    units = units[units["arm"].notna()]
+    keys = [*CELL, "arm", "seed"]
+    return units.groupby(keys, dropna=False, sort=False)[["value", "se"]].mean().reset_index()
+
+
+def pair_arms(units: pd.DataFrame) -> pd.DataFrame:
+    """One row per (cell, seed) present in both arms: a, b, delta = b − a, se of delta."""
+    keys = [*CELL, "seed"]
+    a = units[units["arm"] == "a"].drop(columns="arm")
+    b = units[units["arm"] == "b"].drop(columns="arm")
+    both = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    both["delta"] = both["value_b"] - both["value_a"]
+    both["se"] = np.hypot(both["se_a"], both["se_b"])
+    return both
+
+
+def interactions(paired: pd.DataFrame) -> pd.DataFrame:
+    """Per defended cell and seed: (B_d − A_d) − (B_none − A_none), with the effects."""
+    keys = ["context", "metric", "seed"]
+    none = paired[paired["defense"] == "none"]
+    defended = paired[paired["defense"] != "none"]
+    both = defended.merge(none[[*keys, "value_a", "value_b", "delta", "se"]], on=keys,
+                          suffixes=("", "_none"))  # fmt: skip
+    out = both[[*CELL, "seed"]].copy()
+    out["value_a"] = both["value_a"] - both["value_a_none"]  # the defense's effect under A
+    out["value_b"] = both["value_b"] - both["value_b_none"]  # ... under B
+    out["delta"] = both["delta"] - both["delta_none"]
+    out["se"] = np.hypot(both["se"], both["se_none"])
+    return out
+
+
+def summarize(per_seed: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Per cell: n, mean A, mean B, Δ, its interval and uncorrected p (module docstring)."""
+    columns = [*CELL, "n", "mean_a", "mean_b", "delta", "lo", "hi", "half", "p"]
+    if per_seed.empty:
+        return pd.DataFrame(columns=["kind", *columns])
+    grouped = per_seed.groupby(CELL, dropna=False, sort=False)
+    out = grouped.agg(
+        n=("delta", "count"),
+        mean_a=("value_a", "mean"),
+        mean_b=("value_b", "mean"),
+        delta=("delta", "mean"),
+        std=("delta", "std"),
+        se=("se", "mean"),
+    ).reset_index()
+    n = out["n"].to_numpy(dtype=float)
+    enough = n >= MIN_SEEDS
+    spread = np.nan_to_num(out["std"].to_numpy()) / np.sqrt(n)  # the seeds' standard error
+    half = np.where(enough, half_width(out["std"].to_numpy(), n, out["se"].to_numpy()), np.nan)
+    out["lo"], out["hi"], out["half"] = out["delta"] - half, out["delta"] + half, half
+    p = interval_pvalue(out["delta"].to_numpy(), spread, out["se"].to_numpy(), n - 1)
+    out["p"] = np.where(enough, p, np.nan)
+    out.insert(0, "kind", kind)
+    return out[["kind", *columns]]
+
+
+def interval_pvalue(
+    mean: np.ndarray, spread: np.ndarray, se: np.ndarray, df: np.ndarray
+) -> np.ndarray:
+    """The p value that matches the interval: the α at which the (1 − α) interval
+    sqrt((t_{1−α/2,df}·spread)² + (z_{1−α/2}·se)²) just reaches 0 (``half_width``'s shape),
+    so "the 95 % interval excludes 0" and "p < 0.05" are the same statement. Found by
+    bisection on α (the half-width shrinks as α grows), all rows at once."""
+    from scipy.special import ndtri, stdtrit
+
+    mean, spread, se = np.abs(mean), np.nan_to_num(spread), np.nan_to_num(se)
+    df = np.maximum(np.asarray(df, dtype=float), 1.0)
+    lo, hi = np.zeros_like(mean), np.ones_like(mean)  # p lies in [lo, hi]
+    for _ in range(60):
+        alpha = np.clip((lo + hi) / 2, 1e-300, 1.0)
+        q = 1.0 - alpha / 2
+        with np.errstate(invalid="ignore", over="ignore"):  # inf · 0 where a part is 0
+            seeds = np.where(spread > 0, stdtrit(df, q) * spread, 0.0)
+            tests = np.where(se > 0, ndtri(q) * se, 0.0)
+        half = np.hypot(seeds, tests)
+        reaches = half >= mean  # 0 inside the interval at this α: p is larger
+        lo, hi = np.where(reaches, alpha, lo), np.where(reaches, hi, alpha)
+    out = (lo + hi) / 2
+    return np.where((spread == 0) & (se == 0), np.where(mean > 0, 0.0, 1.0), out)
+
+
+def holm(table: pd.DataFrame) -> pd.DataFrame:
+    """``p_holm``: Holm's step-down adjusted p over every row with a p value."""
+    p = table["p"].to_numpy(dtype=float)
+    have = np.flatnonzero(~np.isnan(p))
+    adjusted = np.full(len(p), np.nan)
+    order = have[np.argsort(p[have], kind="stable")]
+    m = len(order)
+    running = 0.0
+    for i, row in enumerate(order):
+        running = max(running, min(1.0, (m - i) * p[row]))
+        adjusted[row] = running
+    return table.assign(p_holm=adjusted, family=m)
+
+
+def verdict(row: object, compare: Compare) -> str:
+    """A plain sentence from the corrected p value and the sign of Δ."""
+    n, p, delta = int(row.n), row.p_holm, row.delta  # type: ignore[attr-defined]
+    if n < MIN_SEEDS:
+        return f"n={n}: no verdict"
+    if not p < ALPHA:
+        return "cannot tell"
+    up = delta > 0
+    b = compare.b
+    if row.kind == "contrast":  # type: ignore[attr-defined]
+        if row.metric == "mp":  # type: ignore[attr-defined]
+            return f"{b} higher MP" if up else f"{b} lower MP"
+        return f"{b} leaks more" if up else f"{b} leaks less"
+    if row.metric == "mp":  # type: ignore[attr-defined]
+        return f"costs less under {b}" if up else f"costs more under {b}"
+    return f"protects less under {b}" if up else f"protects more under {b}"
+
+
+def baseline_table(units: pd.DataFrame) -> pd.DataFrame:
+    """Per (context, metric, arm): the undefended mean, its interval half, n, se."""
+    none = units[units["defense"] == "none"]
+    keys = ["context", "metric", "attack_type", "arm"]
+    out = cell_stats(none, keys, "value", "se")
+    return out[[*keys, "mean", "half", "n", "se_test"]]
+
+
+def chance_both(baselines: pd.DataFrame) -> pd.DataFrame:
+    """(context, attack) whose undefended advantage is at chance in both arms."""
+    adv = baselines[baselines["metric"] != "mp"]
+    chance = adv.assign(
+        chance=at_chance(adv["mean"], adv["half"], adv["n"], adv["se_test"]).to_numpy()
+    )
+    both = chance.groupby(["context", "metric"], sort=False)["chance"].agg(["all", "size"])
+    both = both[(both["all"]) & (both["size"] == 2)].reset_index()
+    return both[["context", "metric"]]

@@ -1,0 +1,160 @@
+"""A ``--compare`` as text: per context, both arms' undefended MP and advantages (a
+setting's own cost is seen before any defense), then the contrasts, then the interactions.
+
+The screen (``python -m analysis``) and ``report/index.md`` / ``index.html`` show the same
+tables (``ContrastTable``); ``contrast_<axis>.csv`` holds every number behind them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.contrast import ALPHA, Contrasts
+from analysis.uncertainty import MIN_SEEDS
+
+HEAD = ["defense", "strength", "metric"]
+
+
+@dataclass
+class ContrastTable:
+    """One context of one comparison, as cells of text."""
+
+    title: str
+    header: list[str]  # the undefended arms, what was left out
+    contrast_head: list[str]
+    contrast_rows: list[list[str]]
+    interaction_head: list[str]
+    interaction_rows: list[list[str]]
+
+
+def number(value: float, sign: bool = False) -> str:
+    if not np.isfinite(value):
+        return "-"
+    return f"{value:+.3f}" if sign else f"{value:.3f}"
+
+
+def interval(row: pd.Series) -> str:
+    text = number(float(row["delta"]), sign=True)
+    if int(row["n"]) < MIN_SEEDS:
+        return text + f" (n={int(row['n'])})"
+    return text + f" [{number(float(row['lo']), True)}, {number(float(row['hi']), True)}]"
+
+
+def metric_text(metric: str) -> str:
+    return "MP" if metric == "mp" else f"{metric} adv"
+
+
+def strength(value: object) -> str:
+    return "-" if value is None or pd.isna(value) else f"{float(value):g}"  # type: ignore[arg-type]
+
+
+def p_text(value: float) -> str:
+    return "-" if not np.isfinite(value) else f"{value:.3g}"
+
+
+def arm_text(base: pd.DataFrame, arm: str) -> str:
+    """``MP 0.848±0.008, ns adv 0.310±0.100`` for one arm's undefended cell."""
+    part = base[base["arm"] == arm]
+    part = pd.concat([part[part["metric"] == "mp"], part[part["metric"] != "mp"]])
+    texts = []
+    for row in part.itertuples():
+        half = f"±{row.half:.3f}" if np.isfinite(row.half) else f" (n={int(row.n)})"
+        texts.append(f"{metric_text(str(row.metric))} {row.mean:.3f}{half}")
+    return ", ".join(texts) or "no undefended training"
+
+
+def tables(c: Contrasts) -> list[ContrastTable]:
+    """One table per context, in the order the records list them."""
+    a, b, axis = c.compare.a, c.compare.b, c.compare.axis
+    out = []
+    for context in c.contexts:
+        rows = c.table[c.table["context"] == context]
+        base = c.baselines[c.baselines["context"] == context]
+        n = int(rows["n"].max()) if len(rows) else 0
+        header = [f"undefended under {a}: {arm_text(base, 'a')}"]
+        header.append(f"undefended under {b}: {arm_text(base, 'b')}")
+        gone = c.left_out[c.left_out["context"] == context]["metric"].astype(str).tolist()
+        if gone:
+            header.append(
+                f"left out: {', '.join(gone)} (at chance undefended under both {a} and {b}: "
+                "nothing to compare)"
+            )
+        contrast = rows[rows["kind"] == "contrast"]
+        inter = rows[rows["kind"] == "interaction"]
+        out.append(
+            ContrastTable(
+                title=f"{axis}: {c.compare.label} | {context} (up to {n} paired seeds)",
+                header=header,
+                contrast_head=[*HEAD, a, b, f"Δ {b}−{a} [95% CI]", "p (Holm)", "verdict"],
+                contrast_rows=[
+                    [*cell(r), number(r["mean_a"]), number(r["mean_b"]), *tail(r)]
+                    for _, r in contrast.iterrows()
+                ],
+                interaction_head=[
+                    *HEAD,
+                    f"effect under {a}",
+                    f"effect under {b}",
+                    "ΔΔ [95% CI]",
+                    "p (Holm)",
+                    "verdict",
+                ],
+                interaction_rows=[
+                    [*cell(r), number(r["mean_a"], True), number(r["mean_b"], True), *tail(r)]
+                    for _, r in inter.iterrows()
+                ],
+            )
+        )
+    return out
+
+
+def cell(row: pd.Series) -> list[str]:
+    return [str(row["defense"]), strength(row["defense_param"]), metric_text(str(row["metric"]))]
+
+
+def tail(row: pd.Series) -> list[str]:
+    return [interval(row), p_text(float(row["p_holm"])), str(row["verdict"])]
+
+
+def legend(c: Contrasts) -> list[str]:
+    family = int(c.table["family"].max()) if len(c.table) else 0
+    a, b = c.compare.a, c.compare.b
+    return [
+        f"Δ = {b} − {a}, paired over seeds (same seed, defense and context). MP: main-task "
+        "accuracy; adv: attack advantage over a no-information guess. 95% CI: t over the "
+        "paired seeds with the test-set error, uncorrected. p (Holm): Holm-corrected over the "
+        f"{family} contrasts and interactions of this comparison; verdicts read it at "
+        f"{ALPHA:g}. Interaction: a defense's effect (defended − undefended, same seed) under "
+        f"{b} minus under {a}; on adv, negative = it removes more leakage under {b}."
+    ]
+
+
+def fixed_width(head: list[str], rows: list[list[str]], max_rows: int | None) -> list[str]:
+    shown = rows if max_rows is None else rows[:max_rows]
+    widths = [max(len(r[i]) for r in [head, *shown]) for i in range(len(head))]
+    lines = [
+        ("    " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))).rstrip()
+        for r in [head, *shown]
+    ]
+    if len(rows) > len(shown):
+        lines.append(f"    ... {len(rows) - len(shown)} more rows in report/index.md")
+    return lines
+
+
+def contrast_lines(c: Contrasts, max_rows: int | None = 20) -> list[str]:
+    """Every context's tables, then the legend and notes once."""
+    import textwrap
+
+    lines: list[str] = []
+    for t in tables(c):
+        lines.append(f"== {t.title} ==")
+        lines += [f"  {h}" for h in t.header]
+        lines.append("  contrast:")
+        lines += fixed_width(t.contrast_head, t.contrast_rows, max_rows)
+        if t.interaction_rows:
+            lines.append("  interaction (does the defense act equally under both?):")
+            lines += fixed_width(t.interaction_head, t.interaction_rows, max_rows)
+    lines += [part for line in legend(c) for part in textwrap.wrap(line, 96)]
+    return lines + [f"note: {n}" for n in c.notes]
