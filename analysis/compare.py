@@ -38,6 +38,10 @@ NOT_CONTEXT = ("seed", "defense", "defense_param", "defense_params", "stack", "t
                "train_attack_params", "device")  # fmt: skip
 
 
+# per record: its arm (0 = A, 1 = B, -1 neither), its context's code; the contexts' labels
+Arms = tuple[np.ndarray, np.ndarray, list[str]]
+
+
 @dataclass(frozen=True)
 class Compare:
     axis: str
@@ -124,16 +128,22 @@ def context_of(table: pd.DataFrame, compare: Compare) -> tuple[np.ndarray, list[
         others = [c for c in varying if c != column]
         if others and not firsts[others].astype(str).duplicated().any():
             varying = others
-    if not varying:
+    if not varying:  # one context
         name = str(firsts["dataset"].iloc[0]) if "dataset" in firsts and len(firsts) else "all"
         return np.asarray(codes), [name] * len(uniques)
     labels = [" ".join(f"{c}={row[c]}" for c in varying) for row in firsts.to_dict("records")]
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels):  # never two contexts under one name
+        seen[label] = seen.get(label, 0) + 1
+        labels[i] = label if seen[label] == 1 else f"{label} #{seen[label]}"
     return np.asarray(codes), labels
 
 
-def row_arms(rows: pd.DataFrame, compare: Compare) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``rows`` (records with ``spec_json``): its arm (``a``, ``b`` or None)
-    and its context label. ConfigError when the axis or one of its values is absent."""
+def row_arms(rows: pd.DataFrame, compare: Compare) -> Arms:
+    """Per row of ``rows`` (records with ``spec_json``): its arm (0 = A, 1 = B, -1 neither)
+    and its context's code, and the contexts' labels. Integer codes, each distinct spec
+    parsed once: a million rows group as integers. ConfigError when the axis or one of
+    its values is absent."""
     from analysis.axes import parsed_specs
 
     if "spec_json" not in rows.columns or rows["spec_json"].isna().any():
@@ -148,15 +158,16 @@ def row_arms(rows: pd.DataFrame, compare: Compare) -> tuple[np.ndarray, np.ndarr
             f"--compare {compare.text}: no record's spec has {compare.axis!r}; fields that "
             f"vary in these records: {', '.join(varying) or 'none'}"
         )
-    arms = np.asarray([arm_of(v, compare) for v in table[compare.axis]], dtype=object)
+    sides = {"a": 0, "b": 1, None: -1}
+    arms = np.asarray([sides[arm_of(v, compare)] for v in table[compare.axis]], dtype=np.int8)
     used = np.unique(codes.to_numpy())
-    for value, arm in ((compare.a, "a"), (compare.b, "b")):
-        if arm not in set(arms[used]):
+    for value, arm in ((compare.a, 0), (compare.b, 1)):
+        if arm not in set(arms[used].tolist()):
             seen = sorted({str(v) for v in table[compare.axis].iloc[used]})
             raise ConfigError(
-                f"--compare {compare.text}: no scored rows with {compare.axis}={value!r}; "
+                f"--compare {compare.text}: no records with {compare.axis}={value!r}; "
                 f"present: {', '.join(seen) or 'none'}"
             )
     context_codes, labels = context_of(table, compare)
     code = codes.to_numpy()
-    return arms[code], np.asarray(labels, dtype=object)[context_codes[code]]
+    return arms[code], context_codes[code], labels

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.compare import Compare, row_arms
+from analysis.compare import Arms, Compare, row_arms
 from analysis.uncertainty import MIN_SEEDS, at_chance, cell_stats, half_width
 from trainables.errors import ConfigError
 
@@ -56,9 +56,10 @@ class Contrasts:
     notes: list[str] = field(default_factory=list)
 
 
-def contrasts(dcs: pd.DataFrame, compare: Compare) -> Contrasts:
-    """The contrasts of ``compare`` over the prepared records (``report.prepare``)."""
-    units = seed_units(dcs, compare)
+def contrasts(dcs: pd.DataFrame, compare: Compare, arms: Arms | None = None) -> Contrasts:
+    """The contrasts of ``compare`` over the prepared records (``report.prepare``);
+    ``arms``: ``row_arms(dcs, compare)`` when the caller has it already."""
+    units = seed_units(dcs, compare, arms)
     paired = pair_arms(units)
     if paired.empty:
         raise ConfigError(
@@ -75,12 +76,13 @@ def contrasts(dcs: pd.DataFrame, compare: Compare) -> Contrasts:
         [summarize(paired, "contrast"), summarize(interactions(paired), "interaction")],
         ignore_index=True,
     )
-    table = holm(ordered(table, units))
+    table = holm(ordered(plain(table), units))
     table["verdict"] = [verdict(r, compare) for r in table.itertuples()]
     table.insert(0, "axis", compare.axis)
     table.insert(1, "a", compare.a)
     table.insert(2, "b", compare.b)
-    contexts = list(dict.fromkeys(units["context"].astype(str)))
+    contexts = [str(c) for c in pd.unique(units["context"])]
+    baselines, left_out = plain(baselines), plain(left_out)
     notes = []
     few = table[table["n"] < MIN_SEEDS]
     if len(few):
@@ -91,10 +93,19 @@ def contrasts(dcs: pd.DataFrame, compare: Compare) -> Contrasts:
     return Contrasts(compare, table, baselines, left_out, contexts, notes)
 
 
+def plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """The label columns as plain strings (the small output tables, for CSV and text)."""
+    out = frame.copy()
+    for column in ("context", "metric", "attack_type", "defense"):
+        if column in out.columns:
+            out[column] = out[column].astype(str)
+    return out
+
+
 def ordered(table: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
     """Contrasts before interactions; contexts as the records list them; MP before the
     attacks (by name); the undefended cell first, then each defense by strength."""
-    context_rank = {c: i for i, c in enumerate(dict.fromkeys(units["context"]))}
+    context_rank = {c: i for i, c in enumerate(pd.unique(units["context"]))}
     keys = pd.DataFrame(
         {
             "k": (table["kind"] != "contrast").astype(int),
@@ -108,38 +119,51 @@ def ordered(table: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
     return table.loc[order].reset_index(drop=True)
 
 
-def seed_units(dcs: pd.DataFrame, compare: Compare) -> pd.DataFrame:
+def seed_units(dcs: pd.DataFrame, compare: Compare, arms: Arms | None = None) -> pd.DataFrame:
     """One row per (context, arm, metric, defense cell, seed): the value and its test-set
-    error. ``metric`` is ``mp`` (the clean rows) or an attack's label (its advantage)."""
-    ok = dcs[dcs["status"] == "ok"]
-    arms, contexts = row_arms(ok, compare)
+    error. ``metric`` is ``mp`` (the clean rows) or an attack's label (its advantage).
+    Grouped on integer codes, labelled after: a million rows take a fraction of a second."""
+    side, context, labels = arms if arms is not None else row_arms(dcs, compare)
+    is_ok = (dcs["status"] == "ok").to_numpy()
+    ok, arms_ok, contexts = dcs[is_ok], side[is_ok], context[is_ok]
+    attack = pd.Categorical(ok["attack"].astype("category"))
+    defense = pd.Categorical(ok["defense"].astype("category"))
+    clean = (attack == "none") if "none" in attack.categories else np.zeros(len(ok), bool)
+    clean = np.asarray(clean)
+    adv = ok["adv"].to_numpy(dtype=float)
+    value = np.where(clean, ok["mp"].to_numpy(dtype=float), adv)
+    se = np.where(
+        clean, ok["mp_se"].to_numpy(dtype=float), ok["ap_advantage_se"].to_numpy(dtype=float)
+    )
+    keep = (arms_ok >= 0) & (clean | ~np.isnan(adv)) & ~np.isnan(value)
     frame = pd.DataFrame(
         {
             "context": contexts,
-            "arm": arms,
-            "defense": ok["defense"].astype(str).to_numpy(),
-            "defense_param": ok["defense_param"].astype(float).to_numpy(),
+            "metric": np.where(clean, -1, attack.codes),
+            "defense": defense.codes,
+            "defense_param": ok["defense_param"].to_numpy(dtype=float),
+            "arm": arms_ok,
             "seed": ok["seed"].to_numpy(),
+            "value": value,
+            "se": np.nan_to_num(se),
         }
-    )
-    clean = (ok["attack"].astype(str) == "none").to_numpy()
-    attacked = ~clean & ok["adv"].notna().to_numpy()
-    mp = frame[clean].assign(
-        metric="mp",
-        attack_type="MP",
-        value=ok.loc[clean, "mp"].astype(float).to_numpy(),
-        se=ok.loc[clean, "mp_se"].astype(float).fillna(0.0).to_numpy(),
-    )
-    adv = frame[attacked].assign(
-        metric=ok.loc[attacked, "attack"].astype(str).to_numpy(),
-        attack_type=ok.loc[attacked, "attack_type"].astype(str).to_numpy(),
-        value=ok.loc[attacked, "adv"].astype(float).to_numpy(),
-        se=ok.loc[attacked, "ap_advantage_se"].astype(float).fillna(0.0).to_numpy(),
-    )
-    units = pd.concat([mp, adv], ignore_index=True)
-    units = units[units["arm"].notna()]
-    keys = [*CELL, "arm", "seed"]
-    return units.groupby(keys, dropna=False, sort=False)[["value", "se"]].mean().reset_index()
+    )[keep]
+    keys = ["context", "metric", "defense", "defense_param", "arm", "seed"]
+    out = frame.groupby(keys, dropna=False, sort=False)[["value", "se"]].mean().reset_index()
+    # codes back to labels as categoricals (no string per row): later merges and
+    # group-bys run on their codes
+    types = ok.groupby("attack", observed=True)["attack_type"].first().astype(str)
+    metrics = [*attack.categories.astype(str), "mp"]
+    kinds = [*(types.get(m, "") for m in metrics[:-1]), "MP"]
+    kind_names = sorted(set(kinds))
+    kind_of = np.asarray([kind_names.index(k) for k in kinds])
+    code = np.where(out["metric"].to_numpy() < 0, len(metrics) - 1, out["metric"].to_numpy())
+    out["metric"] = pd.Categorical.from_codes(code, metrics)
+    out["attack_type"] = pd.Categorical.from_codes(kind_of[code], kind_names)
+    out["context"] = pd.Categorical.from_codes(out["context"].to_numpy(), labels)
+    out["defense"] = pd.Categorical.from_codes(out["defense"].to_numpy(), defense.categories)
+    out["arm"] = np.where(out["arm"].to_numpy() == 0, "a", "b")
+    return out[[*CELL, "arm", "seed", "value", "se"]]
 
 
 def pair_arms(units: pd.DataFrame) -> pd.DataFrame:
@@ -173,7 +197,7 @@ def summarize(per_seed: pd.DataFrame, kind: str) -> pd.DataFrame:
     columns = [*CELL, "n", "mean_a", "mean_b", "delta", "lo", "hi", "half", "p"]
     if per_seed.empty:
         return pd.DataFrame(columns=["kind", *columns])
-    grouped = per_seed.groupby(CELL, dropna=False, sort=False)
+    grouped = per_seed.groupby(CELL, dropna=False, sort=False, observed=True)
     out = grouped.agg(
         n=("delta", "count"),
         mean_a=("value_a", "mean"),
@@ -264,6 +288,7 @@ def chance_both(baselines: pd.DataFrame) -> pd.DataFrame:
     chance = adv.assign(
         chance=at_chance(adv["mean"], adv["half"], adv["n"], adv["se_test"]).to_numpy()
     )
-    both = chance.groupby(["context", "metric"], sort=False)["chance"].agg(["all", "size"])
+    both = chance.groupby(["context", "metric"], sort=False, observed=True)["chance"]
+    both = both.agg(["all", "size"])
     both = both[(both["all"]) & (both["size"] == 2)].reset_index()
     return both[["context", "metric"]]

@@ -20,53 +20,74 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.compare import Compare, parse_compare, row_arms
+from analysis.compare import Arms, Compare, parse_compare, row_arms
 from analysis.uncertainty import MIN_SEEDS, t_quantile
+from trainables.errors import ConfigError
 
 __all__ = ["Compare", "dcs_gaps", "gap_summary", "parse_compare"]
 
 KEYS = ["context", "attack", "attack_type", "defense", "defense_param", "defense_party", "seed"]
+CODED = ("attack", "attack_type", "defense", "defense_party")  # grouped as integer codes
 TYPES = ("LI", "FR", "TB", "NTB")
 
 
 def dcs_gaps(
-    dcs: pd.DataFrame, compare: Compare, left_out: pd.DataFrame | None = None
+    dcs: pd.DataFrame,
+    compare: Compare,
+    left_out: pd.DataFrame | None = None,
+    arms: Arms | None = None,
 ) -> pd.DataFrame:
     """One row per pair: the keys, dcs_a, dcs_b, gap, ca_dcs_a, ca_dcs_b, ca_gap and
     ``at_chance_both``. ``left_out``: (context, metric) at chance in both arms, as
-    ``contrast.contrasts`` found them (computed here when not given)."""
-    rows = dcs[dcs["dcs"].notna() & (dcs["status"] == "ok")]
-    arms, contexts = row_arms(rows, compare)
+    ``contrast.contrasts`` found them (computed here when not given); ``arms``:
+    ``row_arms(dcs, compare)`` when the caller has it already."""
+    side, context, labels = arms if arms is not None else row_arms(dcs, compare)
+    scored = (dcs["dcs"].notna() & (dcs["status"] == "ok")).to_numpy()
+    rows, arms_of, contexts = dcs[scored], side[scored], context[scored]
+    if not (arms_of == 0).any() or not (arms_of == 1).any():
+        missing = compare.a if not (arms_of == 0).any() else compare.b
+        raise ConfigError(
+            f"--compare {compare.text}: no scored attack rows with {compare.axis}={missing!r}"
+        )
+    cats = {c: pd.Categorical(rows[c].astype("category")) for c in CODED if c in rows.columns}
     frame = pd.DataFrame(
         {
             "context": contexts,
-            "arm": arms,
-            "attack": rows["attack"].astype(str).to_numpy(),
-            "attack_type": rows["attack_type"].astype(str).to_numpy(),
-            "defense": rows["defense"].astype(str).to_numpy(),
-            "defense_param": rows["defense_param"].astype(float).to_numpy(),
-            "defense_party": rows["defense_party"].astype(str).to_numpy(),
+            **{c: cat.codes for c, cat in cats.items()},
+            "defense_param": rows["defense_param"].to_numpy(dtype=float),
             "seed": rows["seed"].to_numpy(),
+            "arm": arms_of,
             "dcs": rows["dcs"].to_numpy(dtype=float),
             "ca_dcs": rows["ca_dcs"].to_numpy(dtype=float),
         }
-    )
-    frame = frame[frame["arm"].notna()]
-    means = frame.groupby([*KEYS, "arm"], dropna=False, sort=False)[["dcs", "ca_dcs"]].mean()
+    )[arms_of >= 0]
+    keys = [k for k in KEYS if k in frame.columns]
+    means = frame.groupby([*keys, "arm"], dropna=False, sort=False)[["dcs", "ca_dcs"]].mean()
     means = means.reset_index()
-    a = means[means["arm"] == "a"].drop(columns="arm")
-    b = means[means["arm"] == "b"].drop(columns="arm")
-    out = a.merge(b, on=KEYS, suffixes=("_a", "_b"))
-    out["gap"] = out["dcs_b"] - out["dcs_a"]
-    out["ca_gap"] = out["ca_dcs_b"] - out["ca_dcs_a"]
+    a = means[means["arm"] == 0].drop(columns="arm")
+    b = means[means["arm"] == 1].drop(columns="arm")
+    out = a.merge(b, on=keys, suffixes=("_a", "_b"))
     if left_out is None:
         from analysis.contrast import baseline_table, chance_both, seed_units
 
-        left_out = chance_both(baseline_table(seed_units(dcs, compare)))
+        left_out = chance_both(baseline_table(seed_units(dcs, compare, (side, context, labels))))
     dropped = set(zip(left_out["context"].astype(str), left_out["metric"].astype(str), strict=True))
-    pairs = zip(out["context"].astype(str), out["attack"].astype(str), strict=True)
-    out["at_chance_both"] = [pair in dropped for pair in pairs]
-    return out
+    attacks = np.asarray(cats["attack"].categories.astype(str), dtype=object)
+    pair = out["context"].to_numpy() * len(attacks) + out["attack"].to_numpy()
+    flagged = {
+        p
+        for p in np.unique(pair)
+        if (labels[p // len(attacks)], attacks[p % len(attacks)]) in dropped
+    }
+    out["context"] = np.asarray(labels, dtype=object)[out["context"].to_numpy()]
+    for column, cat in cats.items():  # codes back to their labels
+        out[column] = np.asarray(cat.categories.astype(str), dtype=object)[out[column].to_numpy()]
+    if "defense_party" not in out.columns:
+        out["defense_party"] = ""
+    out["gap"] = out["dcs_b"] - out["dcs_a"]
+    out["ca_gap"] = out["ca_dcs_b"] - out["ca_dcs_a"]
+    out["at_chance_both"] = np.isin(pair, list(flagged))
+    return out[[*KEYS, "dcs_a", "ca_dcs_a", "dcs_b", "ca_dcs_b", "gap", "ca_gap", "at_chance_both"]]
 
 
 def type_order(kinds: set[str]) -> list[str]:

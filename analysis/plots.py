@@ -362,5 +362,6 @@ def write_plots(report: Report, folder: Path, compares: list[Compare]) -> None:
         figures.ready("dcs", report.dcs)
         figures.ready("beta", report.beta)
         for compare in compares:
-            figures.ready("gaps", (compare.axis, report.gaps[compare.axis]))
+            if compare.axis in report.gaps:
+                figures.ready("gaps", (compare.axis, report.gaps[compare.axis]))
         pool.join()

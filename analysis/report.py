@@ -26,11 +26,13 @@ from analysis.answer import Answer, build_answer
 from analysis.axes import flatten
 from analysis.by_axis import best_cells, by_axis_table, per_training
 from analysis.cap import cap_table
+from analysis.compare import row_arms
 from analysis.contrast import Contrasts, contrasts
 from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
 from analysis.load import scenario_labels
 from analysis.plot_jobs import Figures, PlotPool
+from trainables.errors import ConfigError
 
 
 @dataclass
@@ -113,11 +115,16 @@ def build(
     report.cap = cap_table(dcs)
     lap("cap")
     for c in compares:  # MP contrasts need no attack; gaps need scored attack rows
-        found = report.contrasts[c.axis] = contrasts(dcs, c)
+        arms = row_arms(dcs, c)  # each spec parsed once for both
+        found = report.contrasts[c.axis] = contrasts(dcs, c, arms)
         report.summary.setdefault("contrasts", {})  # one entry per axis
         report.summary["contrasts"][c.axis] = contrast_summary(found)  # type: ignore[index]
         if report.has_attacks:
-            report.gaps[c.axis] = dcs_gaps(dcs, c, found.left_out)
+            try:
+                report.gaps[c.axis] = dcs_gaps(dcs, c, found.left_out, arms)
+            except ConfigError as err:  # attacks in one arm only: the contrasts still hold
+                report.summary["contrasts"][c.axis]["gaps"] = f"skipped: {err}"  # type: ignore[index]
+                continue
             tell("gaps", (c.axis, report.gaps[c.axis]))
     lap("contrasts")
     return report
@@ -209,7 +216,8 @@ def write(report: Report, out: Path, compares: list[Compare], plots: bool = True
                     figures.ready("dcs", report.dcs)
                     figures.ready("beta", report.beta)
                     for compare in compares:
-                        figures.ready("gaps", (compare.axis, report.gaps[compare.axis]))
+                        if compare.axis in report.gaps:
+                            figures.ready("gaps", (compare.axis, report.gaps[compare.axis]))
                 if report.per_training is not None:
                     figures.ready("per_training", (report.per_training, report.axes))
             write_files(report, tmp, pool)

@@ -232,3 +232,21 @@ def test_compare_on_a_real_sweep_prints_tables_and_matches_the_records_by_hand(
     assert set(table["kind"]) == {"contrast", "interaction"}
     assert len(table[table["kind"] == "interaction"]) == 4  # 2 strengths x (MP, ns)
     assert (table["n"] == 3).all() and table["half"].notna().all()
+
+
+def test_attacks_in_one_arm_only_still_get_mp_contrasts_and_no_gaps() -> None:
+    from analysis.ranking import DEFAULT_WEIGHTS
+    from analysis.report import build
+
+    rows = [
+        r
+        for r in sweep(LEAKY_BCD, seeds=3)
+        if not (r["protocol"] == "fedbcd" and r["attack"] != "none")
+    ]
+    report = build(frame(rows), 0.5, DEFAULT_WEIGHTS, [parse_compare("protocol=fedsgd:fedbcd")])
+    table = report.contrasts["protocol"].table
+    assert set(table["metric"]) == {"mp"} and len(table[table["kind"] == "contrast"]) == 2
+    assert "protocol" not in report.gaps
+    assert "no scored attack rows with protocol='fedbcd'" in str(
+        report.summary["contrasts"]["protocol"]["gaps"]  # type: ignore[index]
+    )
