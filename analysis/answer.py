@@ -255,10 +255,15 @@ def answer_lines(answer: Answer, max_rows: int | None = MAX_ROWS) -> list[str]:
     return out + [f"note: {n}" for n in answer.notes]
 
 
-def best_lines(answer: Answer) -> list[str]:
-    """One line per scenario: the cells of group 1 (ties named), for the sweep summary."""
+def best_lines(answer: Answer, chance: bool = True, scenario: str | None = None) -> list[str]:
+    """One line per scenario (only ``scenario``'s when given): the cells of group 1 (ties
+    named), for the sweep summary; then the attacks at chance even undefended, unless
+    ``chance`` is False (the summary says so already, in its line for that attack)."""
     out = []
-    for scenario, cells in answer.cells.groupby("scenario", sort=False):
+    cells_of = answer.cells
+    if scenario is not None:
+        cells_of = cells_of[cells_of["scenario"].astype(str) == scenario]
+    for name, cells in cells_of.groupby("scenario", sort=False, observed=True):
         defended = cells[cells["ca_cdcs"].notna()]
         if defended.empty:
             continue
@@ -270,15 +275,16 @@ def best_lines(answer: Answer) -> list[str]:
         )
         best = defended["ca_cdcs"].max()
         if len(top):
-            line = f"{scenario}: best chance-aware C-DCS {best:.4f}; "
+            line = f"{name}: best chance-aware C-DCS {best:.4f}; "
             line += f"group 1 ({len(top)}): {names(top)}"
         else:
-            line = f"{scenario}: best chance-aware C-DCS {best:.4f} (< 3 seeds: no groups)"
+            line = f"{name}: best chance-aware C-DCS {best:.4f} (< 3 seeds: no groups)"
         if len(tied) > 1:
             line += f"; tied at exactly {best:.4f}: {names(tied)}"
         else:
             line += f"; highest: {names(defended.loc[[defended['ca_cdcs'].idxmax()]])}"
         out.append(line)
-    for row in answer.at_chance.itertuples():
-        out.append(f"{row.scenario}: {row.attack} was at chance even undefended")
+    for row in answer.at_chance.itertuples() if chance else ():
+        if scenario is None or str(row.scenario) == scenario:
+            out.append(f"{row.scenario}: {row.attack} was at chance even undefended")
     return out

@@ -10,11 +10,17 @@ manifest (older sweeps, hand-made records) the fields whose value differs betwee
 records' specs. A field that is also a record column (``seed``, ``partition``,
 ``defense``…) keeps the record's column, which holds the resolved value (a stacked
 defense's ``mid+gs`` label, the resolved model name).
+
+Not every varying field is an axis of its own (``axis_roles``): the engine sets ``epochs``,
+``batch_size`` and ``model`` per dataset, and ``protocol_params.q`` exists for FedBCD only;
+each follows the axis that determines it. ``by_axis.csv`` keeps them all as columns; the
+figures draw the axes and name the followers.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -101,10 +107,122 @@ def flatten(
         fields = varying(table, codes)
     fields = [f for f in fields if f not in NOT_AXES]
     out = records.copy(deep=False)  # copy-on-write: new columns only, no row copied
-    for field in fields:
-        if field in out.columns or field not in table.columns:
+    for name in fields:
+        if name in out.columns or name not in table.columns:
             continue
-        column = typed(table[field].astype(object).where(table[field].notna(), None))
+        column = typed(table[name].astype(object).where(table[name].notna(), None))
         taken = column.take(codes.clip(lower=0).to_numpy()).set_axis(records.index)
-        out[field] = taken.where(codes.to_numpy() >= 0)
+        out[name] = taken.where(codes.to_numpy() >= 0)
     return out, fields
+
+
+# Record columns that name a setting the user picks: an axis of its own before any field
+# that follows it (``epochs``, ``batch_size`` and ``model`` are set per dataset).
+PRIMARY = (
+    "dataset",
+    "n_parties",
+    "partition",
+    "protocol",
+    "ssl_variant",
+    "aligned_ratio",
+    "n_labeled",
+    "defense",
+    "defense_param",
+    "model",
+)
+
+
+@dataclass(frozen=True)
+class AxisRoles:
+    """Which varying fields are axes of their own and which only follow one.
+
+    Why: a sweep over datasets varies ``epochs``, ``batch_size`` and ``model`` too (each
+    dataset's defaults), and a protocol axis varies ``protocol_params.q`` (NaN for FedSGD);
+    a figure against such a field repeats its leader's figure under a name the user never
+    varied, with ``nan`` in its legend. ``by_axis.csv`` keeps every field; figures draw
+    ``axes`` only, each level named with its parameters (``fedbcd q=5``).
+    """
+
+    axes: list[str]  # axes of their own, in the order given
+    follows: dict[str, str] = field(default_factory=dict)  # field -> the axis it follows
+    params: dict[str, list[str]] = field(default_factory=dict)  # axis -> its parameters
+
+
+def axis_roles(cells: pd.DataFrame, fields: list[str]) -> AxisRoles:
+    """The roles of ``fields`` over ``cells`` (one row per combination, or more).
+
+    A field follows an axis when its value is a function of that axis's value over the
+    cells (``epochs`` of ``dataset``); record columns the user picks (``PRIMARY``) lead.
+    A leader whose every cell differs (a searched ``lr``) trivially determines any field,
+    so it leads only a field that determines it back. ``<axis>_params.<name>`` fields are
+    the axis's parameters: they follow it and name its levels (defense's strengths keep
+    their own axis: its figures draw each defense on its own strengths).
+    """
+    rank = {f: PRIMARY.index(f) if f in PRIMARY else len(PRIMARY) for f in fields}
+    order = sorted(fields, key=rank.__getitem__)  # stable: the given order within a rank
+    keys = cells[fields].astype(str)  # a missing value is a value of its own
+    n_cells = len(keys.drop_duplicates())
+    kept: list[str] = []
+    roles = AxisRoles(kept)
+    for name in order:
+        owner = _param_owner(name, fields)
+        if owner in kept and owner != "defense":
+            roles.follows[name] = owner
+            roles.params.setdefault(owner, []).append(name)
+            continue
+        leader = next((a for a in kept if _leads(keys, a, name, n_cells)), None)
+        if leader is None:
+            kept.append(name)
+        else:
+            roles.follows[name] = leader
+    kept.sort(key=fields.index)
+    return roles
+
+
+def _param_owner(name: str, fields: list[str]) -> str | None:
+    """``protocol`` for ``protocol_params.q`` (``split_scheme`` for ``split_params.*``)."""
+    head = name.split(".", 1)[0]
+    if "." not in name or not head.endswith("_params"):
+        return None
+    base = head[: -len("_params")]
+    return next((f for f in (base, f"{base}_scheme") if f in fields), None)
+
+
+def _leads(keys: pd.DataFrame, leader: str, name: str, n_cells: int) -> bool:
+    """Whether ``name``'s value is a function of ``leader``'s over the cells."""
+
+    def function_of(a: str, b: str) -> bool:
+        return bool((keys.groupby(a, sort=False)[b].nunique() <= 1).all())
+
+    if not function_of(leader, name):
+        return False
+    unique = keys[leader].nunique() == n_cells  # every cell its own leader value
+    return leader in PRIMARY or not unique or function_of(name, leader)
+
+
+def show(value: object) -> str:
+    """A level as a reader types it: ``0.01``, ``fedbcd``; a missing one as ``unset``."""
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return "unset"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def level_names(frame: pd.DataFrame, axis: str, params: list[str]) -> pd.Series:
+    """Each row's ``axis`` level named with its parameters (``fedbcd q=5``; ``fedsgd``,
+    whose ``q`` is unset), ordered by value (``q=5`` before ``q=10``): one categorical
+    the figures use as x, line or panel instead of the axis and its parameters apart."""
+    keys = [axis, *params]
+    groups = frame.groupby(keys, observed=True, dropna=False, sort=True)
+    codes = groups.ngroup().to_numpy()
+    names = []
+    for values in groups.size().index:
+        row = values if isinstance(values, tuple) else (values,)
+        text = show(row[0])
+        for param, value in zip(params, row[1:], strict=True):
+            if show(value) != "unset":
+                text += f" {param.rsplit('.', 1)[-1]}={show(value)}"
+        names.append(text)
+    unique = list(dict.fromkeys(names))  # distinct groups may read alike: keep one name
+    of_group = np.array([unique.index(n) for n in names], dtype=int)
+    dtype = pd.CategoricalDtype(unique, ordered=True)
+    return pd.Series(pd.Categorical.from_codes(of_group[codes], dtype=dtype), index=frame.index)

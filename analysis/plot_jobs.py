@@ -19,11 +19,13 @@ import multiprocessing as mp
 import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 import pandas as pd
 
+from analysis.axes import AxisRoles, axis_roles, level_names
 from analysis.gaps import Compare
 
 WORKERS = min(2, os.cpu_count() or 1)  # more than the cores only slows the tables
@@ -65,27 +67,66 @@ def split_by_defense(axis: str, line_axis: str | None, cell_axes: list[str]) -> 
     return paired and "defense" in (axis, line_axis)
 
 
+@dataclass(frozen=True)
+class AxisFigure:
+    """What ``axis_<axis>.png`` draws: x = ``axis``, a line per level of ``line``, a
+    panel per combination of ``facets`` (and per defense where ``split``), a row per
+    metric; ``follows`` (field, its axis) are named in the title, not drawn."""
+
+    axis: str
+    line: str | None
+    facets: tuple[str, ...] = ()
+    split: bool = False
+    follows: tuple[tuple[str, str], ...] = ()
+
+
+def axis_figures(roles: AxisRoles) -> list[AxisFigure]:
+    """One figure per axis of its own (``axes.axis_roles``): a field that follows another
+    (``epochs`` set per dataset) gets none. Every other axis is a line or a panel, never
+    pooled: a mean over datasets or defenses answers no question. ``dataset`` is a panel
+    wherever there is another axis to draw (MP on adult and on digits share no scale);
+    ``defense`` is the line wherever it is not x (a figure answers "what does the
+    defense do at each value of x")."""
+    paired = {"defense", "defense_param"} <= set(roles.axes)
+    kept = [a for a in roles.axes if not (paired and a == "defense_param")]
+    drawn = [a for a in kept if a != "dataset"] or kept
+    params = {name for names in roles.params.values() for name in names}
+    follows = tuple((f, a) for f, a in roles.follows.items() if f not in params)
+    figures = []
+    for i, axis in enumerate(drawn):
+        others = [a for a in kept if a != axis]
+        lines = [a for a in drawn[i + 1 :] + drawn[:i] if a != axis]
+        line = "defense" if "defense" in others else (lines[0] if lines else None)
+        facets = sorted((a for a in others if a != line), key=lambda a: a != "dataset")
+        split = split_by_defense(axis, line, roles.axes)
+        figures.append(AxisFigure(axis, line, tuple(facets), split, follows))
+    return figures
+
+
 def axis_jobs(long: pd.DataFrame, cell_axes: list[str], folder: Path) -> list[tuple]:
-    """``plot_axis`` arguments for ``axis_<axis>.png`` of every cell axis, each with only
-    the rows and columns its figure uses. ``defense_param`` gets no figure of its own
-    when ``defense`` is an axis too: ``axis_defense.png`` plots each defense against its
-    own strengths."""
+    """``plot_axis`` arguments (rows, ``AxisFigure``, metrics, path) for ``axis_<axis>.png``
+    of every axis of its own, each with only the rows and columns its figure uses; an
+    axis's parameters are folded into its level names (``protocol=fedbcd q=5``, not a
+    ``protocol_params.q`` of ``nan`` beside FedSGD). ``defense_param`` gets no figure of
+    its own when ``defense`` is an axis too: ``axis_defense.png`` plots each defense
+    against its own strengths."""
     metrics = panel_metrics(long) if len(long) else []
-    if not metrics:
+    if not metrics or not cell_axes:
         return []
     shown = long[long["metric"].isin(metrics)]
-    paired = {"defense", "defense_param"} <= set(cell_axes)
-    drawn = [a for a in cell_axes if not (paired and a == "defense_param")]
+    roles = axis_roles(shown[cell_axes].drop_duplicates(), cell_axes)
+    shown = shown.assign(
+        **{axis: level_names(shown, axis, params) for axis, params in roles.params.items()}
+    )
     # se: each value's test-set sampling error, which by_axis folds into the interval
     values = ["metric", "value", *(["se"] if "se" in long.columns else [])]
     jobs = []
-    for i, axis in enumerate(drawn):
-        others = [a for a in cell_axes if a != axis]
-        line_axis = drawn[(i + 1) % len(drawn)] if len(drawn) > 1 else None
-        strength = ["defense_param"] if split_by_defense(axis, line_axis, cell_axes) else []
-        columns = [axis, *([line_axis] if line_axis else []), *strength, *values]
-        path = folder / f"axis_{axis.replace('/', '_')}.png"
-        jobs.append((shown[columns], axis, line_axis, others, metrics, path))
+    for figure in axis_figures(roles):
+        keys = [figure.axis, figure.line, *figure.facets]
+        keys += ["defense_param"] if figure.split else []
+        columns = list(dict.fromkeys(k for k in keys if k))
+        path = folder / f"axis_{figure.axis.replace('/', '_')}.png"
+        jobs.append((shown[[*columns, *values]], figure, metrics, path))
     return jobs
 
 

@@ -18,6 +18,7 @@ from sweep_engine.words import plural
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import pandas as pd
     import pyarrow as pa
 
     from sweep_engine.plan import Plan, Training
@@ -141,27 +142,107 @@ def _ties(means: dict[str, tuple[float, int]], value: float, label: str) -> str:
     return f" (tied: {', '.join(tied)})" if tied else ""
 
 
-def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> list[str]:
-    """The cell with the best mean MP over seeds (ties named; none when MP never varied);
-    per attack, the defended cell (any cell when nothing is defended) with the lowest mean
-    *advantage* over a no-information guess (analysis/answer.py's ``adv``), not the lowest
-    AP: an attack that named the minority class for every row has a low AP and no
-    information. Rows recorded before advantages existed fall back to AP, said so."""
-    labels = {t: (text or "(one cell)") for t, text in cell_labels(plan, ("seed",)).items()}
-    ok = [r for r in rows if r["status"] == "ok" and r["trial_id"] in labels]
-    clean = [r for r in ok if r["attack"] == "none"]
-    mp = _best_by_label(clean, labels, "mp")
-    if not mp:
-        return ["no training finished ok: nothing to summarize"]
-    label, (value, n) = max(mp.items(), key=lambda kv: kv[1][0])
-    if len(mp) > 1 and all(abs(v - value) <= 1e-12 for v, _ in mp.values()):
-        lines = [f"mean MP {value:.4f} in every cell: no best"]
-    else:
+def plan_scenarios(plan: Plan) -> dict[str, str]:
+    """trial_id -> its scenario as the analysis names it (``analysis.load.scenario_labels``
+    over the planned specs), for rows read without their records' scenario columns."""
+    import pandas as pd
+
+    from analysis.load import SCENARIO_COLUMNS, scenario_labels
+
+    specs = [t.spec.model_dump(mode="json") for t in plan.trainings]
+    frame = pd.DataFrame(
+        [{c: fmt(s[c]) if isinstance(s[c], dict) else s[c] for c in SCENARIO_COLUMNS if c in s}
+         for s in specs]
+    )  # fmt: skip
+    labels = scenario_labels(frame).astype(str)
+    return dict(zip([t.trial_id for t in plan.trainings], labels, strict=True))
+
+
+def grid_lines(
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    max_attacks: int = 4,
+    scenarios: dict[str, str] | None = None,
+    at_chance: pd.DataFrame | None = None,
+) -> list[str]:
+    """``scenario_lines`` of every scenario, one after the other."""
+    blocks = scenario_lines(plan, rows, max_attacks, scenarios, at_chance)
+    return [line for block in blocks.values() for line in block]
+
+
+def scenario_lines(
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    max_attacks: int = 4,
+    scenarios: dict[str, str] | None = None,
+    at_chance: pd.DataFrame | None = None,
+) -> dict[str, list[str]]:
+    """Per scenario (the dataset, partition, protocol… held fixed; ``scenarios``: trial_id
+    -> label, from the records where they exist, else ``plan_scenarios``): the cell with
+    the best mean MP over seeds (ties named; none when MP never varied); per attack, the
+    defended cell (any cell when nothing is defended) with the lowest mean *advantage*
+    over a no-information guess (analysis/answer.py's ``adv``), not the lowest AP: an
+    attack that named the minority class for every row has a low AP and no information.
+    Rows recorded before advantages existed fall back to AP, said so.
+
+    Why per scenario: MP on digits against MP on adult compares tasks, not settings. An
+    attack at chance even undefended there (``at_chance``: ``answer.chance_table``) gets
+    that said instead of a "lowest" cell: a defense cannot be credited with an advantage
+    the attack never had."""
+    scenarios = scenarios if scenarios is not None else plan_scenarios(plan)
+    ok = [r for r in rows if r["status"] == "ok" and r["trial_id"] in scenarios]
+    if not any(r["attack"] == "none" for r in ok):
+        return {"": ["no training finished ok: nothing to summarize"]}
+    chance = {}
+    if at_chance is not None:
+        chance = {(str(c.scenario), str(c.attack)): c for c in at_chance.itertuples()}
+    blocks: dict[str, list[str]] = {}
+    for scenario in dict.fromkeys(
+        scenarios[t.trial_id] for t in plan.trainings if t.trial_id in scenarios
+    ):
+        trainings = [t for t in plan.trainings if scenarios.get(t.trial_id) == scenario]
+        axes = [a for a in varying_axes([t.cell for t in trainings]) if a != "seed"]
+        labels = {t.trial_id: cell_text(t.cell, axes) or "(one cell)" for t in trainings}
+        mine = [r for r in ok if r["trial_id"] in labels]
+        if mine:
+            lines = _scenario_lines(mine, labels, max_attacks, chance, scenario)
+            blocks[scenario] = [f"{scenario}: {line}" for line in lines]
+    return blocks
+
+
+def _scenario_lines(
+    ok: list[dict[str, Any]],
+    labels: dict[str, str],
+    max_attacks: int,
+    chance: dict[tuple[str, str], Any],
+    scenario: str,
+) -> list[str]:
+    """One scenario's best-MP line and its lines per attack (``scenario_lines``)."""
+    mp = _best_by_label([r for r in ok if r["attack"] == "none"], labels, "mp")
+    lines = []
+    if mp:
+        label, (value, n) = max(mp.items(), key=lambda kv: kv[1][0])
         seeds = plural(n, "seed")
-        lines = [f"best mean MP: {value:.4f} over {seeds} at {label}{_ties(mp, value, label)}"]
+        if len(mp) == 1:
+            lines.append(f"mean MP {value:.4f} over {seeds} (one cell: {label})")
+        elif all(abs(v - value) <= 1e-12 for v, _ in mp.values()):
+            lines.append(f"mean MP {value:.4f} in every cell: no best")
+        else:
+            lines.append(
+                f"best mean MP: {value:.4f} over {seeds} at {label}{_ties(mp, value, label)}"
+            )
     attacks = sorted({r["attack"] for r in ok if r["attack"] != "none"})
     for attack in attacks[:max_attacks]:
         hit = [r for r in ok if r["attack"] == attack]
+        at = chance.get((scenario, attack))
+        if at is not None:  # its interval reaches 0, or (< 3 seeds) its test-set error does
+            spread = f"±{at.adv_half:.4f}" if at.adv_half == at.adv_half else ""
+            seeds = plural(int(at.n_seeds), "seed")
+            lines.append(
+                f"{attack} was at chance even undefended (advantage {at.adv:.4f}{spread} over "
+                f"{seeds}): no defense to credit"
+            )
+            continue
         defended = [r for r in hit if r["defense"] != "none"] or hit
         metric = "ap_advantage" if any(r.get("ap_advantage") is not None for r in hit) else "ap"
         scores = _best_by_label(defended, labels, metric)
@@ -183,20 +264,37 @@ def grid_lines(plan: Plan, rows: list[dict[str, Any]], max_attacks: int = 4) -> 
     return lines
 
 
-def answer_lines(table: pa.Table) -> list[str]:
-    """The analysis' own verdict (analysis/answer.py): per scenario the cells that cannot
-    be told apart from the best chance-aware C-DCS, ties named, and the attacks that were
-    at chance even undefended. Empty when no attack row pairs with an undefended twin.
-    ``table``: the sweep's records (RECORD_SCHEMA), as the summary already read them."""
+def record_lines(plan: Plan, table: pa.Table) -> list[str]:
+    """The summary of a grid sweep's records (RECORD_SCHEMA): per scenario its
+    ``scenario_lines``, then the analysis' own verdict (analysis/answer.py's ``best_lines``:
+    the cells that cannot be told apart from the best chance-aware C-DCS, ties named),
+    one set of scenario names and one chance rule for both."""
     from analysis.answer import best_lines, build_answer
-    from analysis.load import table_to_frame
+    from analysis.load import scenario_labels, table_to_frame
     from analysis.ranking import DEFAULT_WEIGHTS, ranking_table
     from analysis.report import prepare
 
-    dcs = prepare(table_to_frame(table.drop_columns(["spec_json"])), 0.5)
-    if not dcs["dcs"].notna().any():
-        return []
-    return best_lines(build_answer(dcs, ranking_table(dcs, DEFAULT_WEIGHTS)))
+    columns = ["trial_id", "attack", "status", "mp", "ap", "ap_advantage", "defense"]
+    rows = table.select(columns).to_pylist() if table.num_rows else []
+    if not rows:
+        return grid_lines(plan, rows)
+    frame = table_to_frame(
+        table.drop_columns([c for c in ("spec_json",) if c in table.column_names])
+    )
+    answer = None
+    if any(r["attack"] != "none" for r in rows):
+        frame = prepare(frame, 0.5)  # adds the scenario beside the DCS columns
+        if frame["dcs"].notna().any():
+            answer = build_answer(frame, ranking_table(frame, DEFAULT_WEIGHTS))
+    else:
+        frame = frame.assign(scenario=scenario_labels(frame))
+    named = zip(frame["trial_id"].astype(str), frame["scenario"].astype(str), strict=True)
+    scenarios = dict(named)
+    at_chance = answer.at_chance if answer is not None else None
+    lines = []
+    for name, block in scenario_lines(plan, rows, 4, scenarios, at_chance).items():
+        lines += block + (best_lines(answer, chance=False, scenario=name) if answer else [])
+    return lines
 
 
 def search_lines(plan: Plan, studies: list[dict[str, Any]], max_studies: int = 4) -> list[str]:
@@ -272,10 +370,5 @@ def end_summary(plan: Plan, sweep_dir: Path, uri: str | None, explicit: bool) ->
             study.setdefault("objectives", plan.space.search.model_dump()["objectives"])
         lines = search_lines(plan, studies)
     else:
-        columns = ["trial_id", "attack", "status", "mp", "ap", "ap_advantage", "defense"]
-        table = RecordSink(sweep_dir).read()
-        rows = table.select(columns).to_pylist() if table.num_rows else []
-        lines = grid_lines(plan, rows)
-        if any(r["attack"] != "none" for r in rows):
-            lines += answer_lines(table)
+        lines = record_lines(plan, RecordSink(sweep_dir).read())
     return lines + open_commands(str(sweep_dir), uri, explicit)

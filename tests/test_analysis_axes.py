@@ -12,7 +12,7 @@ import pytest
 import yaml
 from test_mlflow_tracking import mlflow_server  # noqa: F401  (a real ``mlflow server``)
 
-from analysis.axes import flatten
+from analysis.axes import axis_roles, flatten, level_names
 from analysis.by_axis import best_cells, by_axis_table, per_training
 from analysis.synthetic import frame, training
 
@@ -45,6 +45,36 @@ def test_flatten_types_varying_fields_including_dotted_nested_ones() -> None:
     # a manifest's list of varying fields wins over inference (and keeps its order)
     _, from_manifest = flatten(frame(rows), {"varying_fields": ["protocol_params.q", "lr"]})
     assert from_manifest == ["protocol_params.q", "lr", "seed"]
+
+
+def test_a_field_set_per_dataset_follows_it_and_a_crossed_one_does_not() -> None:
+    """epochs set per dataset (as the engine's defaults do) and q, the protocol's parameter,
+    are no axes of their own; lr crossed with the dataset is one; defense_param with
+    several strengths per defense is one."""
+    cells = pd.DataFrame(
+        [
+            {"epochs": e, "dataset": d, "lr": lr, "protocol": p, "protocol_params.q": q,
+             "defense": df, "defense_param": s}
+            for d, e in (("adult", 50), ("digits", 30))
+            for lr in (0.01, 0.1)
+            for p, q in (("fedsgd", None), ("fedbcd", 5))
+            for df, s in (("none", None), ("mid", 0.01), ("mid", 1.0))
+        ]
+    )  # fmt: skip
+    fields = list(cells.columns)
+    roles = axis_roles(cells, fields)
+    assert roles.axes == ["dataset", "lr", "protocol", "defense", "defense_param"]
+    assert roles.follows == {"epochs": "dataset", "protocol_params.q": "protocol"}
+    assert roles.params == {"protocol": ["protocol_params.q"]}
+    names = level_names(cells, "protocol", ["protocol_params.q"])
+    assert sorted(set(names)) == ["fedbcd q=5", "fedsgd"]  # no "nan" for FedSGD's q
+
+    # a search: every cell its own lr, so lr "determines" everything; it leads nothing
+    search = pd.DataFrame({"lr": [0.011, 0.023, 0.051, 0.09], "batch_size": [32, 64, 32, 64]})
+    assert axis_roles(search, ["lr", "batch_size"]).axes == ["lr", "batch_size"]
+    # one value per cell both ways (a bundle): the record column leads
+    bundle = pd.DataFrame({"epochs": [50, 30], "dataset": ["adult", "digits"]})
+    assert axis_roles(bundle, ["epochs", "dataset"]).follows == {"epochs": "dataset"}
 
 
 def test_intervals_need_three_values_and_are_t_intervals_with_the_test_error() -> None:

@@ -1,15 +1,20 @@
 """What the report's figures draw, read back from the rendered matplotlib objects (Agg):
-a panel per defense on its own strengths, error bars only where a cell has 3 seeds, the
-no-information line on AP-MP panels, colours that tell defenses apart."""
+a panel per defense on its own strengths and per dataset (never a mean over either), no
+figure for a field that only follows the dataset, legends without ``nan``, titles inside
+the figure, error bars only where a cell has 3 seeds, the no-information line on AP-MP
+panels, colours that tell defenses apart."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
@@ -18,7 +23,10 @@ from analysis.axes import flatten
 from analysis.by_axis import per_training
 from analysis.plot_jobs import ap_mp_points, axis_jobs, panel_metrics
 from analysis.report import prepare
-from analysis.synthetic import frame, training
+from analysis.synthetic import frame, row, training
+
+if TYPE_CHECKING:
+    from sweep_engine.plan import Plan
 
 matplotlib.use("Agg")
 
@@ -31,6 +39,67 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
     figures: list[Figure] = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: figures.append(fig))
     return figures
+
+
+ISSUE_42 = """name: issue42
+base: {n_parties: 2, partition: agg}
+grid:
+  dataset: [adult, digits]
+  protocol: [fedsgd, {protocol: fedbcd, protocol_params: {q: 5}}]
+  seed: [0, 1, 2]
+defenses: {mid: [0.01, 1.0, 100.0]}
+attacks: [ns, ds, pmc]
+"""
+MID = (None, 0.01, 1.0, 100.0)
+CHANCE = {"adult": 0.76, "digits": 0.1}  # majority share, 1 / classes
+
+
+def issue_42(folder: Path) -> tuple[Plan, list[dict]]:
+    """Issue 42's sweep as planned (adult and digits, FedSGD and FedBCD q=5, MID 0.01/1/100
+    and none, NS/DS/PMC, 3 seeds; NS and DS dropped on 10-class digits) and the records
+    its trainings would write: the engine's spec_json, so ``epochs``, ``batch_size`` and
+    ``model`` vary with the dataset as they do there. MP and advantage fall with MID's λ;
+    PMC is at chance on adult even undefended, not on digits."""
+    from sweep_engine.plan import expand
+    from sweep_engine.space import load_space
+
+    space = folder / "issue42.yaml"
+    space.write_text(ISSUE_42)
+    plan = expand(load_space(str(space)))
+    rows = []
+    for t in plan.trainings:
+        spec = t.spec
+        k, jitter = MID.index(spec.defense_param), spec.seed / 500
+        fields = {
+            "trial_id": t.trial_id,
+            "dataset": spec.dataset,
+            "protocol": spec.protocol,
+            "protocol_params": json.dumps(spec.protocol_params, sort_keys=True),
+            "model": spec.model,
+            "defense": spec.defense,
+            "defense_param": spec.defense_param,
+            "seed": spec.seed,
+            "spec_json": json.dumps(spec.model_dump(mode="json"), sort_keys=True),
+            "mp_se": 0.004,
+        }
+        mp = {"adult": 0.85, "digits": 0.95}[spec.dataset] - 0.02 * k + jitter
+        mp -= 0.01 * (spec.protocol == "fedbcd")
+        rows.append(row(mp=mp, **fields))
+        chance = CHANCE[spec.dataset]
+        for name, _ in t.attacks:
+            top = 0.0 if (name, spec.dataset) == ("pmc", "adult") else 0.6
+            adv = max(top - 0.15 * k, 0.0) + (jitter if top else 0.0)
+            ap = chance + adv * (1 - chance)
+            rows.append(
+                row(mp=mp, attack=name, attack_type="LI", ap=ap, ap_chance=chance,
+                    ap_advantage=adv, ap_advantage_se=0.01, ap_collapse=0.2, **fields)
+            )  # fmt: skip
+    return plan, rows
+
+
+def title(fig: Figure) -> str:
+    """The figure's title as one line (it is wrapped to the figure's width)."""
+    return " ".join(fig._suptitle.get_text().split())
 
 
 def defense_rows(seeds: int = 1, partitions: tuple[str, ...] = ("agg",)) -> list[dict]:
@@ -123,14 +192,14 @@ def test_error_bars_only_where_a_cell_has_three_seeds(
     (bars,) = mp.collections  # the one error bar's segments
     (segment,) = bars.get_segments()
     assert segment[:, 0].tolist() == [0.0, 0.0]  # at agg (position 0), not split
-    assert "bars: 95% CI where n ≥ 3 seeds" in fig._suptitle.get_text()
+    assert "bars: 95% CI where n ≥ 3 seeds" in title(fig)
 
     drawn.clear()
     two_seeds = [r for r in rows if r["seed"] < 2]
     draw_axes(two_seeds, tmp_path)
     (fig,) = drawn
     assert all(not ax.collections for ax in fig.axes)
-    assert "mean over seeds (n < 3: no interval)" in fig._suptitle.get_text()
+    assert "mean over seeds (n < 3: no interval)" in title(fig)
 
 
 def test_defense_figure_bands_the_undefended_value_only_with_three_seeds(
@@ -146,7 +215,7 @@ def test_defense_figure_bands_the_undefended_value_only_with_three_seeds(
     draw_axes(defense_rows(seeds=2), tmp_path)
     (fig,) = drawn
     assert all(not ax.patches and not ax.collections for ax in fig.axes)
-    assert "(n < 3: no interval)" in fig._suptitle.get_text()
+    assert "(n < 3: no interval)" in title(fig)
 
 
 def ap_mp_dcs(chance: object) -> pd.DataFrame:
@@ -225,3 +294,63 @@ def test_panels_prefer_attack_advantage_over_ap() -> None:
         {"metric": ["rounds", "ap:grn", "adv:dli", "mp", "ap:dli"], "value": [1.0] * 5}
     )
     assert panel_metrics(long) == ["mp", "adv:dli", "ap:grn"]
+
+
+def texts(fig: Figure) -> list[str]:
+    """Every piece of text a reader sees: titles, labels, tick labels, legends."""
+    out = [fig._suptitle.get_text()]
+    for ax in (a for a in fig.axes if a.get_visible()):
+        out += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        out += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+        legend = ax.get_legend()
+        out += [t.get_text() for t in legend.get_texts()] if legend else []
+    return out
+
+
+def test_issue_42_figures_facet_by_dataset_and_draw_only_the_varied_axes(
+    drawn: list[Figure], tmp_path: Path
+) -> None:
+    """adult and digits, FedSGD and FedBCD q=5, MID: a figure for protocol and for the
+    defense only (epochs, batch_size and model are each dataset's defaults; q belongs to
+    the protocol), every panel one dataset's numbers, legends free of ``nan``."""
+    _, rows = issue_42(tmp_path)
+    _, cell_axes = long_table(rows)
+    assert {"epochs", "batch_size", "model", "protocol_params.q"} <= set(cell_axes)
+    assert draw_axes(rows, tmp_path) == ["axis_defense.png", "axis_protocol.png"]
+    clean = pd.DataFrame([r for r in rows if r["attack"] == "none"])
+    want = clean.groupby(["dataset", "protocol", "defense_param"], dropna=False)["mp"].mean()
+    for fig in drawn:
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(panels) == 4 * 2  # (mp, adv:ds, adv:ns, adv:pmc) x (adult, digits)
+        heads = [ax.get_title().split("\n")[0] for ax in panels]
+        assert heads == ["dataset=adult", "dataset=digits"] * 4
+        for ax, head in zip(panels[:2], heads[:2], strict=True):  # the MP row
+            dataset = head.split("=")[1]
+            means = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+            got = {round(float(y), 6) for ln in means for y in ln.get_ydata()}  # no caps
+            assert got == {round(v, 6) for v in want[dataset]}, (fig, head)  # no pooling
+        for ax, metric in ((panels[3], "adv:ds"), (panels[5], "adv:ns")):  # binary-only:
+            assert [t.get_text() for t in ax.texts] == [f"no {metric} rows here"]  # not digits
+        seen = texts(fig)
+        assert not [t for t in seen if "nan" in t.lower()], seen
+        assert "batch_size, epochs, model follow dataset" in title(fig)
+    by_strength = drawn[0].axes[0].get_legend().get_texts()
+    assert {t.get_text() for t in by_strength} >= {"protocol=fedsgd", "protocol=fedbcd q=5"}
+    assert [t.get_text() for t in drawn[1].axes[6].get_xticklabels()] == ["fedsgd", "fedbcd q=5"]
+
+
+def test_titles_fit_inside_the_figure_above_the_panels(drawn: list[Figure], tmp_path: Path) -> None:
+    """A two-panel-wide figure with a long title: it wraps, and the renderer measures it
+    inside the figure's width and above every panel's own title."""
+    _, rows = issue_42(tmp_path)
+    draw_axes(rows, tmp_path)
+    for fig in drawn:
+        renderer = FigureCanvasAgg(fig).get_renderer()  # closed: a canvas of its own
+        fig.draw(renderer)  # positions every title as savefig would
+        box, frame_box = fig._suptitle.get_window_extent(renderer), fig.bbox
+        assert fig._suptitle.get_text().count("\n") >= 1  # too long for one line here
+        assert frame_box.x0 <= box.x0 and box.x1 <= frame_box.x1
+        assert box.y1 <= frame_box.y1
+        for ax in (a for a in fig.axes if a.get_visible()):
+            head = ax.title.get_window_extent(renderer)
+            assert head.y1 <= box.y0 and frame_box.x0 <= head.x0 <= head.x1 <= frame_box.x1

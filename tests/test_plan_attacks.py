@@ -66,7 +66,7 @@ def test_summary_gives_a_training_time_attack_the_mp_of_its_own_trainings(
             rows.append({"trial_id": t.trial_id, "status": "ok", "attack": name,
                          "defense": t.spec.defense, "mp": mp, "ap": 0.3,
                          "ap_advantage": 0.1})  # fmt: skip
-    lines = grid_lines(plan, rows)
-    amc = next(line for line in lines if line.startswith("lowest mean advantage of amc"))
-    dli = next(line for line in lines if line.startswith("lowest mean advantage of dli"))
+    lines = grid_lines(plan, rows)  # one scenario, named by its dataset
+    amc = next(line for line in lines if line.startswith("digits: lowest mean advantage of amc"))
+    dli = next(line for line in lines if line.startswith("digits: lowest mean advantage of dli"))
     assert amc.endswith("its MP 0.5000)") and dli.endswith("its MP 0.9000)"), lines
