@@ -95,7 +95,8 @@ COMMAND = [
     "--no-mlflow",
 ]
 BUILD_LAPS = (
-    "dcs", "by_axis", "seed_means", "beta_sensitivity", "ranking", "answer", "cap", "gaps"
+    "dcs", "by_axis", "seed_means", "beta_sensitivity", "ranking", "answer", "cap", "gaps",
+    "contrasts",  # the gaps' lap since contrasts (issue 42): contrasts and gaps together
 )  # fmt: skip
 
 

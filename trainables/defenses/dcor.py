@@ -70,9 +70,15 @@ class DistanceCorrelation(Defense):
         self.choice("distances", DISTANCES)
 
     def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
+        """alpha * sum_k log dCor(Y, H_k). Counted only where it can change the training:
+        the term's one variable is H_k, so it acts through dL/dH_k, the gradient sent at
+        an exchange. A FedBCD or CELU-VFL local step reuses stale, detached H_k, where the
+        term is a constant with no gradient (it is still returned: the loss value keeps
+        it), and counting it there would report Q applications per exchange for one."""
         if self.strength == 0.0 or not h_passive:
             return None
-        self.count("loss_term")
+        if any(h.requires_grad for h in h_passive):
+            self.count("loss_term")
         onehot = torch.nn.functional.one_hot(y, h_passive[0].shape[1]).to(h_passive[0].dtype)
         how = str(self.params["distances"])
         terms = [torch.log(distance_correlation(onehot, h, how).clamp_min(1e-6)) for h in h_passive]
