@@ -137,6 +137,11 @@ def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
                 tied = [c["cell"] for c in entry.get("tied", [])]
                 text = f"best {metric} ({entry['direction']}): {best['mean']:.4g} at {best['cell']}"
                 lines.append(text + (f" (tied: {', '.join(tied)})" if tied else ""))
+    if report.worst is not None:
+        from analysis.worst_case import worst_lines
+
+        lines += worst_lines(report.worst, rows)
+        lines.append(f"every worst-case cell: {out / 'worst_case_attacks.csv'}")
     for found in report.contrasts.values():
         lines += contrast_lines(found, rows)
         lines.append(f"every contrast: {out / f'contrast_{found.compare.axis}.csv'}")

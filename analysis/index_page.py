@@ -130,6 +130,13 @@ def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
     contrast_md, contrast_html = contrast_sections(report)
     md += contrast_md
     page += contrast_html
+    if report.worst is not None:  # adaptive attackers: the screen's section, verbatim
+        from analysis.worst_case import worst_lines
+
+        text = worst_lines(report.worst, rows=1000)
+        md += ["## Worst case: attacks tuned by their attacker", "", "```", *text, "```", ""]
+        page.append("<h2>Worst case: attacks tuned by their attacker</h2>")
+        page.append(f"<pre>{html.escape(chr(10).join(text))}</pre>")
     legend = legend_of([table for table, _ in tables])
     md += [f"> {line}" for line in legend] + ([""] if legend else [])
     page += [f"<p class='note'>{html.escape(line)}</p>" for line in legend]

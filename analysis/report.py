@@ -32,6 +32,7 @@ from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
 from analysis.load import scenario_labels
 from analysis.plot_jobs import Figures, PlotPool
+from analysis.worst_case import WorstCase, default_view, worst_case
 from trainables.errors import ConfigError
 
 
@@ -52,6 +53,7 @@ class Report:
     best: dict[str, object] = field(default_factory=dict)
     answer: Answer | None = None  # the printed tables (analysis/answer.py)
     contrasts: dict[str, Contrasts] = field(default_factory=dict)  # per --compare axis
+    worst: WorstCase | None = None  # default vs adapted attacks (analysis/worst_case.py)
 
     @property
     def has_attacks(self) -> bool:
@@ -91,10 +93,15 @@ def build(
         clock = now
 
     dcs = prepare(records, beta)
+    worst = worst_case(dcs, weights)  # adaptive attackers: a view of their own
+    dcs = default_view(dcs)  # every other table: each attack at its fixed setting, once
     tell("dcs", dcs)
     lap("dcs")
     report = Report(dcs, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), timings=timings)
     report.summary = summarize(dcs, beta, weights)
+    report.worst = worst
+    if worst is not None:
+        report.summary["worst_case"] = worst.summary()
     add_axes(report, records, manifest)
     if report.per_training is not None:
         tell("per_training", (report.per_training, report.axes))
@@ -260,6 +267,10 @@ def write_tables(report: Report, folder: Path) -> None:
     if report.answer is not None:
         write_csv(report.answer.cells, folder / "answer_cells.csv")
         write_csv(report.answer.by_attack, folder / "answer_by_attack.csv")
+    if report.worst is not None:
+        write_csv(report.worst.attacks, folder / "worst_case_attacks.csv")
+        write_csv(report.worst.cells, folder / "worst_case_cells.csv")
+        write_csv(report.worst.tau, folder / "worst_case_tau.csv")
     for axis, pairs in report.gaps.items():
         write_csv(pairs, folder / f"dcs_gap_{axis}.csv")
         write_csv(gap_summary(pairs), folder / f"dcs_gap_{axis}_summary.csv")

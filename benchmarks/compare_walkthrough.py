@@ -12,14 +12,11 @@ object: each command's wall seconds and printed lines, and the hand check.
 
 from __future__ import annotations
 
-import argparse
-import json
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.walkthrough import _run
+from benchmarks.walkthrough import _run, in_folder
 
 SPACE = """\
 # Does FedBCD (q=5) leak more labels to NS than FedSGD, does G-DP
@@ -67,16 +64,7 @@ def walk(folder: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", default=None, help="run in this folder and keep it")
-    args = parser.parse_args()
-    if args.keep:
-        folder = Path(args.keep)
-        folder.mkdir(parents=True, exist_ok=True)
-        print(json.dumps(walk(folder)))
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        print(json.dumps(walk(Path(tmp))))
+    in_folder("benchmarks.compare_walkthrough", walk)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SPACE = """\
@@ -59,17 +60,25 @@ def walk(folder: Path) -> dict[str, object]:
     return {"benchmark": "walkthrough", "folder": str(folder), "steps": steps}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.walkthrough")
+def in_folder(
+    prog: str, run: Callable[[Path], dict[str, object]], argv: list[str] | None = None
+) -> dict[str, object]:
+    """``run`` in ``--keep DIR`` (kept) or in a temporary folder; its JSON printed."""
+    p = argparse.ArgumentParser(prog=f"python -m {prog}")
     p.add_argument("--keep", default=None, help="run in this folder and keep it")
     args = p.parse_args(argv)
     if args.keep:
         Path(args.keep).mkdir(parents=True, exist_ok=True)
-        out = walk(Path(args.keep))
+        out = run(Path(args.keep))
     else:
-        with tempfile.TemporaryDirectory(prefix="walkthrough-") as folder:
-            out = walk(Path(folder))
+        with tempfile.TemporaryDirectory(prefix=f"{prog.rsplit('.', 1)[-1]}-") as folder:
+            out = run(Path(folder))
     print(json.dumps(out))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = in_folder("benchmarks.walkthrough", walk, argv)
     return 0 if all(s["rc"] == 0 for s in out["steps"]) else 1  # type: ignore[index, union-attr]
 
 

@@ -164,13 +164,16 @@ def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
     from trainables.spec import TrialSpec
 
     cols = ["trial_id", "attack", "train_seconds", "attack_seconds", "status", "spec_json"]
+    cols += ["extra"]
     try:
         df = RecordSink(sweep_dir).read().select(cols).to_pandas()
     except (OSError, ValueError, KeyError):
         return 0
     if df.empty:
         return 0
-    df = df[df["status"] == "ok"]
+    # an adapted evaluation is its attack's tuning (``runs`` of it): the one-run cost is
+    # learned from the default evaluation beside it
+    df = df[(df["status"] == "ok") & ~df["extra"].str.contains('"adapted":', regex=False)]
     costs = costs or load()
     n = 0
     for _, rows in df.groupby("trial_id", sort=False):

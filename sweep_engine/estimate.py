@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from sweep_engine.costs import Costs, attack_key, load, train_key
 from sweep_engine.packs import cost, make_packs, slots
+from trainables.attacks.tuning import runs, without_adapt
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
 from trainables.trial import actor_count, run_trial
@@ -119,7 +120,8 @@ def _probe_timed(training: Training, costs: Costs, data_dir: str | None) -> None
     if spec.dataset not in _WARM and epochs:
         run_trial(short, data_dir=data_dir)
         _WARM.add(spec.dataset)
-    records = run_trial(short, data_dir=data_dir, attacks=training.attacks)
+    # one run per attack: an adaptive attacker's tuning is its cost times ``runs``
+    records = run_trial(short, data_dir=data_dir, attacks=without_adapt(training.attacks))
     t1 = records[0].train_seconds
     for r in records:
         if r.attack not in ("none", spec.train_attack):
@@ -144,11 +146,11 @@ def _seconds(training: Training, costs: Costs, remote: bool) -> tuple[float, flo
     if remote and costs.source.get(f"train:{train_key(spec)}") == "probe":
         train += cost(training, remote=True).transport  # actor round trips a probe skips
     attacks = 0.0
-    for name, _ in training.attacks:
+    for name, params in training.attacks:
         seconds = costs.evaluation(attack_key(name, spec))
         if seconds is None:
             return None
-        attacks += seconds
+        attacks += seconds * runs(params)  # an adaptive attacker's tuning runs it again
     return train, attacks
 
 

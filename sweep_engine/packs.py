@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainables.attacks.tuning import runs
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
 from trainables.kinds import kind_of
@@ -127,11 +128,11 @@ def cost(training: Training, remote: bool = True, data_dir: str | None = None) -
         width = max(spec.hidden or (64,))
         local = rounds * LOCAL_ROUND_S + int(spec.epochs) * rows * features * width * ROW_S
         transport = rounds * ROUND_S if remote else 0.0
-    names = [name for name, _ in training.attacks]
+    names = [(name, runs(params)) for name, params in training.attacks]  # runs: tuning
     if spec.train_attack != "none":
-        names.append(spec.train_attack)
+        names.append((spec.train_attack, 1))
     scale = rows / DIGITS_ROWS
-    attacks = sum(ATTACK_S.get(name, OTHER_ATTACK_S) * scale for name in names)
+    attacks = sum(ATTACK_S.get(name, OTHER_ATTACK_S) * scale * n for name, n in names)
     return Cost(local, transport, attacks)
 
 

@@ -83,6 +83,13 @@ def cell_labels(
     return {t.trial_id: cell_text(t.cell, axes) for t in trainings}
 
 
+def label(r: Record) -> str:
+    """The attack as its record labels it: ``pmc``, ``tbm@strong``, ``pmc@adapted``."""
+    if '"attack_label"' not in r.extra:
+        return r.attack
+    return str(json.loads(r.extra).get("attack_label", r.attack))
+
+
 def ap_text(records: list[Record]) -> str:
     """``ap: pmc=0.76 (adv 0.00) ns=0.83 (adv 0.66)`` for the attacks a training evaluated
     (the advantage over a no-information guess beside each AP, where recorded: an AP of
@@ -92,7 +99,7 @@ def ap_text(records: list[Record]) -> str:
         return ""
     parts = []
     for r in attacked:
-        text = f"{r.attack}={'n/a' if r.ap is None else f'{r.ap:.2f}'}"
+        text = f"{label(r)}={'n/a' if r.ap is None else f'{r.ap:.2f}'}"
         if r.ap_advantage is not None and r.ap_advantage == r.ap_advantage:  # not NaN
             text += f" (adv {r.ap_advantage:.2f})"
         parts.append(text)
@@ -106,10 +113,10 @@ def seconds_text(records: list[Record]) -> str:
     text = f"train {records[0].train_seconds:.1f}s"
     attacked = [r for r in records if r.attack != "none"]
     if len(attacked) == 1:
-        return f"{text}, attack {attacked[0].attack} {attacked[0].attack_seconds:.1f}s"
+        return f"{text}, attack {label(attacked[0])} {attacked[0].attack_seconds:.1f}s"
     if attacked:
         total = sum(r.attack_seconds for r in attacked)
-        each = ", ".join(f"{r.attack} {r.attack_seconds:.1f}s" for r in attacked)
+        each = ", ".join(f"{label(r)} {r.attack_seconds:.1f}s" for r in attacked)
         return f"{text}, attacks {total:.1f}s ({each})"
     return text
 
@@ -269,11 +276,18 @@ def record_lines(plan: Plan, table: pa.Table) -> list[str]:
     ``scenario_lines``, then the analysis' own verdict (analysis/answer.py's ``best_lines``:
     the cells that cannot be told apart from the best chance-aware C-DCS, ties named),
     one set of scenario names and one chance rule for both."""
+    import pyarrow as pa
+
     from analysis.answer import best_lines, build_answer
-    from analysis.load import scenario_labels, table_to_frame
+    from analysis.load import attack_labels, scenario_labels, table_to_frame
     from analysis.ranking import DEFAULT_WEIGHTS, ranking_table
     from analysis.report import prepare
+    from trainables.results.labels import is_adapted
 
+    if table.num_rows and "extra" in table.column_names:  # headlines: the fixed settings;
+        table = attack_labels(table)  # adapted attacks are the analysis' worst case
+        fixed = [not is_adapted(str(a)) for a in table.column("attack").to_pylist()]
+        table = table.filter(pa.array(fixed, type=pa.bool_()))
     columns = ["trial_id", "attack", "status", "mp", "ap", "ap_advantage", "defense"]
     rows = table.select(columns).to_pylist() if table.num_rows else []
     if not rows:

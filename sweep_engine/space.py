@@ -155,6 +155,15 @@ class AnalysisBlock(_Strict):
         return texts
 
 
+class AdaptEntry(_Strict):
+    """An adaptive attacker's budget (``trainables/attacks/tuning.py``): ``trials``
+    settings of the attack's ``search`` tried on ``holdout`` of its auxiliary rows."""
+
+    trials: int = Field(16, ge=1)
+    sampler: Literal["tpe", "random"] = "tpe"
+    holdout: Float = Field(0.5, gt=0, lt=1)
+
+
 class AttackEntry(_Strict):
     """An attack evaluated on every cell: a registry name and VFLAIR-default overrides."""
 
@@ -162,11 +171,18 @@ class AttackEntry(_Strict):
     params: Params = Field(default_factory=dict)
     datasets: list[str] | None = None  # evaluate only on these datasets (None: all)
     preset: str | None = None  # a named setting of the attack (``strong``); params override it
+    adapt: AdaptEntry | None = None  # also tuned by its attacker, judged as <label>@adapted
 
-    def attack_params(self) -> dict[str, int | float | str]:
+    def attack_params(self) -> dict[str, Any]:
         """The parameters the attack is created with; the preset rides along as ``preset``
-        (so a planned training's id and a spec's hash change with it)."""
-        return {**self.params, **({"preset": self.preset} if self.preset is not None else {})}
+        (so a planned training's id and a spec's hash change with it), the tuning budget
+        as ``adapt`` (the harness takes it out: ``tuning.split_adapt``)."""
+        out: dict[str, Any] = dict(self.params)
+        if self.preset is not None:
+            out["preset"] = self.preset
+        if self.adapt is not None:
+            out["adapt"] = self.adapt.model_dump()
+        return out
 
 
 class DefenseAxis(_Strict):
@@ -197,7 +213,7 @@ AttackItem = Annotated[
         _attack_kind,
         custom_error_type="attack_entry",
         custom_error_message="allowed: an attack name, or {name: ..., params: {...}, "
-        "datasets: [...], preset: ...}",
+        "datasets: [...], preset: ..., adapt: {trials: ..., sampler: tpe|random, holdout: ...}}",
     ),
 ]
 DefenseValue = Annotated[

@@ -228,6 +228,7 @@ def check_attack_entry(space: Space, i: int, entry: AttackEntry) -> None:
     """One ``attacks`` entry: a known name, a preset it declares, parameters it takes, each
     of its default's type, and registered ``datasets``."""
     from trainables.attacks import ATTACKS
+    from trainables.attacks.tuning import Adapt, check_adapt
     from trainables.data import DATASETS
 
     where = f"{space.source}: attacks[{i}]"
@@ -245,6 +246,8 @@ def check_attack_entry(space: Space, i: int, entry: AttackEntry) -> None:
         )
     try:
         ATTACKS.create(entry.name, preset=entry.preset, **entry.params)
+        if entry.adapt is not None:
+            check_adapt(ATTACKS.get(entry.name), Adapt(**entry.adapt.model_dump()))
     except ConfigError as err:
         raise SpaceError(f"{where}={entry.name!r}: {err}") from None
     for j, name in enumerate(entry.datasets or []):

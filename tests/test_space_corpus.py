@@ -21,6 +21,7 @@ import pytest
 
 from sweep_engine.cli import main
 from sweep_engine.space import (
+    AdaptEntry,
     AnalysisBlock,
     AttackEntry,
     DefenseAxis,
@@ -69,7 +70,7 @@ def test_malformed_space_is_refused_with_path_value_and_allowed(
 def test_every_key_of_the_schema_has_a_malformed_space() -> None:
     """Each field of every schema model is the faulty key (a path component) of some file."""
     models = (Space, Resources, RunSettings, SearchBlock, SearchParam, Objective)
-    models += (AttackEntry, DefenseAxis, TrialSpec, DefenseEntry, AnalysisBlock)
+    models += (AttackEntry, DefenseAxis, TrialSpec, DefenseEntry, AnalysisBlock, AdaptEntry)
     keys = {k for m in models for k in m.model_fields} - {"source"}
     named: set[str] = set()
     for path in FILES:

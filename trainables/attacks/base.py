@@ -121,6 +121,31 @@ class InferenceTamper:
 Guess = LabelGuess | FeatureGuess | InferenceTamper
 
 
+@dataclass(frozen=True)
+class Range:
+    """A parameter the attacker controls when it adapts (``tuning.py``): a float or int
+    interval (``log``: sampled on a log scale), or a tuple of ``choices``."""
+
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    integer: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def suggest(self, trial: Any, name: str) -> Any:
+        """The value an Optuna trial proposes for ``name``."""
+        if self.choices:
+            return trial.suggest_categorical(name, list(self.choices))
+        if self.integer:
+            return trial.suggest_int(name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(name, float(self.low), float(self.high), log=self.log)
+
+    def contains(self, value: Any) -> bool:
+        if self.choices:
+            return value in self.choices
+        return float(self.low) <= float(value) <= float(self.high)
+
+
 class Attack:
     """Base class: subclasses set ``info``, ``defaults`` and ``presets``, implement ``run``.
 
@@ -134,6 +159,10 @@ class Attack:
     info: ClassVar[AttackInfo]
     defaults: ClassVar[dict[str, Any]] = {}
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    # what an adaptive attacker may tune (``tuning.py``), and over which ranges: only
+    # settings it controls, never the ground truth or the defense's randomness; empty:
+    # the attacker holds no auxiliary ground truth to score a setting on
+    search: ClassVar[dict[str, Range]] = {}
     family: ClassVar[str] = "nn"  # the trials it reads: "nn" (VFL NN parties) or "trees"
 
     def __init__(self, preset: str | None = None, **params: Any) -> None:
@@ -202,6 +231,14 @@ def check_attack(cls: Any, name: str) -> Any:
         if unknown or not any(cls.defaults[k] != v for k, v in values.items()):
             why = f"sets unknown parameters {unknown}" if unknown else "changes no default"
             raise Refused(f"its preset {preset!r} {why}")
+    for key, span in cls.search.items():
+        if key not in cls.defaults or not isinstance(span, Range):
+            raise Refused(f"its search names {key!r}, not a parameter with a Range")
+        if not span.contains(cls.defaults[key]):
+            raise Refused(f"its search range for {key!r} leaves out the default")
+    grounded = info.aux_labels_per_class or info.aux_labels_total or info.aux_feature_fraction
+    if cls.search and not grounded:
+        raise Refused("it has a search but no auxiliary ground truth to score a setting on")
     if not overrides(cls, Attack, "run"):
         raise Refused("it is missing method run(view), which returns its guess")
     same_call(cls, Attack, "run")

@@ -14,6 +14,7 @@ import numpy as np
 from trainables.attacks.base import ATTACKS, Attack, AttackInfo, AuxData, PartyView
 from trainables.attacks.chance import Score
 from trainables.attacks.judge import Judge, QueryModel
+from trainables.attacks.tuning import Adapt, adapted_label, split_adapt, tune
 from trainables.hooks import MessageLog
 
 
@@ -116,9 +117,12 @@ def evaluate(
 ) -> list[AttackOutcome]:
     """The one attack harness, for every kind: each attack runs on the view ``view_of``
     gives its attacker (built from that party alone) and ``score_of`` judges the guess.
-    An attack's seconds include building its view."""
+    An attack's seconds include building its view. An attack with an ``adapt`` budget
+    (``tuning.py``) also tunes its settings on that view alone and is judged once more at
+    the chosen setting, as ``<label>@adapted``."""
     outcomes = []
-    for name, params in attacks:
+    for name, given in attacks:
+        params, adapt = split_adapt(given)
         attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
         start = time.perf_counter()
         who, view = view_of(attack.info)
@@ -127,7 +131,39 @@ def evaluate(
         seconds = time.perf_counter() - start
         extra = {**attack.record_extra(), **judged}
         outcomes.append(AttackOutcome(name, attack.info.type, who, score, seconds, extra))
+        if adapt is not None:
+            outcomes.append(adapted(attack, adapt, view_of, score_of, outcomes[-1]))
     return outcomes
+
+
+def adapted(
+    attack: Attack, adapt: Adapt, view_of: ViewOf, score_of: ScoreOf, default: AttackOutcome
+) -> AttackOutcome:
+    """``attack`` tuned by its attacker on its own view (never the judge's rows), then
+    judged once at the best setting; the default's outcome is reused when it won."""
+    start = time.perf_counter()
+    who, view = view_of(attack.info)
+    tuned = tune(attack, view, adapt)
+    if tuned.best:
+        best = type(attack)(preset=attack.preset, **{**_explicit(attack), **tuned.best})
+        score, judged = score_of(best.run(view_of(attack.info)[1]), who)
+    else:  # the default setting scored best on the attacker's own rows: same guess
+        best, score, judged = attack, default.score, {}
+    extra = {
+        **best.record_extra(),
+        **judged,
+        "attack_label": adapted_label(attack.label()),
+        "adapted": {**tuned.record(adapt), "default_label": attack.label()},
+    }
+    seconds = time.perf_counter() - start
+    return AttackOutcome(attack.name, attack.info.type, who, score, seconds, extra)
+
+
+def _explicit(attack: Attack) -> dict[str, Any]:
+    """The parameters given beside the preset (so that a rebuild keeps them)."""
+    preset = attack.presets.get(attack.preset, {}) if attack.preset else {}
+    base = {**attack.defaults, **preset}
+    return {k: v for k, v in attack.params.items() if v != base[k]}
 
 
 def run_attacks(

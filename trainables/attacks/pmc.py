@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
+from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView, Range
 from trainables.attacks.completion import (
     COMPLETION_DEFAULTS,
     CONVERGE,
@@ -32,6 +32,18 @@ class PassiveModelCompletion(Attack):
     presets: ClassVar[dict[str, dict[str, Any]]] = {  # completion.py
         "fast": dict(FAST),
         "converge": dict(CONVERGE),
+    }
+    # what an adaptive attacker tunes (tuning.py): the completion's optimisation and
+    # MixMatch's knobs. The head, the frozen bottom, the batch and the steps per epoch
+    # stay: a trial never costs more than the default run (epochs <= 25), so the budget
+    # is ``trials`` default runs
+    search: ClassVar[dict[str, Range]] = {
+        "lr": Range(1e-4, 3e-2, log=True),
+        "epochs": Range(5, 25, integer=True),
+        "T": Range(0.3, 1.0),
+        "alpha": Range(0.25, 2.0),
+        "lambda_u": Range(1.0, 100.0, log=True),
+        "noise": Range(0.0, 0.2),
     }
 
     def __init__(self, **params: Any) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainables.attacks.base import Attack, AttackInfo, FeatureGuess, PartyView
+from trainables.attacks.base import Attack, AttackInfo, FeatureGuess, PartyView, Range
 from trainables.attacks.grn import last_embeddings, one_thread
 
 
@@ -38,6 +38,14 @@ class TrainingBasedBackMapping(Attack):
     }
     presets: ClassVar[dict[str, dict[str, Any]]] = {
         "strong": {"lr": 1e-3, "min_steps": 1500},  # see the module docstring
+    }
+    # an adaptive attacker's (tuning.py); a trial costs up to ~25 default runs (200
+    # epochs at batch 8), each well under a second
+    search: ClassVar[dict[str, Range]] = {
+        "lr": Range(1e-5, 1e-2, log=True),
+        "epochs": Range(10, 200, integer=True, log=True),
+        "batch_size": Range(choices=(8, 16, 32, 64)),
+        "hidden": Range(choices=(32, 64, 128, 256, 512)),
     }
 
     def run(self, view: PartyView) -> FeatureGuess:

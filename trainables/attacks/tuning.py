@@ -1,0 +1,241 @@
+"""Adaptive attacks: an attacker tunes its own settings on its own data before the judge
+scores it once (issue 43, "worst-case leakage").
+
+A defense scored against an attack at fixed settings is scored against one effort, not
+the attacker's best; security evaluations elsewhere require adaptive attacks for that
+reason. Here the attacker may tune the parameters its attack declares in ``search``
+(learning rate, epochs, temperature, ...: what it controls; never the ground truth, never
+the defense's randomness), with a budget fixed by the space (``Adapt``: trials, sampler,
+the share of its auxiliary rows it holds out) and recorded.
+
+The threat model holds because the tuner sees only the attacker's ``PartyView``: it splits
+the auxiliary knowledge the view already carries (labelled rows, or a peer's feature rows)
+into rows it fits on and rows it scores itself on (``holdout``), with the judge's own rules
+(``chance.py``: advantage over the no-information guess on the same rows). The judge's test
+rows are not in the tuning view at all: a label attack labels the held-out auxiliary rows
+in their place. Only the chosen setting, run on the full view, reaches the judge.
+
+Attacks without auxiliary ground truth of what they guess (BLI, GRN, NS, ...) cannot score
+themselves and have an empty ``search``; training-time attacks would need a training per
+trial setting and are refused (``check_adapt``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainables.attacks import chance
+from trainables.attacks.base import (
+    Attack,
+    AttackInfo,
+    FeatureGuess,
+    Guess,
+    LabelGuess,
+    PartyView,
+)
+from trainables.errors import ConfigError
+from trainables.results.labels import adapted_label, base_label, is_adapted
+
+ADAPT_KEY = "adapt"  # the key an attack spec's params carry the budget under
+SAMPLERS = ("tpe", "random")
+__all__ = ["Adapt", "adapted_label", "base_label", "is_adapted", "split_adapt", "tune"]
+
+
+@dataclass(frozen=True)
+class Adapt:
+    """The attacker's tuning budget: ``trials`` settings tried (the default is the first),
+    proposed by ``sampler``, each scored on ``holdout`` of its auxiliary rows."""
+
+    trials: int = 16
+    sampler: str = "tpe"
+    holdout: float = 0.5
+
+    def as_params(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def split_adapt(params: dict[str, Any]) -> tuple[dict[str, Any], Adapt | None]:
+    """An attack spec's params without the tuning budget, and the budget (None: fixed)."""
+    if ADAPT_KEY not in params:
+        return params, None
+    rest = {k: v for k, v in params.items() if k != ADAPT_KEY}
+    return rest, Adapt(**params[ADAPT_KEY])
+
+
+def runs(params: dict[str, Any]) -> int:
+    """How many runs of the attack an evaluation with ``params`` costs, at most: the
+    default, one per tuning trial (each no dearer than the default: ``search``) and the
+    chosen setting. What the planner's estimate multiplies an evaluation's cost by."""
+    _, adapt = split_adapt(params)
+    return 1 if adapt is None else int(adapt.trials) + 2
+
+
+def without_adapt(attacks: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Attack specs with their tuning budgets left out (a probe times one run)."""
+    return [(name, split_adapt(params)[0]) for name, params in attacks]
+
+
+def check_adapt(cls: type[Attack], adapt: Adapt) -> None:
+    """A ConfigError naming what cannot be tuned, and why."""
+    where = f"attack {cls.name!r}: adapt"
+    if cls.info.training_time:
+        raise ConfigError(
+            f"{where}: {cls.name} is a training-time attack; tuning it needs a training per "
+            "setting, which is not supported (tune an inference-time attack)"
+        )
+    if not cls.search:
+        raise ConfigError(
+            f"{where}: {cls.name} declares no tunable parameters (it holds no auxiliary "
+            "ground truth to score itself on); tunable: " + ", ".join(n for n in _tunable_names())
+        )
+    if not isinstance(adapt.trials, int) or adapt.trials < 1:
+        raise ConfigError(f"{where}.trials: {adapt.trials!r}; allowed: an integer >= 1")
+    if adapt.sampler not in SAMPLERS:
+        raise ConfigError(f"{where}.sampler: {adapt.sampler!r}; allowed: {', '.join(SAMPLERS)}")
+    if not 0.0 < float(adapt.holdout) < 1.0:
+        raise ConfigError(f"{where}.holdout: {adapt.holdout!r}; allowed: 0 < holdout < 1")
+
+
+def _tunable_names() -> list[str]:
+    from trainables.attacks.base import ATTACKS
+
+    return [n for n in ATTACKS.names() if ATTACKS.get(n).search]
+
+
+# -- the attacker's own score: held-out auxiliary rows ------------------------------------
+SelfScore = Callable[[Guess], float]
+
+
+def _held_out(groups: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """A mask over ``groups`` (n,): per group, round(share * size) members held out, at
+    least 1 and at most size - 1 where the group has 2 or more (stratified, seeded)."""
+    rng = np.random.default_rng([seed, 4243])
+    held = np.zeros(len(groups), dtype=bool)
+    for g in np.unique(groups):
+        members = np.flatnonzero(groups == g)
+        if len(members) < 2:
+            continue
+        k = min(len(members) - 1, max(1, round(share * len(members))))
+        held[rng.choice(members, size=k, replace=False)] = True
+    return held
+
+
+def holdout_view(
+    view: PartyView, info: AttackInfo, share: float
+) -> tuple[PartyView, SelfScore, int]:
+    """The view the tuner runs the attack on, how the attacker scores a guess there, and
+    on how many held-out rows.
+
+    Label knowledge (``aux.label_rows``): the held-out labelled rows are taken out of the
+    aux and become the view's "test" rows (``X_test`` := their own features), so a guess
+    of test labels is a guess of theirs; the judge's test rows are not in the view.
+    Feature knowledge (``aux.feature_rows``): the held-out rows' peer features are taken
+    out; a guess of training rows is scored on them, columns scaled by the aux rows' range
+    (the attacker does not know the peer's). Both return the advantage over chance.
+    """
+    aux = view.aux
+    if info.aux_labels_per_class or info.aux_labels_total:
+        held = _held_out(aux.labels, share, view.seed)
+        if not held.any():
+            raise ConfigError("adapt: too few labelled auxiliary rows to hold any out")
+        rows, labels = aux.label_rows[held], aux.labels[held]  # (m,), (m,)
+        kept = dataclasses.replace(aux, label_rows=aux.label_rows[~held], labels=aux.labels[~held])
+        tuning = dataclasses.replace(view, aux=kept, X_test=view.X_train[rows].copy())
+
+        def score_labels(guess: Guess) -> float:
+            assert isinstance(guess, LabelGuess) and guess.split == "test"
+            return chance.score_labels(guess, np.zeros(0, dtype=np.int64), labels).advantage
+
+        return tuning, score_labels, int(held.sum())
+    if info.aux_feature_fraction and aux.peer_features is not None:
+        held = _held_out(np.zeros(len(aux.feature_rows), dtype=np.int64), share, view.seed)
+        if not held.any():
+            raise ConfigError("adapt: too few auxiliary feature rows to hold any out")
+        peer = np.asarray(aux.peer_features, dtype=np.float64)  # (m, d)
+        lo, hi = peer.min(axis=0), peer.max(axis=0)
+        span = np.where(hi > lo, hi - lo, 1.0)
+        truth_of = dict(zip(aux.feature_rows[held].tolist(), (peer[held] - lo) / span, strict=True))
+        mean = np.clip((peer[~held].mean(axis=0) - lo) / span, 0.0, 1.0)  # (d,)
+        kept = dataclasses.replace(
+            aux, feature_rows=aux.feature_rows[~held], peer_features=aux.peer_features[~held]
+        )
+        tuning = dataclasses.replace(view, aux=kept, X_test=view.X_test[:0].copy())
+
+        def score_features(guess: Guess) -> float:
+            assert isinstance(guess, FeatureGuess) and guess.split == "train"
+            pick = np.isin(guess.rows, list(truth_of))
+            truth = np.stack([truth_of[r] for r in guess.rows[pick].tolist()])  # (m_held, d)
+            est = np.clip((np.asarray(guess.X, dtype=np.float64)[pick] - lo) / span, 0.0, 1.0)
+            ap = float(1.0 - np.mean((est - truth) ** 2))
+            return chance.feature_score(truth, est, mean, ap).advantage
+
+        return tuning, score_features, int(held.sum())
+    raise ConfigError(f"adapt: the attacker holds no auxiliary ground truth ({info})")
+
+
+# -- the tuner ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tuned:
+    """What the tuning found: the best setting (only tuned keys) and what it cost."""
+
+    best: dict[str, Any]
+    self_default: float  # the attacker's own score of the default setting (held-out rows)
+    self_best: float
+    trials: int
+    held_out: int  # auxiliary rows the attacker scored itself on
+    seconds: float
+
+    def record(self, adapt: Adapt) -> dict[str, Any]:
+        """The adapted record's ``extra.adapted``: budget, choice and its own scores."""
+        return {
+            **adapt.as_params(),
+            "held_out_rows": self.held_out,
+            "best": self.best,
+            "self_default": round(self.self_default, 6),
+            "self_best": round(self.self_best, 6),
+            "trials_run": self.trials,
+            "tuning_seconds": round(self.seconds, 3),
+        }
+
+
+def tune(attack: Attack, view: PartyView, adapt: Adapt) -> Tuned:
+    """Tune ``attack``'s ``search`` parameters on ``view`` (the attacker's own) and return
+    the best setting. Trial 1 is the attack's own setting, the other ``trials - 1`` are
+    proposed by the sampler; only a strictly higher score replaces the default, so the
+    adapted attack is never a blind change."""
+    import optuna
+
+    cls = type(attack)
+    tuning, self_score, held = holdout_view(view, cls.info, float(adapt.holdout))
+    base = dict(attack.params)
+    start = time.perf_counter()
+
+    def scored(params: dict[str, Any]) -> float:
+        value = self_score(cls(**params).run(tuning))
+        return -1.0 if np.isnan(value) else float(value)  # no score: worse than any
+
+    default = scored(base)
+    best_value, best = default, base
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = (
+        optuna.samplers.TPESampler(seed=view.seed)
+        if adapt.sampler == "tpe"
+        else optuna.samplers.RandomSampler(seed=view.seed)
+    )
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for _ in range(int(adapt.trials) - 1):
+        trial = study.ask()
+        params = {**base, **{name: span.suggest(trial, name) for name, span in cls.search.items()}}
+        value = scored(params)
+        study.tell(trial, value)
+        if value > best_value:
+            best_value, best = value, params
+    changed = {k: v for k, v in sorted(best.items()) if v != base[k]}
+    seconds = time.perf_counter() - start
+    return Tuned(changed, default, best_value, int(adapt.trials), held, seconds)
