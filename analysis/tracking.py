@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from analysis.load import attack_labels
 from trainables.results.checks import read_checked
 
 if TYPE_CHECKING:
@@ -143,9 +144,9 @@ def training_payload(rows: pd.DataFrame) -> tuple[dict[str, str], dict[str, floa
     metrics = {k: float(head[k]) for k in SCALARS if _finite(head[k])}
     for attack in rows[rows["attack"] != "none"].itertuples():
         if _finite(attack.ap):
-            metrics[f"ap/{attack.attack}"] = float(attack.ap)
+            metrics[metric_key("ap", attack.attack)] = float(attack.ap)
         if _finite(attack.mp):
-            metrics[f"mp/{attack.attack}"] = float(attack.mp)
+            metrics[metric_key("mp", attack.attack)] = float(attack.mp)
     ok = bool((rows["status"] == "ok").all())
     tags = {
         "trial_id": str(head["trial_id"]),
@@ -201,7 +202,8 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     parent = parent_run(client, exp_id, sweep_dir)
     existing = children(client, exp_id, parent)
     result = SyncResult(exp_id, parent, children={t: r for t, (r, _) in existing.items()})
-    records = read_checked(sweep_dir / "records").to_pandas()
+    # each attack by its label: ``pmc`` and ``pmc@adapted`` are two metrics of one training
+    records = attack_labels(read_checked(sweep_dir / "records")).to_pandas()
     statuses = {}
     for trial_id, rows in records.groupby("trial_id", sort=False):
         ok = bool((rows["status"] == "ok").all())

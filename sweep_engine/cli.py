@@ -99,7 +99,9 @@ def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace) -> float | N
     print(f"space {summary['space']} ({summary['source']})")
     print(f"  trainings:   {summary['trainings']}")
     evaluations = plural(summary["evaluations"], "attack evaluation")
-    print(f"  evaluations: {evaluations} on those trainings")
+    tuned = summary["adapted_evaluations"]
+    also = f" ({tuned} also tuned by their attacker: docs/attacks.md)" if tuned else ""
+    print(f"  evaluations: {evaluations} on those trainings{also}")
     print(f"  dropped:     {plural(summary['dropped'], 'cell')}")
     for d in summary["dropped_cells"]:
         print(f"    - {d['cell']}: {d['reason']}")

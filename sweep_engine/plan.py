@@ -82,6 +82,13 @@ class Plan:
         n_trials = self.space.search.n_trials if self.space.search else 1
         return sum(t.n_evaluations for t in self.trainings) * n_trials
 
+    @property
+    def n_adapted(self) -> int:
+        """Evaluations whose attacker also tunes its attack (``adapt``): one more record each."""
+        n_trials = self.space.search.n_trials if self.space.search else 1
+        tuned = sum(1 for t in self.trainings for _, p in t.attacks if "adapt" in p)
+        return tuned * n_trials
+
     def bundles(self, n_parties: int) -> list[dict[str, float]]:
         """The placement group of one trial: the trial's bundle, then one per party."""
         res = self.space.resources
@@ -99,6 +106,7 @@ class Plan:
             "source": self.space.source,
             "trainings": self.n_trainings,
             "evaluations": self.n_evaluations,
+            "adapted_evaluations": self.n_adapted,
             "dropped": len(self.dropped),
             "duplicates_merged": self.duplicates,
             "search": None

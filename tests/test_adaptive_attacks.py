@@ -208,3 +208,23 @@ def test_a_report_reads_the_default_view_and_writes_the_worst_case(tmp_path: Any
     assert "Worst case" in (out / "index.md").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["worst_case"]["cells_changed"]
+
+
+def test_mlflow_logs_both_settings_under_legal_names() -> None:
+    from analysis.tracking import training_payload
+
+    rows = records(seeds=1)
+    one = rows[rows["trial_id"] == rows["trial_id"].iloc[0]]
+    _, metrics, _ = training_payload(one)
+    assert {"ap/tbm", "ap/tbm_adapted"} <= set(metrics)
+    assert metrics["ap/tbm"] != metrics["ap/tbm_adapted"]
+
+
+def test_the_shipped_space_plans_every_evaluation_adapted() -> None:
+    from sweep_engine.plan import expand
+    from sweep_engine.space import load_space
+
+    plan = expand(load_space("adaptive_attacks"))
+    assert plan.n_trainings == 19 * 3 and plan.n_evaluations == plan.n_adapted == 2 * 57
+    for planned in plan.trainings:
+        assert [p["adapt"]["trials"] for _, p in planned.attacks] == [8, 8]

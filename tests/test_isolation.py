@@ -162,3 +162,46 @@ def test_a_sweeps_own_local_ray_has_token_auth_and_refuses_a_wrong_token(
     intruder.kill()  # it would retry for a while before giving up
     intruder.wait(timeout=60)
     assert refused  # the cluster checks the token on every RPC
+
+
+@pytest.mark.parametrize("name", [n for n in ATTACK_NAMES if ATTACKS.get(n).search])
+def test_an_adaptive_attackers_tuning_reaches_no_test_row_and_no_label_it_lacks(
+    name: str,
+) -> None:
+    """The tuner (``tuning.py``) runs the attack on ``holdout_view``'s view and scores it
+    with its closure: the walk over both finds no party, no test row of any party (the
+    judge's; the attacker's own included, since its tuning "test rows" are held-out aux
+    rows), nothing of another party beyond the aux, and for a passive attacker no label
+    beyond the aux labels it was granted."""
+    from trainables.attacks.tuning import holdout_view
+
+    info = ATTACKS.get(name).info
+    ds = load_dataset("breast_cancer")
+    prepared = prepare_parties(SPEC, ds, [(name, {})])
+    _, parties = train_local_parties(prepared, int(SPEC.epochs))  # type: ignore[arg-type]
+    who = attacker_index(info, len(parties))
+    y = parties[-1].y_train.cpu().numpy()
+    aux = draw_aux(info, y, parties[peer_index(who)].X_train.cpu().numpy(), SPEC.seed)
+    view = make_view(parties[who], info, aux, None, SPEC.seed)
+    tuning, self_score, held = holdout_view(view, info, 0.5)
+    assert held > 0
+    found: dict[str, Any] = {}
+    walk((tuning, [c.cell_contents for c in self_score.__closure__ or ()]), "tuner", found, set())
+    assert not [p for p, o in found.items() if isinstance(o, Party)]
+    arrays = {p: as_array(o) for p, o in found.items() if isinstance(o, (torch.Tensor, np.ndarray))}
+    assert arrays
+    for k, other in enumerate(parties):
+        assert holds(arrays, as_array(other.X_test)) == [], k  # no judge's test rows
+        for row in as_array(other.X_test):  # not even one row of them
+            assert not any(
+                a.ndim == 2 and a.shape[1] == row.shape[0] and (a == row).all(axis=1).any()
+                for a in arrays.values()
+            ), k
+        if k != who:
+            assert holds(arrays, as_array(other.X_train)) == [], k
+    y_test = parties[-1].y_test.cpu().numpy()
+    assert holds(arrays, y_test) == []
+    if info.role == "passive":
+        assert holds(arrays, y) == []
+        granted = set(aux.label_rows.tolist())
+        assert len(tuning.aux.label_rows) + held == len(granted)  # held-out rows: its own aux

@@ -14,8 +14,9 @@ import numpy as np
 from trainables.attacks.base import ATTACKS, Attack, AttackInfo, AuxData, PartyView
 from trainables.attacks.chance import Score
 from trainables.attacks.judge import Judge, QueryModel
-from trainables.attacks.tuning import Adapt, adapted_label, split_adapt, tune
+from trainables.attacks.tuning import Adapt, split_adapt, tune
 from trainables.hooks import MessageLog
+from trainables.results.labels import adapted_label
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,9 @@ from trainables.attacks.base import (
     PartyView,
 )
 from trainables.errors import ConfigError
-from trainables.results.labels import adapted_label, base_label, is_adapted
 
 ADAPT_KEY = "adapt"  # the key an attack spec's params carry the budget under
 SAMPLERS = ("tpe", "random")
-__all__ = ["Adapt", "adapted_label", "base_label", "is_adapted", "split_adapt", "tune"]
 
 
 @dataclass(frozen=True)
