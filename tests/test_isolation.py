@@ -88,8 +88,8 @@ def test_passive_party_actors_hold_no_labels_anywhere(ray_session: None) -> None
         assert [p for p in state if LABELISH.search(p)] == [], k
 
 
-@pytest.mark.parametrize("name", ATTACK_NAMES)
-def test_an_attack_view_reaches_nothing_of_another_party(name: str) -> None:
+def trained_for(name: str) -> tuple[Any, list[Any], int, np.ndarray, Any]:
+    """(info, trained parties, attacker index, y_train, the attacker's drawn aux)."""
     info = ATTACKS.get(name).info
     ds = load_dataset("breast_cancer")
     prepared = prepare_parties(SPEC, ds, [(name, {})])
@@ -97,6 +97,12 @@ def test_an_attack_view_reaches_nothing_of_another_party(name: str) -> None:
     who = attacker_index(info, len(parties))
     y = parties[-1].y_train.cpu().numpy()
     aux = draw_aux(info, y, parties[peer_index(who)].X_train.cpu().numpy(), SPEC.seed)
+    return info, parties, who, y, aux
+
+
+@pytest.mark.parametrize("name", ATTACK_NAMES)
+def test_an_attack_view_reaches_nothing_of_another_party(name: str) -> None:
+    info, parties, who, y, aux = trained_for(name)
     query = QueryModel(parties) if info.query_model else None
     view = make_view(parties[who], info, aux, query, SPEC.seed)
 
@@ -175,13 +181,7 @@ def test_an_adaptive_attackers_tuning_reaches_no_test_row_and_no_label_it_lacks(
     beyond the aux labels it was granted."""
     from trainables.attacks.tuning import holdout_view
 
-    info = ATTACKS.get(name).info
-    ds = load_dataset("breast_cancer")
-    prepared = prepare_parties(SPEC, ds, [(name, {})])
-    _, parties = train_local_parties(prepared, int(SPEC.epochs))  # type: ignore[arg-type]
-    who = attacker_index(info, len(parties))
-    y = parties[-1].y_train.cpu().numpy()
-    aux = draw_aux(info, y, parties[peer_index(who)].X_train.cpu().numpy(), SPEC.seed)
+    info, parties, who, y, aux = trained_for(name)
     view = make_view(parties[who], info, aux, None, SPEC.seed)
     tuning, self_score, held = holdout_view(view, info, 0.5)
     assert held > 0
