@@ -140,6 +140,15 @@ def attack_key(attack: str, spec: TrialSpec) -> str:
     return f"{attack}|{spec.dataset}|{params}|{spec.n_parties}|{spec.partition}"
 
 
+def tuning_runs(extra: str) -> int:
+    """Attack runs behind an adapted evaluation (its tuning trials and the chosen setting,
+    ``extra.adapted``); 0 for an evaluation at fixed settings."""
+    if '"adapted":' not in extra:
+        return 0
+    adapted = json.loads(extra).get("adapted") or {}
+    return int(adapted.get("trials_run", 0)) + 1
+
+
 def load(path: Path | None = None) -> Costs:
     """The cache, or an empty one (missing, unreadable or another version: measure again)."""
     path = path or cache_path()
@@ -171,9 +180,7 @@ def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
         return 0
     if df.empty:
         return 0
-    # an adapted evaluation is its attack's tuning (``runs`` of it): the one-run cost is
-    # learned from the default evaluation beside it
-    df = df[(df["status"] == "ok") & ~df["extra"].str.contains('"adapted":', regex=False)]
+    df = df[df["status"] == "ok"]
     costs = costs or load()
     n = 0
     for _, rows in df.groupby("trial_id", sort=False):
@@ -186,9 +193,14 @@ def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
         # a sweep sees one length per class: the whole run goes to the per-epoch part
         costs.add_training(train_key(spec), 0.0 if epochs else seconds,
                            seconds / epochs if epochs else 0.0, "sweep")  # fmt: skip
-        for attack, secs in zip(rows["attack"], rows["attack_seconds"], strict=True):
-            if attack != "none" and attack != spec.train_attack:
-                costs.add_evaluation(attack_key(attack, spec), float(secs), "sweep")
+        for attack, secs, extra in zip(
+            rows["attack"], rows["attack_seconds"], rows["extra"], strict=True
+        ):
+            if attack == "none" or attack == spec.train_attack:
+                continue
+            runs = tuning_runs(str(extra))  # an adapted evaluation: its cost per run
+            key = attack_key(f"{attack}@adapted" if runs else attack, spec)
+            costs.add_evaluation(key, float(secs) / max(1, runs), "sweep")
         n += 1
     costs.save()
     return n

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from sweep_engine.costs import Costs, attack_key, load, train_key
 from sweep_engine.packs import cost, make_packs, slots
-from trainables.attacks.tuning import runs, without_adapt
+from trainables.attacks.tuning import split_adapt, without_adapt
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
 from trainables.trial import actor_count, run_trial
@@ -150,7 +150,11 @@ def _seconds(training: Training, costs: Costs, remote: bool) -> tuple[float, flo
         seconds = costs.evaluation(attack_key(name, spec))
         if seconds is None:
             return None
-        attacks += seconds * runs(params)  # an adaptive attacker's tuning runs it again
+        attacks += seconds
+        _, adapt = split_adapt(params)
+        if adapt is not None:  # its tuning: per run as measured (costs.learn), else a default's
+            per_run = costs.evaluation(attack_key(f"{name}@adapted", spec))
+            attacks += (seconds if per_run is None else per_run) * (adapt.trials + 1)
     return train, attacks
 
 

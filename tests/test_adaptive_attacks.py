@@ -228,3 +228,22 @@ def test_the_shipped_space_plans_every_evaluation_adapted() -> None:
     assert plan.n_trainings == 19 * 3 and plan.n_evaluations == plan.n_adapted == 2 * 57
     for planned in plan.trainings:
         assert [p["adapt"]["trials"] for _, p in planned.attacks] == [8, 8]
+
+
+def test_the_estimate_learns_what_a_tuning_run_costs(tmp_path: Any) -> None:
+    from sweep_engine.costs import Costs, attack_key, train_key, tuning_runs
+    from sweep_engine.estimate import _seconds
+
+    spec = TrialSpec.build(dataset="digits")
+    costs = Costs(path=tmp_path / "costs.json")
+    costs.add_training(train_key(spec), 0.0, 0.1, "sweep")
+    costs.add_evaluation(attack_key("pmc", spec), 2.0, "sweep")
+    tuned = Training(spec, {}, attacks=(("pmc", {"adapt": {"trials": 8}}),))
+    got = _seconds(tuned, costs, remote=False)
+    assert got is not None and got[1] == pytest.approx(2.0 + 9 * 2.0)  # default's cost per run
+    assert tuning_runs(json.dumps({"adapted": {"trials_run": 8}})) == 9
+    assert tuning_runs("{}") == 0
+    costs.add_evaluation(attack_key("pmc@adapted", spec), 18.0 / 9, "sweep")  # as learn() does
+    costs.add_evaluation(attack_key("pmc@adapted", spec), 0.5, "sweep")
+    got = _seconds(tuned, costs, remote=False)
+    assert got is not None and got[1] == pytest.approx(2.0 + 9 * 1.25)  # the median measured
