@@ -32,13 +32,24 @@ from trainables.results.manifest import flat_spec
 NOT_AXES = ("train_attack", "train_attack_params")
 
 
+_PARSED: list[tuple[pd.Index, pd.DataFrame]] = []  # the last categories parsed, and their table
+
+
 def parsed_specs(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
-    """(one flattened row per distinct spec string, each record's row number in it)."""
+    """(one flattened row per distinct spec string, each record's row number in it).
+
+    The table is read-only to callers: the by-axis tables and each ``--compare`` of one
+    report parse the same categories (the frames share them), so the last one is kept."""
     spec = records["spec_json"]
     if not isinstance(spec.dtype, pd.CategoricalDtype):
         spec = spec.astype("category")
-    flats = [flat_spec(_load(text)) for text in spec.cat.categories]
-    table = pd.DataFrame(flats, index=range(len(flats)))
+    categories = spec.cat.categories
+    if _PARSED and _PARSED[0][0] is categories:
+        table = _PARSED[0][1]
+    else:
+        flats = [flat_spec(_load(text)) for text in categories]
+        table = pd.DataFrame(flats, index=range(len(flats)))
+        _PARSED[:] = [(categories, table)]
     return table, pd.Series(spec.cat.codes.to_numpy(), index=records.index)
 
 

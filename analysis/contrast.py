@@ -32,6 +32,7 @@ says nothing about either arm: it is named, not contrasted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,6 +55,7 @@ class Contrasts:
     left_out: pd.DataFrame  # (context, attack) at chance undefended in both arms
     contexts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    text: list[Any] | None = None  # contrast_text.tables, built once for screen and page
 
 
 def contrasts(dcs: pd.DataFrame, compare: Compare, arms: Arms | None = None) -> Contrasts:

@@ -7,7 +7,9 @@ tables (``ContrastTable``); ``contrast_<axis>.csv`` holds every number behind th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -36,7 +38,7 @@ def number(value: float, sign: bool = False) -> str:
     return f"{value:+.3f}" if sign else f"{value:.3f}"
 
 
-def interval(row: pd.Series) -> str:
+def interval(row: Mapping[str, Any]) -> str:
     text = number(float(row["delta"]), sign=True)
     if int(row["n"]) < MIN_SEEDS:
         return text + f" (n={int(row['n'])})"
@@ -67,7 +69,14 @@ def arm_text(base: pd.DataFrame, arm: str) -> str:
 
 
 def tables(c: Contrasts) -> list[ContrastTable]:
-    """One table per context, in the order the records list them."""
+    """One table per context, in the order the records list them (built once per
+    comparison: the screen and the report page show the same)."""
+    if c.text is None:
+        c.text = _tables(c)
+    return c.text
+
+
+def _tables(c: Contrasts) -> list[ContrastTable]:
     a, b, axis = c.compare.a, c.compare.b, c.compare.axis
     out = []
     for context in c.contexts:
@@ -91,7 +100,7 @@ def tables(c: Contrasts) -> list[ContrastTable]:
                 contrast_head=[*HEAD, a, b, f"Δ {b}−{a} [95% CI]", "p (Holm)", "verdict"],
                 contrast_rows=[
                     [*cell(r), number(r["mean_a"]), number(r["mean_b"]), *tail(r)]
-                    for _, r in contrast.iterrows()
+                    for r in contrast.to_dict("records")  # plain dicts: 20x iterrows' speed
                 ],
                 interaction_head=[
                     *HEAD,
@@ -103,18 +112,18 @@ def tables(c: Contrasts) -> list[ContrastTable]:
                 ],
                 interaction_rows=[
                     [*cell(r), number(r["mean_a"], True), number(r["mean_b"], True), *tail(r)]
-                    for _, r in inter.iterrows()
+                    for r in inter.to_dict("records")
                 ],
             )
         )
     return out
 
 
-def cell(row: pd.Series) -> list[str]:
+def cell(row: Mapping[str, Any]) -> list[str]:
     return [str(row["defense"]), strength(row["defense_param"]), metric_text(str(row["metric"]))]
 
 
-def tail(row: pd.Series) -> list[str]:
+def tail(row: Mapping[str, Any]) -> list[str]:
     return [interval(row), p_text(float(row["p_holm"])), str(row["verdict"])]
 
 
