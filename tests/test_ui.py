@@ -71,6 +71,14 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _as_from_a_terminal() -> None:
+    """The child's stop signals at their defaults, as a terminal starts a command: a test
+    run under ``nohup`` (or as a background job) would hand it SIGHUP (SIGINT) ignored,
+    which ``vflsweep ui`` keeps ignored on purpose, as ``nohup`` promises."""
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @contextmanager
 def _ui(results: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``vflsweep ui`` as a real process in a session of its own (as from a terminal) over a
@@ -80,6 +88,7 @@ def _ui(results: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
         [sys.executable, "-m", "sweep_engine.vflsweep", "ui", "--results", str(results),
          "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=_as_from_a_terminal,
     )  # fmt: skip
     seen: dict[int, int] = {}
     try:
