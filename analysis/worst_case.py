@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.answer import attack_table
+from analysis.contrast_text import strength
 from analysis.ranking import kendall_tau, ranking_table, seed_means
 from trainables.results.labels import base_label, is_adapted
 
@@ -173,9 +174,8 @@ def worst_lines(worst: WorstCase, rows: int = 20) -> list[str]:
         head = ["attack", "defense", "strength", "adv default", "adv adapted", "gain", "group"]
         body = []
         for r in mine.head(rows).itertuples():
-            strength = "-" if pd.isna(r.defense_param) else f"{float(r.defense_param):g}"
             body.append([
-                str(r.attack), str(r.defense), strength,
+                str(r.attack), str(r.defense), strength(r.defense_param),
                 _pm(r.adv_default, r.adv_half_default), _pm(r.adv_adapted, r.adv_half_adapted),
                 "-" if pd.isna(r.gain) else f"{r.gain:+.3f}",
                 f"{_group(r.ca_group_default)}->{_group(r.ca_group_adapted)}"
@@ -187,8 +187,8 @@ def worst_lines(worst: WorstCase, rows: int = 20) -> list[str]:
         cells = worst.cells[worst.cells["scenario"] == row.scenario]
         cells = cells[cells["group_changed"]]
         moved = [
-            f"{c.defense} {'' if pd.isna(c.defense_param) else f'{float(c.defense_param):g}'}"
-            f" ({_group(c.ca_group_default)}->{_group(c.ca_group_worst)})".replace("  ", " ")
+            f"{c.defense}{'' if pd.isna(c.defense_param) else ' ' + strength(c.defense_param)}"
+            f" ({_group(c.ca_group_default)}->{_group(c.ca_group_worst)})"
             for c in cells.itertuples()
         ]
         lines.append("  C-DCS rank group changed: " + (", ".join(moved) if moved else "none"))

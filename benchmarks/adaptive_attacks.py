@@ -1,13 +1,14 @@
 """``python -m benchmarks.adaptive_attacks``: defenses against the attacker's default
 setting and against the setting it tuned on its own rows (issue 43, worst-case leakage).
 
-Runs ``search_spaces/adaptive_attacks.yaml`` (digits, aggVFL, FedSGD, none + 7 defense
-cells, 3 seeds; PMC and TBM each tuned over 8 settings on half of the attacker's
-auxiliary rows) as its own process, then the analysis, and prints one JSON object: per
-attack and defense cell the mean advantage at default and adapted with intervals and rank
-groups, the cells whose group changes, the Kendall τ between the default and worst-case
-chance-aware C-DCS rankings, and what the tuning cost against one default evaluation.
-``--keep DIR`` runs in DIR (and reuses its records: a second call only analyses).
+Runs ``search_spaces/adaptive_attacks.yaml`` (digits, aggVFL, FedSGD, none + the 9
+defenses of ``defenses.yaml`` at a weak and a strong strength, 3 seeds; PMC and TBM each
+tuned over 8 settings on half of the attacker's auxiliary rows) as its own process, then
+the analysis, and prints one JSON object: per attack and defense cell the mean advantage
+at default and adapted with intervals and rank groups, the cells whose group changes, the
+Kendall τ between the default and worst-case chance-aware C-DCS rankings, and what the
+tuning cost against one default evaluation. ``--keep DIR`` runs in DIR (and reuses its
+records: a second call only analyses).
 """
 
 from __future__ import annotations

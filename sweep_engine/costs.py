@@ -170,6 +170,7 @@ def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
     """Add what the records of ``sweep_dir`` say each training and evaluation cost on the
     actors; returns how many trainings were read. Error records are skipped."""
     from sweep_engine.sink import RecordSink
+    from trainables.results.labels import adapted_label
     from trainables.spec import TrialSpec
 
     cols = ["trial_id", "attack", "train_seconds", "attack_seconds", "status", "spec_json"]
@@ -199,7 +200,7 @@ def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
             if attack == "none" or attack == spec.train_attack:
                 continue
             runs = tuning_runs(str(extra))  # an adapted evaluation: its cost per run
-            key = attack_key(f"{attack}@adapted" if runs else attack, spec)
+            key = attack_key(adapted_label(attack) if runs else attack, spec)
             costs.add_evaluation(key, float(secs) / max(1, runs), "sweep")
         n += 1
     costs.save()

@@ -35,6 +35,7 @@ from sweep_engine.packs import cost, make_packs, slots
 from trainables.attacks.tuning import split_adapt, without_adapt
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
+from trainables.results.labels import adapted_label
 from trainables.trial import actor_count, run_trial
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def _seconds(training: Training, costs: Costs, remote: bool) -> tuple[float, flo
         attacks += seconds
         _, adapt = split_adapt(params)
         if adapt is not None:  # its tuning: per run as measured (costs.learn), else a default's
-            per_run = costs.evaluation(attack_key(f"{name}@adapted", spec))
+            per_run = costs.evaluation(attack_key(adapted_label(name), spec))
             attacks += (seconds if per_run is None else per_run) * (adapt.trials + 1)
     return train, attacks
 
