@@ -3,6 +3,8 @@
 Workloads (issue 17), each timed as a user waits for it, medians over ``--repeats``:
 - ``tiny``: ``--tiny`` breast_cancer trainings of 2 epochs (default 500).
 - ``vflair``: 100 breast_cancer trainings at VFLAIR's settings (50 epochs).
+  ``--defense mid:1`` puts a defense on every training of ``tiny`` and ``vflair``;
+  ``stacked_share`` says how many of the sweep's trainings ran stacked.
 - ``startup``: seconds from the command to the first record of the smoke sweep, and the
   CPU-seconds its processes had spent by then, by role (driver, the Tune trial, party
   actors, Ray's own processes; read from ``/proc``, Linux only): on 2 cores start-up is
@@ -139,12 +141,33 @@ def sweep_process(space: Path, results: Path, cpus: int, root: Path = ROOT) -> d
     wall = time.perf_counter() - start
     if code != 0:
         raise RuntimeError(f"sweep.py exited {code} on {space}")
-    return {"wall": wall, "first_record": first if first is not None else wall, "cpu": cpu}
+    return {
+        "wall": wall,
+        "first_record": first if first is not None else wall,
+        "cpu": cpu,
+        "stacked": stacked_share(results),
+    }
+
+
+def stacked_share(results: Path) -> float | None:
+    """The share of the training records that say ``extra.vectorized`` (None: none found)."""
+    import pandas as pd
+
+    files = sorted(results.rglob("*.parquet"))
+    frames = [pd.read_parquet(f, columns=["attack", "extra"]) for f in files]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return None
+    rows = pd.concat(frames)
+    rows = rows[rows["attack"] == "none"]
+    flags = rows["extra"].map(lambda e: bool(json.loads(e or "{}").get("vectorized")))
+    return round(float(flags.mean()), 4) if len(flags) else None
 
 
 def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) -> dict[str, Any]:
     """Sweep (ray and local transports) against both loops, medians over ``repeats``."""
     runs: dict[str, list[float]] = {}
+    stacked: dict[str, float | None] = {}
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
@@ -153,6 +176,7 @@ def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) ->
                 out = sweep_process(space, folder / "results", cpus)
                 runs.setdefault(f"sweep_{transport}_s", []).append(out["wall"])
                 runs.setdefault(f"first_record_{transport}_s", []).append(out["first_record"])
+                stacked[transport] = out["stacked"]
         runs.setdefault("loop_s", []).append(loop_in_process(base, n))
         runs.setdefault("loop_process_s", []).append(loop_process(base, n))
     med = {key: statistics.median(values) for key, values in runs.items()}
@@ -165,6 +189,7 @@ def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) ->
         overhead = (wall - first) * cpus / n - per_loop
         out[f"overhead_per_training_{transport}_s"] = round(overhead, 4)
     out["runs"] = {k: [round(x, 2) for x in v] for k, v in runs.items()}
+    out["stacked_share"] = stacked  # of the last repeat's training records, per transport
     return out
 
 
@@ -195,6 +220,12 @@ def main() -> None:
     parser.add_argument("--vflair", type=int, default=100, help="50-epoch trainings (0: skip)")
     parser.add_argument("--heavy", type=int, default=0, help="heavy trainings (0: skip)")
     parser.add_argument("--cluster", type=int, default=0, help="tiny trainings on 4 nodes")
+    parser.add_argument(
+        "--defense",
+        default=None,
+        help="NAME:STRENGTH applied to every training of the tiny and vflair workloads "
+        "(issue 44's: mid:1)",
+    )
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
@@ -223,10 +254,16 @@ def main() -> None:
                 r[side]["cpu_s_before_first_record"].get("total", 0.0) for r in runs
             )}  # fmt: skip
         out["startup_against"]["checkout"] = str(args.startup_against)
+    defended: dict[str, Any] = {}
+    if args.defense:
+        name, _, strength = args.defense.partition(":")
+        defended = {"defense": name, "defense_param": float(strength) if strength else None}
+        out["defense"] = args.defense
     if args.tiny:
-        out["tiny"] = compare("tiny", TINY, args.tiny, args.cpus, args.repeats)
+        out["tiny"] = compare("tiny", {**TINY, **defended}, args.tiny, args.cpus, args.repeats)
     if args.vflair:
-        out["vflair"] = compare("vflair", VFLAIR, args.vflair, args.cpus, args.repeats)
+        base = {**VFLAIR, **defended}
+        out["vflair"] = compare("vflair", base, args.vflair, args.cpus, args.repeats)
     if args.heavy:
         out["heavy"] = compare("heavy", HEAVY, args.heavy, args.cpus, args.repeats)
     if args.cluster:

@@ -38,13 +38,20 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def _runtime_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement that can run: all but those under ``if TYPE_CHECKING``."""
+def _runtime_imports(
+    tree: ast.Module, typing: bool = False
+) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: all but those under ``if TYPE_CHECKING``
+    (those too with ``typing``: a type-only cycle still ties two modules' meaning)."""
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            if (
+                not typing
+                and isinstance(child, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(child.test)
+            ):
                 stack.extend(child.orelse)
                 continue
             if isinstance(child, ast.Import | ast.ImportFrom):
@@ -59,12 +66,13 @@ def _known(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
-def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The modules of ``known`` that importing ``module`` may run."""
+def imports_of(module: str, path: Path, known: dict[str, Path], typing: bool = False) -> set[str]:
+    """The modules of ``known`` that importing ``module`` may run (``typing``: or name in
+    an ``if TYPE_CHECKING`` block)."""
     is_package = path.name == "__init__.py"
     own = module if is_package else module.rpartition(".")[0]  # the package it lives in
     names: list[str] = []
-    for node in _runtime_imports(ast.parse(path.read_text(), str(path))):
+    for node in _runtime_imports(ast.parse(path.read_text(), str(path)), typing):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
             continue
@@ -89,9 +97,9 @@ def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+def import_graph(root: Path = ROOT, typing: bool = False) -> dict[str, set[str]]:
     known = modules(root)
-    return {m: imports_of(m, p, known) for m, p in known.items()}
+    return {m: imports_of(m, p, known, typing) for m, p in known.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

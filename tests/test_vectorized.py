@@ -176,15 +176,64 @@ def test_what_cannot_stack_has_no_key(data: Dataset) -> None:
     plain = _job(0).spec
     assert stack_key(plain, prepare_parties(plain, data)) is not None
     assert stacks(plain, [DLI, PMC])
-    for fields in (
-        {"defense": "gper", "defense_param": 0.1},
-        {"defense": "mid", "defense_param": 0.1},
-        {"protocol": "celu"},
-    ):
-        assert not stacks(_job(0, **fields).spec, ()), fields
+    assert not stacks(_job(0, protocol="celu").spec, ())
     assert not stacks(plain, [("amc", {"preset": "fast"})])  # a training-time attack
     a, b = _job(0).spec, _job(0, epochs=5).spec
     assert stack_key(a, prepare_parties(a, data)) != stack_key(b, prepare_parties(b, data))
+
+
+def _key(data: Dataset, **fields: object) -> tuple | None:
+    spec = _job(0, **fields).spec
+    assert stacks(spec, ())
+    return stack_key(spec, prepare_parties(spec, data))
+
+
+def test_model_defenses_stack_with_their_own_kind_at_any_strength(data: Dataset) -> None:
+    """A defense with model hooks keys its stack by name and parameters, not strength; a
+    message-only one stacks with undefended trainings."""
+    plain = _key(data)
+    mid = _key(data, defense="mid", defense_param=0.1)
+    assert mid is not None and mid != plain
+    assert _key(data, defense="mid", defense_param=1.0) == mid
+    assert _key(data, defense="mid", defense_param=1.0, defense_params={"code": 8}) != mid
+    assert _key(data, defense="dcor", defense_param=0.1) not in (plain, mid)
+    assert _key(data, defense="gdp", defense_param=0.1) == plain
+
+
+def _loss_term(self: object, h_passive: list, y: object) -> None:
+    """A plugin defense's loss term (it declares no stacked form of its own)."""
+    return None
+
+
+def test_a_defense_with_model_hooks_must_declare_its_stacked_form() -> None:
+    from trainables.defenses.base import Defense, DefenseInfo, check_defense
+    from trainables.plugins import Refused
+
+    info = DefenseInfo(party="active", grid=(0.1,), neutral=0.0, quantity="q")
+    bare = type("Bare", (Defense,), {"name": "bare", "info": info, "loss_term": _loss_term})
+    with pytest.raises(Refused, match="stacked = None"):
+        check_defense(bare, "bare")
+    alone = type("Alone", (bare,), {"stacked": None})
+    assert check_defense(alone, "bare") is alone
+
+
+@pytest.mark.parametrize(
+    ("defense", "strengths"),
+    [("mid", (0.0, 1.0, 0.01)), ("dcor", (0.0, 0.3, 0.01)), ("gper", (0.0, 1.0, 0.1)),
+     ("cae", (0.0, 0.5, 1.0)), ("dcae", (0.0, 0.5, 1.0))],
+)  # fmt: skip
+def test_a_stack_of_model_defenses_at_mixed_strengths_gives_each_its_records(
+    data: Dataset, defense: str, strengths: tuple[float, ...]
+) -> None:
+    """Three trainings of one defense at three strengths (0 among them) stack, FedBCD's Q
+    local steps included, and each record equals the training's alone."""
+    jobs = [
+        _job(i, epochs=2, defense=defense, defense_param=s, protocol=p, attacks=[DLI])
+        for i, s in enumerate(strengths)
+        for p in ("fedsgd", "fedbcd")
+    ]
+    got = _compare(jobs, data, LOCAL)
+    assert all(_vectorized(got[i]) for i in range(len(jobs)))
 
 
 def test_one_vstep_per_round_for_the_whole_stack(data: Dataset) -> None:
@@ -219,7 +268,7 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
     """Conformance: a pack of two seeds (one attacked through the message log) both ways.
     Where the pair stacks, the records say so; where it cannot, it runs unstacked."""
     from trainables.defenses import DEFENSES
-    from trainables.vfl.vectorized import message_only
+    from trainables.protocols import PROTOCOLS
 
     fields: dict[str, object] = {"protocol": protocol, "epochs": 2}
     if defense != "none":
@@ -231,9 +280,11 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
     assert [_bare(on[i]) for i in range(2)] == [_bare(off[i]) for i in range(2)]
     spec = jobs[0].spec
     stacked = stacks(spec, jobs[1].attacks) and stack_key(spec, prepare_parties(spec, data))
-    assert bool(stacked) == (
-        protocol != "celu" and (defense == "none" or message_only("defense", defense))
+    declared = PROTOCOLS.get(protocol).stacks and (
+        defense == "none" or DEFENSES.get(defense).stacked is not None
     )
+    assert bool(stacked) == declared
+    assert declared == (protocol != "celu")  # every shipped defense stacks; CELU not yet
     if not isinstance(on[0], Exception):
         assert _vectorized(on[0]) == bool(stacked) and _vectorized(on[1]) == bool(stacked)
 

@@ -147,6 +147,7 @@ class Party(Endpoint):
         self._pending: tuple[BatchRef, torch.Tensor] | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self._optimizer_params = self.trainable_parameters()  # what it steps, as built
+        self._param_groups: list[list[nn.Parameter]] = []  # added by hooks (MID's bottlenecks)
         self.attach(init)
 
     @property
@@ -160,11 +161,21 @@ class Party(Endpoint):
         if self._optimizer is None:
             cfg = self.config
             self._optimizer = _make_optimizer(cfg.optimizer, self._optimizer_params, cfg.lr)
+            for group in self._param_groups:
+                self._optimizer.add_param_group({"params": group})
         return self._optimizer
 
     @optimizer.setter
     def optimizer(self, value: torch.optim.Optimizer) -> None:  # a wrapper (AMC) replaces it
         self._optimizer = value
+
+    def add_parameters(self, params: list[nn.Parameter]) -> None:
+        """A hook's own trained parameters (MID's bottlenecks) as one more group of the
+        party's optimizer, without building it now (a stacked pack's members never do)."""
+        if self._optimizer is not None:
+            self._optimizer.add_param_group({"params": params})
+        else:
+            self._param_groups.append(params)
 
     @property
     def active_id(self) -> int:

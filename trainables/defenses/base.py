@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 import torch
 
+from trainables.defenses.stacked import StackedDefense
 from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import Message
 from trainables.plugins import (
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 PARTIES = ("active", "passive")
 # The hooks through which a defense changes a training (``Defense``'s identity defaults)
 DEFENSE_HOOKS = ("on_send", "on_receive", "loss_term", "soft_targets", "gradients", "attach")
+# The hooks that reach past the messages: a defense overriding one declares its stacked form
+MODEL_HOOKS = ("attach", "loss_term", "soft_targets", "gradients")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ class Defense:
     info: ClassVar[DefenseInfo]
     defaults: ClassVar[dict[str, Any]] = {}
     renamed: ClassVar[dict[str, str]] = {}  # old parameter name -> its new name
+    # its form over K stacked trainings (``stacked.py``): the base acts on messages only;
+    # a defense with model hooks names its own, or None (its trainings run alone)
+    stacked: ClassVar[type[StackedDefense] | None] = StackedDefense
 
     def __init__(
         self, strength: float | None = None, seed: int = 0, index: int = 0, **params: Any
@@ -256,6 +262,18 @@ def check_defense(cls: Any, name: str) -> Any:
         )
     for hook in hooks:
         same_call(cls, Defense, hook)
+    model = [h for h in MODEL_HOOKS if h in hooks]
+    if model and cls.stacked is StackedDefense:
+        raise Refused(
+            f"it overrides {', '.join(model)} but keeps the message-only stacked form; set "
+            "stacked = None (its trainings then run alone) or a StackedDefense subclass "
+            "(trainables/defenses/stacked.py)"
+        )
+    if {"on_send", "on_receive"} & set(hooks) and cls.stacked and not cls.stacked.messages:
+        raise Refused(
+            f"it acts on messages but its stacked form {cls.stacked.__name__} says "
+            "messages = False (a stack would send around it)"
+        )
     for strength in {*info.grid, *([info.neutral] if info.neutral is not None else [])}:
         builds(lambda s=strength: cls(strength=s), f"at strength {strength}")
     return cls

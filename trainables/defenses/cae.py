@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from trainables.defenses.base import Defense, DefenseInfo
+from trainables.defenses.stacked import StackedDefense
 
 if TYPE_CHECKING:
     from trainables.party import Party
@@ -74,8 +75,23 @@ class LogDecoder(nn.Module):
         return torch.log(self.decoder(torch.softmax(logits, dim=1)).clamp_min(1e-8))
 
 
+class StackedCAE(StackedDefense):
+    """K trainings' disguised labels and decoded outputs: each training's own autoencoder
+    (fit at its party from its own seed) on its slice; no parameter of them trains."""
+
+    messages = False
+    model = True
+
+    def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
+        return torch.stack([m.soft_targets(y[j]) for j, m in enumerate(self.members)])
+
+    def decode(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m.decoder(logits[j]) for j, m in enumerate(self.members)])
+
+
 class ConfusionalAutoencoder(Defense):
     name = "cae"
+    stacked = StackedCAE
     defaults: ClassVar[dict[str, Any]] = {"steps": 400}
     info = DefenseInfo(
         party="active",
@@ -91,7 +107,8 @@ class ConfusionalAutoencoder(Defense):
             party.config.n_classes, self.strength, seed, int(self.params["steps"])
         )
         self.encoder.to(party.device)
-        party.top.set_decoder(LogDecoder(decoder).to(party.device))  # type: ignore[attr-defined]
+        self.decoder = LogDecoder(decoder).to(party.device)
+        party.top.set_decoder(self.decoder)  # type: ignore[attr-defined]
 
     def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
         """(B,) labels -> (B, C) disguised soft labels."""

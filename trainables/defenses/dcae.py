@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from trainables.defenses.base import DefenseInfo, is_training_gradient, with_payload
-from trainables.defenses.cae import ConfusionalAutoencoder
+from trainables.defenses.cae import ConfusionalAutoencoder, StackedCAE
 from trainables.messages import Message
 
 if TYPE_CHECKING:
@@ -30,8 +30,15 @@ def discretize(g: np.ndarray, bins: int) -> np.ndarray:
     return (lo + np.round((x - lo) / step) * step).astype(g.dtype)
 
 
+class StackedDCAE(StackedCAE):
+    """CAE's stacked form; the gradients go through each training's own ``on_send``."""
+
+    messages = True
+
+
 class DiscreteCAE(ConfusionalAutoencoder):
     name = "dcae"
+    stacked = StackedDCAE
     defaults: ClassVar[dict[str, Any]] = {"steps": 400, "bins": 12}
     info = DefenseInfo(
         party="active",

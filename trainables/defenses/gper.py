@@ -14,10 +14,48 @@ from __future__ import annotations
 import torch
 
 from trainables.defenses.base import Defense, DefenseInfo
+from trainables.defenses.stacked import StackedDefense
+
+
+def other_class_weights(p: torch.Tensor, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """v = (p sum_c u_c - u) / B with u zeroed at the true class: (..., B, C) from the
+    softmax ``p``, the noise ``u`` (changed in place) and the labels ``y`` (..., B)."""
+    u.scatter_(-1, y.unsqueeze(-1), 0.0)  # only the other classes
+    return (p * u.sum(dim=-1, keepdim=True) - u) / p.shape[-2]
+
+
+class StackedGPer(StackedDefense):
+    """K trainings' perturbations in one vector-Jacobian product over the stacked logits;
+    each training's noise from its own stream, none for a training at strength 0."""
+
+    messages = False
+    model = True
+
+    def gradients(
+        self,
+        grads: list[torch.Tensor],
+        logits: torch.Tensor,
+        h_passive: list[torch.Tensor],
+        y: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        acting = self.acting()
+        if not acting or not grads:
+            return grads
+        n, c = logits.shape[1:]  # logits (K, B, C)
+        p = torch.softmax(logits.detach(), dim=2)
+        u = torch.zeros_like(p)
+        for j in acting:
+            member = self.members[j]
+            member.count("gradients")
+            u[j] = member.strength * member.noise((n, c)).to(p.dtype)
+        v = other_class_weights(p, u, y)  # (K, B, C)
+        extra = torch.autograd.grad(logits, h_passive, grad_outputs=v, retain_graph=True)
+        return [g + e for g, e in zip(grads, extra, strict=True)]
 
 
 class GradientPerturbation(Defense):
     name = "gper"
+    stacked = StackedGPer
     info = DefenseInfo(
         party="active",
         grid=(0.01, 0.1, 1.0, 10.0),
@@ -37,9 +75,7 @@ class GradientPerturbation(Defense):
         self.count("gradients")
         n, c = logits.shape  # (B, C)
         p = torch.softmax(logits.detach(), dim=1)
-        u = self.strength * self.noise((n, c)).to(p.dtype)
-        u[torch.arange(n), y] = 0.0  # only the other classes
-        v = (p * u.sum(dim=1, keepdim=True) - u) / n  # (B, C)
+        v = other_class_weights(p, self.strength * self.noise((n, c)).to(p.dtype), y)  # (B, C)
         extra = torch.autograd.grad(logits, h_passive, grad_outputs=v, retain_graph=True)
         return [g + e for g, e in zip(grads, extra, strict=True)]
 

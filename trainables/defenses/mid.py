@@ -11,12 +11,15 @@ bottleneck but drops the KL (VFLAIR's "MID 0.0"), so MID has no neutral strength
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
 from trainables.defenses.base import Defense, DefenseInfo
+from trainables.defenses.stacked import StackedDefense, scatter
+from trainables.stacked import StackedMLP
 
 if TYPE_CHECKING:
     from trainables.party import Party
@@ -42,8 +45,7 @@ class Bottleneck(nn.Module):
         else:
             z = mu
         # KL(N(mu, sigma^2) || N(0, 1)) per row, summed over the code, mean over rows
-        kl = 0.5 * (mu.pow(2) + sigma.pow(2) - 2 * torch.log(sigma.clamp_min(1e-8)) - 1)
-        self.kl = kl.sum(dim=1).mean()
+        self.kl = kl_to_prior(mu, sigma).sum(dim=1).mean()
         return self.decoder(z)
 
 
@@ -58,8 +60,65 @@ class PassiveBottlenecks(nn.Module):
         return [block(h) for block, h in zip(self.blocks, hs, strict=True)]
 
 
+def kl_to_prior(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """KL(N(mu, sigma^2) || N(0, 1)) per element: (..., d) -> (..., d)."""
+    return 0.5 * (mu.pow(2) + sigma.pow(2) - 2 * torch.log(sigma.clamp_min(1e-8)) - 1)
+
+
+class StackedMID(StackedDefense):
+    """K trainings' bottlenecks: per passive party, the K encoders and the K decoders as
+    stacked MLPs; each training draws its noise from its own defense's stream, in the
+    order its own bottlenecks would."""
+
+    messages = False
+    model = True
+
+    def __init__(self, members: Sequence[Any], device: torch.device) -> None:
+        super().__init__(members, device)
+        blocks = [list(m.module.blocks) for m in members]  # K x (P-1) Bottleneck
+        self.code = blocks[0][0].code
+        passive = range(len(blocks[0]))
+        self.encoders = [StackedMLP([b[i].encoder for b in blocks], device) for i in passive]
+        self.decoders = [StackedMLP([b[i].decoder for b in blocks], device) for i in passive]
+        self.params = [p for mlp in (*self.encoders, *self.decoders) for p in mlp.params]
+        self.kl: list[torch.Tensor] = []  # per passive party, (K,): the last forward's KL
+
+    def transform(self, h_passive: list[torch.Tensor], training: bool) -> list[torch.Tensor]:
+        out, self.kl = [], []
+        for encoder, decoder, h in zip(self.encoders, self.decoders, h_passive, strict=True):
+            mu, s = encoder.forward(h).split(self.code, dim=2)  # (K, B, d) each
+            sigma = nn.functional.softplus(s - 0.5)
+            z = mu
+            if training:
+                shape = mu.shape[1:]
+                eps = torch.stack([torch.randn(shape, generator=m.generator) for m in self.members])
+                z = mu + sigma * eps.to(mu)
+            self.kl.append(kl_to_prior(mu, sigma).sum(dim=2).mean(dim=1))  # (K,)
+            out.append(decoder.forward(z))  # (K, B, C)
+        return out
+
+    def loss_terms(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
+        if not h_passive:
+            return None
+        for m in self.members:
+            m.count("bottleneck")
+        acting = self.acting()
+        if not acting:
+            return None
+        kl = torch.stack(self.kl).sum(dim=0)[acting]  # (len(acting),)
+        return scatter(self.strengths[acting] * kl, acting, len(self.members))
+
+    def write_back(self, slots: Sequence[int]) -> None:
+        blocks = [list(m.module.blocks) for m in self.members]
+        every = range(len(self.members))
+        for i, (encoder, decoder) in enumerate(zip(self.encoders, self.decoders, strict=True)):
+            encoder.write_back([b[i].encoder for b in blocks], every)
+            decoder.write_back([b[i].decoder for b in blocks], every)
+
+
 class MutualInformationDefense(Defense):
     name = "mid"
+    stacked = StackedMID
     defaults: ClassVar[dict[str, Any]] = {"hidden": 64, "code": 16}
     info = DefenseInfo(
         party="active",
@@ -84,7 +143,7 @@ class MutualInformationDefense(Defense):
             ]
         self.module = PassiveBottlenecks(blocks).to(party.device)
         party.top.add_transform(self.module)  # type: ignore[attr-defined]
-        party.optimizer.add_param_group({"params": list(self.module.parameters())})
+        party.add_parameters(list(self.module.parameters()))
 
     def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
         """The KL term; called once per training objective, whose logits went through the

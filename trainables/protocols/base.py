@@ -170,6 +170,9 @@ class Protocol(Rounds[ActiveParty, Transport]):
 
     name: ClassVar[str] = "base"
     defaults: ClassVar[dict[str, Any]] = {}
+    # whether its trainings may run stacked (``vfl/vec_stack.py``): declared by a protocol
+    # that keeps this base's rounds, changing only ``local_steps`` and message codecs
+    stacks: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         refuse_unknown(f"protocol {self.name!r}", params, list(self.defaults))

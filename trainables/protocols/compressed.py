@@ -18,6 +18,7 @@ from trainables.protocols.base import HookEntry, Protocol
 class CompressedFedSGD(Protocol):
     """FedSGD whose messages go through the codec named ``codec``."""
 
+    stacks = True  # the base rounds; codecs on each training's messages
     codec: ClassVar[str] = ""
 
     def validate(self) -> None:

@@ -14,6 +14,7 @@ from trainables.protocols.base import Protocol
 
 class FedBCD(Protocol):
     name = "fedbcd"
+    stacks = True  # the base rounds as they are
     defaults: ClassVar[dict[str, Any]] = {"q": 5}
 
     def validate(self) -> None:

@@ -9,4 +9,5 @@ from trainables.protocols.base import Protocol
 
 class FedSGD(Protocol):
     name = "fedsgd"
+    stacks = True  # the base rounds as they are
     defaults: ClassVar[dict[str, Any]] = {}

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainables.defenses.stacked import StackedDefense
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty, PartyInit, binary_auc
@@ -47,6 +48,20 @@ class VecStackInit:
 
     def build(self) -> VecStack:
         return VecStack(self.inits)
+
+
+def on_messages(hook: Any) -> bool:
+    """Whether ``hook`` changes messages: a codec, a training-time attack, a defense whose
+    stacked form says so (MID, dCor, GPer and CAE act on the model only); not a log."""
+    if isinstance(hook, MessageLog):
+        return False
+    stacked = getattr(type(hook), "stacked", None)
+    return stacked is None or bool(stacked.messages)
+
+
+def model_defenses(party: Any) -> list[Any]:
+    """``party``'s defenses with model hooks (their stacked forms say so), in stack order."""
+    return [d for d in party.defenses if (f := type(d).stacked) is not None and f.model]
 
 
 class VecStack:
@@ -84,8 +99,9 @@ class VecStack:
         self.X_test = torch.stack([p.X_test for p in ps])  # (K, n_test, d)
         self.members = ps
         self.logs = [next((h for h in p.hooks if isinstance(h, MessageLog)), None) for p in ps]
-        # any hook but a log: every message goes through each training's own stack
-        self.hooked = any(not isinstance(h, MessageLog) for p in ps for h in p.hooks)
+        # a hook on messages (not a log): every message goes through each training's stack
+        self.hooked = any(on_messages(h) for p in ps for h in p.hooks)
+        self.defenses: list[StackedDefense] = []
         self.bottom = StackedMLP([p.bottom for p in ps], self.device)
         params = list(self.bottom.params)
         if self.is_active:
@@ -97,6 +113,14 @@ class VecStack:
                 else None
             )
             params += [] if self.top is None else self.top.params
+            # each defense's stacked form over the K trainings' own defenses (the same
+            # classes in the same order at every training: the stack key says so)
+            self.defenses = [
+                stacked(ds, self.device)
+                for ds in zip(*(model_defenses(p) for p in ps), strict=True)
+                if (stacked := type(ds[0]).stacked) is not None
+            ]
+            params += [q for d in self.defenses for q in d.params]
             self.losses = torch.full((len(ps),), float("nan"))
         self.optimizer = StackedOptimizer(self.config.optimizer, params, [p.config.lr for p in ps])
         self._pending: tuple[BatchRef, torch.Tensor, torch.Tensor] | None = None
@@ -188,14 +212,32 @@ class VecStack:
         return self._send(f"{split}_embedding", self.config_party_id, self.active_id, h, None)
 
     # -- the active party --------------------------------------------------------------
-    def _logits(self, h: Sequence[torch.Tensor]) -> torch.Tensor:
-        return agg_top(h) if self.top is None else self.top(h)  # (K, B, C)
+    def _logits(self, h: Sequence[torch.Tensor], training: bool = True) -> torch.Tensor:
+        """(K, B, C) from P x (K, B, C): the passive H through the defenses' transforms
+        (MID's bottlenecks), then the top (``DefendedTop.logits``)."""
+        passive, own = list(h[:-1]), h[-1]
+        for defense in self.defenses:
+            passive = defense.transform(passive, training)
+        h = [*passive, own]
+        return agg_top(h) if self.top is None else self.top(h)
 
-    def _loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """(K,) each training's mean cross-entropy over its batch."""
+    def _loss(
+        self, logits: torch.Tensor, y: torch.Tensor, h_passive: Sequence[torch.Tensor]
+    ) -> torch.Tensor:
+        """(K,) each training's objective (``ActiveParty.objective``): mean cross-entropy
+        over its batch on its labels or a defense's soft targets, plus defenses' terms."""
         k, b, c = logits.shape
-        ce = F.cross_entropy(logits.reshape(k * b, c), y.reshape(k * b), reduction="none")
-        return ce.view(k, b).mean(dim=1)
+        soft = next((t for d in self.defenses if (t := d.soft_targets(y)) is not None), None)
+        if soft is None:
+            ce = F.cross_entropy(logits.reshape(k * b, c), y.reshape(k * b), reduction="none")
+            losses = ce.view(k, b).mean(dim=1)
+        else:  # (K, B, C) soft targets
+            losses = -(soft * torch.log_softmax(logits, dim=2)).sum(dim=2).mean(dim=1)
+        for defense in self.defenses:
+            term = defense.loss_terms(list(h_passive), y)
+            if term is not None:
+                losses = losses + term
+        return losses
 
     def passive_gradients(self, ref: BatchRef, embeddings: Sequence[Payload]) -> list[Payload]:
         """Each training's loss and dL/dH_k per passive party (``ActiveParty``'s order)."""
@@ -212,9 +254,12 @@ class VecStack:
             )
         ]  # (P-1) x (K, B, C)
         y = self.y_train[self.k, rows]  # (K, B)
-        losses = self._loss(self._logits([*h_passive, h_own]), y)
+        logits = self._logits([*h_passive, h_own])
+        losses = self._loss(logits, y, h_passive)
         total = losses.sum()  # d(total)/d(slice k) = training k's own gradient
         grads = list(torch.autograd.grad(total, h_passive, retain_graph=True)) if h_passive else []
+        for defense in self.defenses:
+            grads = defense.gradients(grads, logits, h_passive, y)
         self._stash = (rows, losses, [h.detach() for h in h_passive])
         return [
             self._send("gradient", self.active_id, dst, g.cpu().numpy(), ref)
@@ -228,7 +273,8 @@ class VecStack:
         for step in range(self.config.local_steps):
             if step > 0:
                 h_own = self.bottom.forward(self.X_train[self.k, rows])
-                losses = self._loss(self._logits([*h_passive, h_own]), self.y_train[self.k, rows])
+                y = self.y_train[self.k, rows]
+                losses = self._loss(self._logits([*h_passive, h_own]), y, h_passive)
             self.optimizer.zero_grad()
             losses.sum().backward(inputs=self.optimizer.params)
             self.optimizer.step()
@@ -245,7 +291,9 @@ class VecStack:
                 for src, emb in enumerate(test_embeddings)
             )
         ]
-        logits = self._logits([*h, self.bottom.forward(self.X_test)])  # (K, n_test, C)
+        logits = self._logits([*h, self.bottom.forward(self.X_test)], training=False)
+        for defense in self.defenses:
+            logits = defense.decode(logits)  # (K, n_test, C): what the model releases
         if self.config.metric == "auc":
             return [binary_auc(logits[j], self.y_test[j]) for j in range(len(self.slots))]
         hits = (logits.argmax(dim=2) == self.y_test).double().mean(dim=1)
@@ -261,6 +309,8 @@ class VecStack:
         if self.is_active:
             if self.top is not None:
                 self.top.mlp.write_back([p.top.base.fc for p in self.parties], self.slots)
+            for defense in self.defenses:
+                defense.write_back(self.slots)
             for j, s in enumerate(self.slots):
                 self.parties[s].last_loss = float(self.losses[j])
         return [self.parties[s] for s in slots]

@@ -2,7 +2,8 @@
 
 ``run_vectorized`` prepares every job as ``NNKind.run`` would, groups the jobs that can
 stack (``stacks``, ``stack_key``: same model, data shapes, batch size, epochs, optimizer,
-partition, a protocol that keeps ``Protocol.run``'s loop, the same Q, message-only hooks), and
+partition, a protocol that declares it stacks, the same Q, the same defenses with model
+hooks), and
 trains each group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor
 per party as the placement says. What cannot stack goes to ``fallback`` (lockstep, or
 one at a time), so a pack always runs whole. Vectorized records say so:
@@ -10,27 +11,28 @@ one at a time), so a pack always runs whole. Vectorized records say so:
 
 Seeds, learning rates, aligned and labeled rows (the data of each training) may differ
 inside a group: each training keeps its own. Defenses and codecs that act on messages
-only (``message_only``: G-DP, L-DP, GS, ISO, Quantize, Top-k) run per training on
-its slice, with its own random stream and counts; hooks that reach into the model, the
-loss or its gradients (MID, CAE, DCAE, dCor, GPer), CELU-VFL's workset and training-time
-attacks do not stack: such a spec runs unstacked.
+(G-DP, L-DP, GS, ISO, DCAE's discretization, Quantize, Top-k) run per training on its
+slice, with its own random stream and counts. Defenses that reach into the model, the
+loss or its gradients (MID, CAE, DCAE, dCor, GPer) run in the stacked form each declares
+(``Defense.stacked``, ``defenses/stacked.py``), each training at its own strength.
+CELU-VFL (its protocol does not declare ``stacks``) and training-time attacks do not
+stack yet: such a spec runs unstacked.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from typing import Any
 
 from trainables.attacks import ATTACKS
-from trainables.codecs import Codec
 from trainables.data import Dataset
-from trainables.defenses.base import Defense
+from trainables.defenses.base import DEFENSES
 from trainables.defenses.stack import entries
-from trainables.endpoint import hook_registry
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.models import build_bottom
-from trainables.protocols import PROTOCOLS, Protocol
+from trainables.protocols import PROTOCOLS
 from trainables.spec import TrialSpec
 from trainables.stacked import stackable_module
 from trainables.transport.open import open_parties
@@ -48,32 +50,6 @@ from trainables.vfl.vec_stack import VecRun, VecStackInit
 
 Fallback = Callable[[Sequence[Job], Dataset, Placement], Iterator[tuple[int, Outcome]]]
 OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
-# The base protocol's hooks that ``VecRun`` replaces or inherits: a protocol that overrides
-# one does not stack (FedSGD, FedBCD and the compressed protocols override none; their Q
-# local steps and codecs are what the stack runs)
-LOOP_HOOKS = ("run", "setup", "epoch_steps", "exchange", "update", "send", "receive",
-              "pauses", "pause", "observe", "finish", "evaluate", "result")  # fmt: skip
-
-
-# What a stacked party cannot hand to a hook: the model (MID's bottleneck, CAE's decoder
-# via ``attach``), the loss and its gradients (``loss_term``, ``soft_targets``,
-# ``gradients``: dCor, MID, CAE, GPer) and local steps on cached exchanges (CELU-VFL)
-MODEL_HOOKS = ("attach", "loss_term", "soft_targets", "gradients")
-
-
-@cache
-def message_only(family: str, name: str) -> bool:
-    """Whether hook ``name`` of ``family`` (a defense or a codec) acts on messages only
-    (``on_send`` / ``on_receive``): then each training's own hook runs on its own slice
-    of a stacked message, and the stack needs nothing else from it."""
-
-    cls = hook_registry(family).get(name)
-    if not isinstance(cls, type) or hasattr(cls, "after_backward"):
-        return False
-    base = Defense if issubclass(cls, Defense) else Codec if issubclass(cls, Codec) else None
-    if base is None:
-        return False
-    return all(getattr(cls, m, None) is getattr(base, m, None) for m in MODEL_HOOKS)
 
 
 @cache
@@ -84,19 +60,26 @@ def _stackable_bottom(model: str, hidden: tuple[int, ...] | None, dataset: str, 
 
 def stacks(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> bool:
     """Whether ``spec``, evaluating ``attacks``, may stack at all, from the spec alone (so a
-    job that cannot is never prepared twice): a protocol that keeps ``Protocol.run``'s
-    loop, message-only codecs and defenses, no training-time attack, a stacked optimizer."""
-
-    protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    if any(getattr(type(protocol), m) is not getattr(Protocol, m) for m in LOOP_HOOKS):
+    job that cannot is never prepared twice), by what each part declares: its protocol
+    (``Protocol.stacks``), every defense a stacked form (``Defense.stacked``), no
+    training-time attack, a stacked optimizer."""
+    if not PROTOCOLS.get(spec.protocol).stacks:
         return False
-    if not all(message_only(family, name) for family, name, _ in protocol.codec_hooks()):
-        return False
-    if not all(message_only("defense", e.name) for e in entries(spec)):
+    if any(DEFENSES.get(e.name).stacked is None for e in entries(spec)):
         return False
     if any(ATTACKS.get(name).info.training_time for name, _ in attacks):
         return False
     return spec.optimizer in OPTIMIZERS
+
+
+def model_signature(prepared: PreparedTrial) -> tuple[Any, ...]:
+    """The defenses with model hooks, by name and parameters (strengths may differ inside
+    a stack; their shapes and arithmetic may not); message-only ones stack with any."""
+    return tuple(
+        (e.name, json.dumps(e.params, sort_keys=True, default=str))
+        for e, d in zip(prepared.defenses.entries, prepared.defenses.defenses, strict=True)
+        if d.stacked is not None and d.stacked.model
+    )
 
 
 def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
@@ -114,7 +97,7 @@ def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | Non
     return (
         cfg.model, cfg.hidden, cfg.partition, cfg.n_parties, cfg.n_classes, cfg.batch_size,
         cfg.optimizer, cfg.local_steps, cfg.device, cfg.metric, cfg.emb_dim, int(spec.epochs),  # type: ignore[arg-type]
-        shapes,
+        shapes, model_signature(prepared),
     )  # fmt: skip
 
 

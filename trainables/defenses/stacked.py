@@ -1,0 +1,88 @@
+"""A defense of K same-shape trainings at a stacked active party, declared by the defense.
+
+Why the defense declares it: a vectorized pack (``vfl/vec_stack.py``) holds the K
+trainings' models as stacked parameters and computes one batched loss for all of them.
+A defense that reaches into the model, the loss or its gradients (MID, CAE, DCAE, dCor,
+GPer) must then act on the stack, which only the defense knows how to do. So each
+``Defense`` class names its stacked form (``Defense.stacked``): this base, for a defense
+that acts on messages only (the stack sends each training's slice through that
+training's own hook stack, nothing else is needed), a subclass in the defense's own file
+for one with model hooks, or None for one that cannot stack (the executor then trains it
+alone). No executor inspects a defense's methods.
+
+What stays per training: its own strength, random stream and application counts (the
+members, ``Defense`` objects built at each training's party, are used for all three), so
+a stacked training equals the same training alone up to float summation order.
+
+Shapes: K trainings, B rows of the batch, C the width of each H_k, P-1 passive parties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+
+
+class StackedDefense:
+    """Base: the message-only form (identity on every model hook)."""
+
+    # whether the defense acts on messages (then each training's messages go through its
+    # own hook stack, one ``Message`` per training); a form with model hooks only says no
+    messages: ClassVar[bool] = True
+    # whether it has model hooks (the stack builds it, and trainings stack only with
+    # trainings of the same such defenses); the base has none
+    model: ClassVar[bool] = False
+
+    def __init__(self, members: Sequence[Any], device: torch.device) -> None:
+        self.members = list(members)  # training j's own Defense (its strength, stream, counts)
+        self.device = device
+        self.params: list[torch.Tensor] = []  # stacked parameters the party's optimizer steps
+
+    @property
+    def strengths(self) -> torch.Tensor:
+        """(K,) each training's strength."""
+        return torch.tensor([m.strength for m in self.members], device=self.device)
+
+    def acting(self) -> list[int]:
+        """The trainings whose strength is not zero (0 turns the loss and gradient hooks off,
+        as each defense's own hook does)."""
+        return [j for j, m in enumerate(self.members) if m.strength != 0.0]
+
+    def transform(self, h_passive: list[torch.Tensor], training: bool) -> list[torch.Tensor]:
+        """(P-1) x (K, B, C) passive embeddings before the top (MID's bottlenecks)."""
+        return h_passive
+
+    def loss_terms(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
+        """(K,) each training's term added to its loss, or None (y: (K, B))."""
+        return None
+
+    def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
+        """(K, B, C) the labels each training trains on, or None for the true ones."""
+        return None
+
+    def gradients(
+        self,
+        grads: list[torch.Tensor],
+        logits: torch.Tensor,
+        h_passive: list[torch.Tensor],
+        y: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """The (P-1) x (K, B, C) gradients before they are sent (logits: (K, B, C))."""
+        return grads
+
+    def decode(self, logits: torch.Tensor) -> torch.Tensor:
+        """(K, N, C) the released output from the logits (CAE's decoder), at evaluation."""
+        return logits
+
+    def write_back(self, slots: Sequence[int]) -> None:
+        """Training j's trained slice into ``members[j]``'s own modules (the attack harness
+        and the released model read those)."""
+
+
+def scatter(values: torch.Tensor, index: Sequence[int], k: int) -> torch.Tensor:
+    """(len(index),) values at positions ``index`` of a (k,) zero vector, differentiably:
+    the trainings outside ``index`` get a term of exactly 0 with no gradient at all."""
+    idx = torch.tensor(list(index), dtype=torch.long, device=values.device)
+    return torch.zeros(k, dtype=values.dtype, device=values.device).index_add(0, idx, values)
