@@ -18,7 +18,7 @@ import numpy as np
 from analysis.answer import Answer, ScenarioTable, legend_of, pm_text, scenario_table, strength_text
 
 if TYPE_CHECKING:
-    from analysis.report import Report
+    from analysis.report_data import Report
 
 DETAIL_HEAD = [
     "attack",

@@ -26,7 +26,7 @@ from analysis.gaps import Compare
 from analysis.plot_jobs import WORKERS, Figures, PlotPool
 
 if TYPE_CHECKING:
-    from analysis.report import Report
+    from analysis.report_data import Report
 
 DPI = 90
 MAX_PANELS = 6  # scenarios per figure; more are listed in the figure title as omitted

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from analysis.answer import Answer, build_answer
+from analysis.answer import build_answer
 from analysis.axes import flatten
 from analysis.by_axis import best_cells, by_axis_table, per_training
 from analysis.cap import cap_table
@@ -32,32 +31,9 @@ from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
 from analysis.load import scenario_labels
 from analysis.plot_jobs import Figures, PlotPool
-from analysis.worst_case import WorstCase, default_view, worst_case
+from analysis.report_data import Report
+from analysis.worst_case import default_view, worst_case
 from trainables.errors import ConfigError
-
-
-@dataclass
-class Report:
-    """What a report holds in memory (the CLI logs parts of it to MLflow)."""
-
-    dcs: pd.DataFrame
-    ranking: pd.DataFrame
-    beta: pd.DataFrame
-    cap: pd.DataFrame
-    gaps: dict[str, pd.DataFrame] = field(default_factory=dict)
-    summary: dict[str, object] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    axes: list[str] = field(default_factory=list)  # the sweep's cell axes (seed left out)
-    per_training: pd.DataFrame | None = None  # (axes, metric, value) per training
-    by_axis: pd.DataFrame | None = None
-    best: dict[str, object] = field(default_factory=dict)
-    answer: Answer | None = None  # the printed tables (analysis/answer.py)
-    contrasts: dict[str, Contrasts] = field(default_factory=dict)  # per --compare axis
-    worst: WorstCase | None = None  # default vs adapted attacks (analysis/worst_case.py)
-
-    @property
-    def has_attacks(self) -> bool:
-        return bool(self.summary.get("attack_rows", 0))
 
 
 def prepare(records: pd.DataFrame, beta: float) -> pd.DataFrame:

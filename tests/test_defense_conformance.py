@@ -224,6 +224,6 @@ def test_gs_residual_delivers_what_it_dropped_later() -> None:
             assert (out != 0).mean() <= 0.011
             np.add.at(produced, rows, g)
             np.add.at(sent, rows, out)
-    kept = gs._residuals(active, 0, 10)
+    kept = gs._residuals(active.schedule.n_rows, 0, 10)
     assert np.allclose(sent + kept, produced, atol=1e-5)
     assert np.abs(kept).sum() > 0

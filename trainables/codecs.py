@@ -30,7 +30,7 @@ from trainables.messages import Message
 from trainables.registry import Registry
 
 if TYPE_CHECKING:
-    from trainables.party import Party
+    from trainables.roles import HookHost
 
 CODECS: Registry = Registry("codec")
 
@@ -211,7 +211,7 @@ class Codec:
     def encode(self, x: np.ndarray) -> Encoded:
         raise NotImplementedError
 
-    def attach(self, party: Party) -> None:
+    def attach(self, party: HookHost) -> None:
         party.hooks.append(self)
 
     def applies(self, msg: Message) -> bool:
@@ -221,13 +221,13 @@ class Codec:
             return True
         return self.gradients and msg.kind == "gradient"
 
-    def on_send(self, party: Party, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         if not self.applies(msg):
             return msg
         encoded = self.encode(msg.payload)
         return dataclasses.replace(msg, payload=encoded, nbytes=encoded.nbytes)
 
-    def on_receive(self, party: Party, msg: Message) -> Message:
+    def on_receive(self, party: HookHost, msg: Message) -> Message:
         if isinstance(msg.payload, Quantized | Sparse):
             return dataclasses.replace(msg, payload=msg.payload.decode())  # nbytes: as sent
         return msg

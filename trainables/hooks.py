@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from trainables.messages import Message
 
 if TYPE_CHECKING:
-    from trainables.party import Party
+    from trainables.roles import HookHost
 
 
 @dataclass
@@ -23,10 +23,10 @@ class MessageLog:
     sent: list[Message] = field(default_factory=list)
     received: list[Message] = field(default_factory=list)
 
-    def on_send(self, party: Party, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         self.sent.append(msg)
         return msg
 
-    def on_receive(self, party: Party, msg: Message) -> Message:
+    def on_receive(self, party: HookHost, msg: Message) -> Message:
         self.received.append(msg)
         return msg

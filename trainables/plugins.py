@@ -23,10 +23,28 @@ import inspect
 import warnings
 from collections.abc import Callable, Iterable
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from trainables.registry import Registry
+
+class Registry(Protocol):
+    """What ``load_group`` needs of a family's registry (``trainables/registry.py``): its
+    names, check and group, and where accepted and refused plugins go. A protocol, not an
+    import: the registry imports this module to load its group."""
+
+    family: str
+    group: str | None
+    check: Callable[[Any, str], Any] | None
+
+    @property
+    def plugins(self) -> dict[str, str]: ...
+
+    @property
+    def refused(self) -> dict[str, str]: ...
+
+    def names(self) -> list[str]: ...
+
+    def accept(self, name: str, entry: Any, package: str) -> None: ...
+
 
 # YAML 1.1 reads these bare words as booleans: a parameter of that name cannot be set
 YAML_BOOLS = frozenset(
@@ -42,7 +60,7 @@ class PluginWarning(UserWarning):
     """A refused plugin that no sweep has named yet: shown once, breaks nothing."""
 
 
-def load_group(registry: Registry[Any]) -> None:
+def load_group(registry: Registry) -> None:
     """Check every entry point of ``registry.group`` and register it, or refuse it.
 
     An entry already registered from the same package (a second load) is skipped.
@@ -71,7 +89,7 @@ def load_group(registry: Registry[Any]) -> None:
 
 
 def _checked(
-    registry: Registry[Any], ep: EntryPoint, package: str, check: Callable[[Any, str], Any]
+    registry: Registry, ep: EntryPoint, package: str, check: Callable[[Any, str], Any]
 ) -> Any:
     """The object to register for ``ep``; Refused with the first rule it breaks."""
     if ep.name in registry.names():

@@ -46,6 +46,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from trainables.attacks import completion_fast
+from trainables.attacks.completion_fast import Convergence
 from trainables.errors import ConfigError
 
 # VFLAIR's settings for MNIST/CIFAR (25 epochs, lr 2e-3, batch 16, val_iteration 1024) and
@@ -211,30 +212,6 @@ def _train_autograd(
             break
     ema.steps = done  # type: ignore[assignment]  # updates run (fewer if it converged)
     return ema.eval()
-
-
-class Convergence:
-    """Convergence stop of the completion (an option; the papers train every epoch).
-
-    Once per epoch the EMA model labels the attacker's own unlabeled training rows (no
-    ground truth: it is what the attacker can watch); training stops once, for
-    ``patience`` epochs in a row, at most ``tol`` of those labels changed.
-    """
-
-    def __init__(self, ema: nn.Module, x: torch.Tensor, patience: int, tol: float) -> None:
-        self.ema, self.x, self.patience, self.tol = ema, x, patience, tol  # x: (n, d)
-        self.labels: torch.Tensor | None = None  # (n,) at the last check
-        self.quiet = 0
-
-    @torch.no_grad()
-    def converged(self) -> bool:
-        was = self.ema.training
-        labels = self.ema.eval()(self.x).argmax(dim=1)  # (n,)
-        self.ema.train(was)
-        changed = 1.0 if self.labels is None else float((labels != self.labels).float().mean())
-        self.labels = labels
-        self.quiet = self.quiet + 1 if changed <= self.tol else 0
-        return self.quiet >= self.patience
 
 
 def _soft_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

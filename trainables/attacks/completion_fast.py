@@ -23,14 +23,36 @@ not bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-if TYPE_CHECKING:  # completion.py imports this module
-    from trainables.attacks.completion import Convergence
+
+class Convergence:
+    """Convergence stop of the completion (an option; the papers train every epoch).
+
+    Once per epoch the EMA model labels the attacker's own unlabeled training rows (no
+    ground truth: it is what the attacker can watch); training stops once, for
+    ``patience`` epochs in a row, at most ``tol`` of those labels changed.
+    """
+
+    def __init__(self, ema: nn.Module, x: torch.Tensor, patience: int, tol: float) -> None:
+        self.ema, self.x, self.patience, self.tol = ema, x, patience, tol  # x: (n, d)
+        self.labels: torch.Tensor | None = None  # (n,) at the last check
+        self.quiet = 0
+
+    @torch.no_grad()
+    def converged(self) -> bool:
+        was = self.ema.training
+        labels = self.ema.eval()(self.x).argmax(dim=1)  # (n,)
+        self.ema.train(was)
+        changed = 1.0 if self.labels is None else float((labels != self.labels).float().mean())
+        self.labels = labels
+        self.quiet = self.quiet + 1 if changed <= self.tol else 0
+        return self.quiet >= self.patience
+
 
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as the generic path uses
 BLOCK_STEPS = 256  # steps whose bottom outputs are computed in one forward

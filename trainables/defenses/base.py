@@ -47,7 +47,7 @@ from trainables.plugins import (
 from trainables.registry import Registry
 
 if TYPE_CHECKING:
-    from trainables.party import Party
+    from trainables.roles import HookHost
 
 
 PARTIES = ("active", "passive")
@@ -126,17 +126,17 @@ class Defense:
             )
 
     # -- installation ---------------------------------------------------------------
-    def attach(self, party: Party) -> None:
+    def attach(self, party: HookHost) -> None:
         """Join ``party``'s hook stack; subclasses that change the model also wire that."""
         party.hooks.append(self)
         if hasattr(party, "defenses"):
             party.defenses.append(self)  # type: ignore[attr-defined]
 
     # -- message hooks (identity by default) -----------------------------------------
-    def on_send(self, party: Party, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         return msg
 
-    def on_receive(self, party: Party, msg: Message) -> Message:
+    def on_receive(self, party: HookHost, msg: Message) -> Message:
         return msg
 
     # -- active-party hooks (None / unchanged by default) ----------------------------

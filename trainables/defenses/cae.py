@@ -20,7 +20,7 @@ neutral strength, as in VFLAIR's "CAE 0.0".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -29,7 +29,7 @@ from trainables.defenses.base import Defense, DefenseInfo
 from trainables.defenses.stacked import StackedDefense
 
 if TYPE_CHECKING:
-    from trainables.party import Party
+    from trainables.roles import ActiveHost, HookHost
 
 
 def _mlp(c: int, hidden: int) -> nn.Sequential:
@@ -100,7 +100,7 @@ class ConfusionalAutoencoder(Defense):
         quantity="weight lambda of the fake labels' entropy in the autoencoder loss",
     )
 
-    def attach(self, party: Party) -> None:
+    def attach(self, party: HookHost) -> None:
         super().attach(party)
         seed = int(torch.randint(2**31, (1,), generator=self.generator))
         self.encoder, decoder = train_autoencoder(
@@ -108,7 +108,7 @@ class ConfusionalAutoencoder(Defense):
         )
         self.encoder.to(party.device)
         self.decoder = LogDecoder(decoder).to(party.device)
-        party.top.set_decoder(self.decoder)  # type: ignore[attr-defined]
+        cast("ActiveHost", party).top.set_decoder(self.decoder)  # CAE: at the active party
 
     def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
         """(B,) labels -> (B, C) disguised soft labels."""

@@ -17,7 +17,7 @@ from trainables.defenses.cae import ConfusionalAutoencoder, StackedCAE
 from trainables.messages import Message
 
 if TYPE_CHECKING:
-    from trainables.party import Party
+    from trainables.roles import HookHost
 
 
 def discretize(g: np.ndarray, bins: int) -> np.ndarray:
@@ -47,7 +47,7 @@ class DiscreteCAE(ConfusionalAutoencoder):
         quantity="CAE's lambda; gradients discretized to `bins` levels",
     )
 
-    def on_send(self, party: Party, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         if not is_training_gradient(msg):
             return msg
         self.count(msg.kind)

@@ -33,7 +33,7 @@ from trainables.errors import ConfigError
 from trainables.messages import Message
 
 if TYPE_CHECKING:
-    from trainables.party import Party
+    from trainables.roles import HookHost
 
 
 class NoisyMessages(Defense):
@@ -53,7 +53,7 @@ class NoisyMessages(Defense):
             return ("gradient",)
         return ("embedding", "train_embedding", "test_embedding")
 
-    def on_send(self, party: Party, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         if self.party == "active" and is_training_gradient(msg):
             g = clip_rows(torch.from_numpy(np.array(msg.payload)), float(self.params["clip"]))
         elif self.party == "passive" and is_embedding(msg):
@@ -84,7 +84,7 @@ class GaussianDP(NoisyMessages):
         super().__init__(*args, **kwargs)
         self.released: dict[int, int] = {}  # recipient party -> gradient releases
 
-    def on_send(self, party: Party, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         out = super().on_send(party, msg)
         if self.party == "active" and is_training_gradient(msg):  # one release to msg.dst
             self.released[msg.dst] = self.released.get(msg.dst, 0) + 1

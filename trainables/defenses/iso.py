@@ -30,7 +30,7 @@ from trainables.defenses.base import Defense, DefenseInfo, with_payload
 from trainables.messages import Message
 
 if TYPE_CHECKING:
-    from trainables.party import Party
+    from trainables.roles import HookHost
 
 TARGETS = ("gradient", "representation", "both")
 
@@ -67,7 +67,7 @@ class IsotropicNoise(Defense):
             " hssl_*); use target: gradient here"
         )
 
-    def on_send(self, party: Party, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         if msg.kind not in self.targets() or self.strength == 0.0:
             return msg
         d = torch.from_numpy(np.array(msg.payload))

@@ -12,7 +12,7 @@ bottleneck but drops the KL (VFLAIR's "MID 0.0"), so MID has no neutral strength
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ from trainables.defenses.stacked import StackedDefense, scatter
 from trainables.stacked import StackedMLP
 
 if TYPE_CHECKING:
-    from trainables.party import Party
+    from trainables.roles import ActiveHost, HookHost
 
 
 class Bottleneck(nn.Module):
@@ -127,7 +127,7 @@ class MutualInformationDefense(Defense):
         quantity="weight lambda of the bottleneck's KL term in the loss",
     )
 
-    def attach(self, party: Party) -> None:
+    def attach(self, party: HookHost) -> None:
         super().attach(party)
         cfg = party.config
         with torch.random.fork_rng(devices=[]):
@@ -142,8 +142,9 @@ class MutualInformationDefense(Defense):
                 for _ in range(cfg.n_parties - 1)
             ]
         self.module = PassiveBottlenecks(blocks).to(party.device)
-        party.top.add_transform(self.module)  # type: ignore[attr-defined]
-        party.add_parameters(list(self.module.parameters()))
+        active = cast("ActiveHost", party)  # MID is applied at the active party only
+        active.top.add_transform(self.module)
+        active.add_parameters(list(self.module.parameters()))
 
     def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
         """The KL term; called once per training objective, whose logits went through the

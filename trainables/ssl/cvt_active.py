@@ -33,13 +33,13 @@ from trainables.ssl.fedcvt import (
 )
 
 if TYPE_CHECKING:
-    from trainables.ssl.cvt_init import CvtPartyInit
+    from trainables.ssl.cvt_fields import CvtPartyData
 
 
 class CvtActive(CvtParty):
     """The label holder B (party 1)."""
 
-    def __init__(self, init: CvtPartyInit) -> None:
+    def __init__(self, init: CvtPartyData) -> None:
         super().__init__(init)
         assert init.labels is not None
         lab = init.labels
@@ -58,7 +58,7 @@ class CvtActive(CvtParty):
         self.last_loss = float("nan")
         self.metrics: dict[str, Any] = {}
 
-    def _build_heads(self, init: CvtPartyInit) -> None:
+    def _build_heads(self, init: CvtPartyData) -> None:
         """f_AB on [r_A; r_B] (4d), f_A on r_A, f_B on r_B (2d each), drawn right after the
         encoders from the party's seeded stream."""
         w, c = 2 * self.opts.rep_dim, init.config.n_classes

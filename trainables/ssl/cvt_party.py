@@ -34,7 +34,7 @@ from trainables.ssl.fedcvt import (
 )
 
 if TYPE_CHECKING:
-    from trainables.ssl.cvt_init import CvtPartyInit
+    from trainables.ssl.cvt_fields import CvtPartyData
 
 PASSIVE, ACTIVE = 0, 1
 
@@ -101,7 +101,7 @@ def _tensor(arr: np.ndarray, device: torch.device) -> torch.Tensor:
 class CvtParty(Endpoint):
     """The passive party A: two encoders; completes its non-overlapping rows by attention."""
 
-    def __init__(self, init: CvtPartyInit) -> None:
+    def __init__(self, init: CvtPartyData) -> None:
         super().__init__()
         cfg = init.config
         self.party_id, self.config, self.opts = init.party_id, cfg, init.options
@@ -125,7 +125,7 @@ class CvtParty(Endpoint):
         self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr)
         self.attach(init)  # message log, training-time attacks, hooks (``Endpoint``)
 
-    def _build_heads(self, init: CvtPartyInit) -> None:
+    def _build_heads(self, init: CvtPartyData) -> None:
         """The passive party has none."""
 
     def parameters(self) -> list[nn.Parameter]:
