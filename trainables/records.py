@@ -16,7 +16,7 @@ from trainables.spec import TrialSpec
 
 if TYPE_CHECKING:
     from trainables.attacks.harness import AttackOutcome
-    from trainables.protocols.base import TrainResult
+    from trainables.rounds import TrainResult
 
 ENGINE_VERSION = "0.1.0"
 

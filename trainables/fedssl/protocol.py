@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainables.messages import Message
-from trainables.protocols.base import Rounds, TrainResult
+from trainables.rounds import Rounds, TrainResult
 from trainables.transport.base import Transport
 from trainables.transport.group import PartyGroup
 

@@ -22,8 +22,8 @@ from trainables.fedssl.models import Classifier, build_models, flatten, load_fla
 from trainables.fedssl.options import GENERATIVE, FedSSLOptions, options_of
 from trainables.fedssl.protocol import RoundPlan, run_rounds
 from trainables.messages import Message
-from trainables.protocols.base import TrainResult
 from trainables.records import Record
+from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement

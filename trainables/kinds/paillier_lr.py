@@ -25,8 +25,8 @@ from trainables.data import Dataset, Scaler
 from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec
 from trainables.kinds.tree import TreeFamilyKind
-from trainables.protocols.base import TrainResult
 from trainables.records import Record
+from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement

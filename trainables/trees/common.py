@@ -16,8 +16,8 @@ import numpy as np
 
 from trainables.data import Dataset, split_for
 from trainables.errors import ConfigError
-from trainables.protocols.base import TrainResult
 from trainables.registry import Registry
+from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from trainables.protocols.base import TrainResult
+from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement

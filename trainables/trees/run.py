@@ -21,8 +21,8 @@ import numpy as np
 
 from trainables.data import Dataset, load_dataset, split_refusal
 from trainables.errors import ConfigError
-from trainables.protocols.base import TrainResult
 from trainables.records import Record
+from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL, Placement
 from trainables.trees import models  # noqa: F401  (the runners register in TREE_MODELS)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainables.protocols.base import Rounds
+from trainables.rounds import Rounds
 from trainables.trees.builder import Tree, grow, leaves_of_test
 from trainables.trees.crypto import Packer
 from trainables.trees.session import TreeSession

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from trainables.messages import BatchRef, BatchSchedule, Message
-from trainables.protocols.base import Rounds, TrainResult
+from trainables.rounds import Rounds, TrainResult
 from trainables.transport.base import Transport
 from trainables.transport.group import PartyGroup
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from trainables.data import Dataset
 from trainables.jobs import AttackSpec
-from trainables.protocols.base import TrainResult
 from trainables.records import Record
+from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.finetune import FineTuned, finetune
 from trainables.ssl.hssl.parties import ServerInit
