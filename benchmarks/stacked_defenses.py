@@ -1,7 +1,8 @@
 """``python -m benchmarks.stacked_defenses``: packs under each defense, stacked and alone.
 
 For each defense (none, G-DP, and the defenses with model hooks: MID, dCor, GPer, CAE,
-DCAE) at one strength, a pack of ``--k`` trainings (seeds 0..K-1) at VFLAIR's settings
+DCAE) at one strength, and for CELU-VFL (``celu``: no defense, its workset's cached
+steps), a pack of ``--k`` trainings (seeds 0..K-1) at VFLAIR's settings
 on breast_cancer (MLP-2, batch 1024, Adam, ``--epochs`` 50), trained in this process
 (``transport: local``, no attacks) two ways, medians over ``--repeats``:
 
@@ -11,7 +12,7 @@ on breast_cancer (MLP-2, batch 1024, Adam, ``--epochs`` 50), trained in this pro
 Per defense: seconds per training both ways, ``speedup`` (alone / stacked),
 ``stacked_share`` (records that say ``extra.vectorized``), ``mp_equal`` (every stacked
 record's MP equals the one trained alone) and ``over_gdp``: its stacked seconds per
-training over G-DP's (issue 44 asks <= 1.5 for MID and dCor). Ratios come from medians
+training over G-DP's (issue 44 asks <= 1.5 for MID, dCor and CELU). Ratios come from medians
 of the same run. Prints one JSON object.
 """
 
@@ -34,12 +35,15 @@ from trainables.transport.placement import LOCAL
 
 DEFENSES: dict[str, float | None] = {
     "none": None, "gdp": 0.1, "mid": 1.0, "dcor": 0.3, "gper": 1.0, "cae": 0.5, "dcae": 0.5,
+    "celu": None,
 }  # fmt: skip
 
 
 def _jobs(defense: str, strength: float | None, k: int, epochs: int) -> list[Job]:
     fields: dict[str, Any] = {"dataset": "breast_cancer", "epochs": epochs}
-    if defense != "none":
+    if defense == "celu":
+        fields.update(protocol="celu")
+    elif defense != "none":
         fields.update(defense=defense, defense_param=strength)
     return [Job(TrialSpec.build(**fields, seed=s)) for s in range(k)]
 

@@ -176,7 +176,7 @@ def test_what_cannot_stack_has_no_key(data: Dataset) -> None:
     plain = _job(0).spec
     assert stack_key(plain, prepare_parties(plain, data)) is not None
     assert stacks(plain, [DLI, PMC])
-    assert not stacks(_job(0, protocol="celu").spec, ())
+    assert stacks(_job(0, protocol="celu").spec, ())
     assert not stacks(plain, [("amc", {"preset": "fast"})])  # a training-time attack
     a, b = _job(0).spec, _job(0, epochs=5).spec
     assert stack_key(a, prepare_parties(a, data)) != stack_key(b, prepare_parties(b, data))
@@ -198,6 +198,8 @@ def test_model_defenses_stack_with_their_own_kind_at_any_strength(data: Dataset)
     assert _key(data, defense="mid", defense_param=1.0, defense_params={"code": 8}) != mid
     assert _key(data, defense="dcor", defense_param=0.1) not in (plain, mid)
     assert _key(data, defense="gdp", defense_param=0.1) == plain
+    celu = _key(data, protocol="celu")
+    assert celu not in (plain, _key(data, protocol="celu", protocol_params={"xi": 0.8}))
 
 
 def _loss_term(self: object, h_passive: list, y: object) -> None:
@@ -226,11 +228,12 @@ def test_a_stack_of_model_defenses_at_mixed_strengths_gives_each_its_records(
     data: Dataset, defense: str, strengths: tuple[float, ...]
 ) -> None:
     """Three trainings of one defense at three strengths (0 among them) stack, FedBCD's Q
-    local steps included, and each record equals the training's alone."""
+    local steps and CELU-VFL's cached steps included, and each record equals the
+    training's alone."""
     jobs = [
         _job(i, epochs=2, defense=defense, defense_param=s, protocol=p, attacks=[DLI])
         for i, s in enumerate(strengths)
-        for p in ("fedsgd", "fedbcd")
+        for p in ("fedsgd", "fedbcd", "celu")
     ]
     got = _compare(jobs, data, LOCAL)
     assert all(_vectorized(got[i]) for i in range(len(jobs)))
@@ -284,7 +287,7 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
         defense == "none" or DEFENSES.get(defense).stacked is not None
     )
     assert bool(stacked) == declared
-    assert declared == (protocol != "celu")  # every shipped defense stacks; CELU not yet
+    assert declared  # every shipped defense and protocol stacks
     if not isinstance(on[0], Exception):
         assert _vectorized(on[0]) == bool(stacked) and _vectorized(on[1]) == bool(stacked)
 
@@ -298,3 +301,21 @@ def test_the_gpu_check_runs_blind_without_cuda(
     monkeypatch.setattr("sys.argv", ["gpu_check"])
     gpu_check.main()
     assert json.loads(capsys.readouterr().out) == {"cuda": False}
+
+
+def test_a_celu_stack_takes_each_trainings_cached_steps(data: Dataset) -> None:
+    """Each training's workset draws its own entries (batches of 114 and 113 rows: the
+    stack groups each cached step by size): the weights every cached step saw, per
+    training and party, equal those of the training alone."""
+    jobs = [_job(s, epochs=2, protocol="celu", lr=0.01 * (s + 1)) for s in range(3)]
+    stacked, alone = _trained(jobs, data)
+
+    def seen(parties: list) -> list[list[float]]:
+        return [
+            next(h.weights_seen for h in p.hooks if hasattr(h, "weights_seen")) for p in parties
+        ]
+
+    for got, want in zip(stacked, alone, strict=True):
+        assert [len(w) for w in seen(got)] == [len(w) for w in seen(want)]
+        assert len(seen(got)[0]) == 4 * 2 * 4  # q - 1 = 4 cached steps a round, 4 rounds an epoch
+        assert np.allclose(seen(got), seen(want), atol=1e-6)

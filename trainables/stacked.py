@@ -61,9 +61,13 @@ class StackedMLP:
     def depth(self) -> int:
         return len(self.params) // 2
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        """``index`` (K',): only those trainings' models, x (K', B, in) (CELU-VFL's cached
+        steps, whose trainings drew batches of different sizes)."""
         for i in range(self.depth):
             w, b = self.params[2 * i], self.params[2 * i + 1]  # (K, out, in), (K, out)
+            if index is not None:
+                w, b = w[index], b[index]
             x = torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))  # (K, B, out)
             if i < self.depth - 1:
                 x = torch.relu(x)
@@ -145,5 +149,7 @@ class StackedSplitTop:
     def params(self) -> list[torch.Tensor]:
         return self.mlp.params
 
-    def __call__(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
-        return self.mlp.forward(torch.cat(list(embeddings), dim=2))
+    def __call__(
+        self, embeddings: Sequence[torch.Tensor], index: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.mlp.forward(torch.cat(list(embeddings), dim=2), index)

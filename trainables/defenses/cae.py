@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from trainables.defenses.base import Defense, DefenseInfo
-from trainables.defenses.stacked import StackedDefense
+from trainables.defenses.stacked import Index, StackedDefense
 
 if TYPE_CHECKING:
     from trainables.roles import ActiveHost, HookHost
@@ -82,8 +82,8 @@ class StackedCAE(StackedDefense):
     messages = False
     model = True
 
-    def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
-        return torch.stack([m.soft_targets(y[j]) for j, m in enumerate(self.members)])
+    def soft_targets(self, y: torch.Tensor, index: Index = None) -> torch.Tensor | None:
+        return torch.stack([m.soft_targets(y[j]) for j, m in enumerate(self.at(index))])
 
     def decode(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.stack([m.decoder(logits[j]) for j, m in enumerate(self.members)])

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import torch
 
 from trainables.defenses.base import Defense, DefenseInfo
-from trainables.defenses.stacked import StackedDefense, scatter
+from trainables.defenses.stacked import Index, StackedDefense, scatter
 
 DISTANCES = ("exact", "vflair")
 
@@ -77,16 +77,20 @@ class StackedDCor(StackedDefense):
     messages = False
     model = True
 
-    def loss_terms(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
-        acting = self.acting()
+    def loss_terms(
+        self, h_passive: list[torch.Tensor], y: torch.Tensor, index: Index = None
+    ) -> torch.Tensor | None:
+        members = self.at(index)
+        acting = self.acting(members)
         if not acting or not h_passive:
             return None
         if any(h.requires_grad for h in h_passive):
             for j in acting:
-                self.members[j].count("loss_term")
-        how = str(self.members[0].params["distances"])  # one value per stack (its key)
+                members[j].count("loss_term")
+        how = str(members[0].params["distances"])  # one value per stack (its key)
         terms = torch.stack([log_dcor_terms([h[j] for h in h_passive], y[j], how) for j in acting])
-        return scatter(self.strengths[acting] * terms, acting, len(self.members))
+        strengths = self.strengths([members[j] for j in acting])
+        return scatter(strengths * terms, acting, len(members))
 
 
 class DistanceCorrelation(Defense):

@@ -38,7 +38,7 @@ class StackedGPer(StackedDefense):
         h_passive: list[torch.Tensor],
         y: torch.Tensor,
     ) -> list[torch.Tensor]:
-        acting = self.acting()
+        acting = self.acting(self.members)
         if not acting or not grads:
             return grads
         n, c = logits.shape[1:]  # logits (K, B, C)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from trainables.defenses.base import Defense, DefenseInfo
-from trainables.defenses.stacked import StackedDefense, scatter
+from trainables.defenses.stacked import Index, StackedDefense, scatter
 from trainables.stacked import StackedMLP
 
 if TYPE_CHECKING:
@@ -83,30 +83,37 @@ class StackedMID(StackedDefense):
         self.params = [p for mlp in (*self.encoders, *self.decoders) for p in mlp.params]
         self.kl: list[torch.Tensor] = []  # per passive party, (K,): the last forward's KL
 
-    def transform(self, h_passive: list[torch.Tensor], training: bool) -> list[torch.Tensor]:
+    def transform(
+        self, h_passive: list[torch.Tensor], training: bool, index: Index = None
+    ) -> list[torch.Tensor]:
         out, self.kl = [], []
+        members = self.at(index)
         for encoder, decoder, h in zip(self.encoders, self.decoders, h_passive, strict=True):
-            mu, s = encoder.forward(h).split(self.code, dim=2)  # (K, B, d) each
+            mu, s = encoder.forward(h, index).split(self.code, dim=2)  # (K, B, d) each
             sigma = nn.functional.softplus(s - 0.5)
             z = mu
             if training:
                 shape = mu.shape[1:]
-                eps = torch.stack([torch.randn(shape, generator=m.generator) for m in self.members])
+                eps = torch.stack([torch.randn(shape, generator=m.generator) for m in members])
                 z = mu + sigma * eps.to(mu)
             self.kl.append(kl_to_prior(mu, sigma).sum(dim=2).mean(dim=1))  # (K,)
-            out.append(decoder.forward(z))  # (K, B, C)
+            out.append(decoder.forward(z, index))  # (K, B, C)
         return out
 
-    def loss_terms(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
+    def loss_terms(
+        self, h_passive: list[torch.Tensor], y: torch.Tensor, index: Index = None
+    ) -> torch.Tensor | None:
         if not h_passive:
             return None
-        for m in self.members:
+        members = self.at(index)
+        for m in members:
             m.count("bottleneck")
-        acting = self.acting()
+        acting = self.acting(members)
         if not acting:
             return None
         kl = torch.stack(self.kl).sum(dim=0)[acting]  # (len(acting),)
-        return scatter(self.strengths[acting] * kl, acting, len(self.members))
+        strengths = self.strengths([members[j] for j in acting])
+        return scatter(strengths * kl, acting, len(members))
 
     def write_back(self, slots: Sequence[int]) -> None:
         blocks = [list(m.module.blocks) for m in self.members]

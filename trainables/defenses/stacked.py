@@ -1,4 +1,5 @@
-"""A defense of K same-shape trainings at a stacked active party, declared by the defense.
+"""A defense (or another hook) of K same-shape trainings at a stacked party, declared by
+the hook.
 
 Why the defense declares it: a vectorized pack (``vfl/vec_stack.py``) holds the K
 trainings' models as stacked parameters and computes one batched loss for all of them.
@@ -24,6 +25,8 @@ from typing import Any, ClassVar
 
 import torch
 
+Index = torch.Tensor | None  # (K',) which trainings of the stack a call is about; None: all
+
 
 class StackedDefense:
     """Base: the message-only form (identity on every model hook)."""
@@ -40,25 +43,35 @@ class StackedDefense:
         self.device = device
         self.params: list[torch.Tensor] = []  # stacked parameters the party's optimizer steps
 
-    @property
-    def strengths(self) -> torch.Tensor:
-        """(K,) each training's strength."""
-        return torch.tensor([m.strength for m in self.members], device=self.device)
+    def at(self, index: Index = None) -> list[Any]:
+        """The members of the trainings ``index`` (K',) names, in its order (all: None).
+        Where the hooks below take ``index``, their tensors hold those K' trainings only
+        (CELU-VFL's cached steps group trainings by the size of the batch each drew)."""
+        return self.members if index is None else [self.members[int(j)] for j in index]
 
-    def acting(self) -> list[int]:
-        """The trainings whose strength is not zero (0 turns the loss and gradient hooks off,
-        as each defense's own hook does)."""
-        return [j for j, m in enumerate(self.members) if m.strength != 0.0]
+    def strengths(self, members: Sequence[Any]) -> torch.Tensor:
+        """(len(members),) each one's strength."""
+        return torch.tensor([m.strength for m in members], device=self.device)
 
-    def transform(self, h_passive: list[torch.Tensor], training: bool) -> list[torch.Tensor]:
+    @staticmethod
+    def acting(members: Sequence[Any]) -> list[int]:
+        """Positions of the members whose strength is not zero (0 turns the loss and
+        gradient hooks off, as each defense's own hook does)."""
+        return [j for j, m in enumerate(members) if m.strength != 0.0]
+
+    def transform(
+        self, h_passive: list[torch.Tensor], training: bool, index: Index = None
+    ) -> list[torch.Tensor]:
         """(P-1) x (K, B, C) passive embeddings before the top (MID's bottlenecks)."""
         return h_passive
 
-    def loss_terms(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
+    def loss_terms(
+        self, h_passive: list[torch.Tensor], y: torch.Tensor, index: Index = None
+    ) -> torch.Tensor | None:
         """(K,) each training's term added to its loss, or None (y: (K, B))."""
         return None
 
-    def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
+    def soft_targets(self, y: torch.Tensor, index: Index = None) -> torch.Tensor | None:
         """(K, B, C) the labels each training trains on, or None for the true ones."""
         return None
 
@@ -75,6 +88,18 @@ class StackedDefense:
     def decode(self, logits: torch.Tensor) -> torch.Tensor:
         """(K, N, C) the released output from the logits (CAE's decoder), at evaluation."""
         return logits
+
+    def after_backward(
+        self, stack: Any, rows: torch.Tensor, h_sent: torch.Tensor, grad: torch.Tensor
+    ) -> None:
+        """At a passive stack, after the exchanged step: rows (K, B), H as sent and the
+        received dL/dH (K, B, C) (CELU-VFL's workset takes its cached steps here)."""
+
+    def after_update(
+        self, stack: Any, rows: torch.Tensor, own: torch.Tensor, received: list[torch.Tensor]
+    ) -> None:
+        """At the active stack, after its update: rows (K, B), its own H (K, B, C) and the
+        (P-1) x (K, B, C) passive H of the exchange."""
 
     def write_back(self, slots: Sequence[int]) -> None:
         """Training j's trained slice into ``members[j]``'s own modules (the attack harness

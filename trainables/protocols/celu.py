@@ -34,6 +34,7 @@ targets) and add its defenses' batch-level loss terms unweighted.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainables.defenses.stacked import Index, StackedDefense
 from trainables.errors import ConfigError
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty, Party, as_tensor
@@ -48,8 +50,8 @@ from trainables.protocols.base import HookEntry, Protocol
 
 
 def staleness_weights(fresh: torch.Tensor, stale: torch.Tensor, xi: float) -> torch.Tensor:
-    """(B, C), (B, C) -> (B,): row cosine similarity, zeroed below the threshold ``xi``."""
-    cos = F.cosine_similarity(fresh, stale, dim=1)
+    """(..., B, C), (..., B, C) -> (..., B): row cosine similarity, zeroed below ``xi``."""
+    cos = F.cosine_similarity(fresh, stale, dim=-1)
     return torch.where(cos >= xi, cos, torch.zeros_like(cos))
 
 
@@ -68,8 +70,86 @@ def _check_params(q: Any, w: Any, xi: Any) -> None:
         raise ConfigError(f"protocol 'celu': xi={xi!r} must be a number in [-1, 1]")
 
 
+class StackedWorkset(StackedDefense):
+    """K trainings' worksets at a stacked party (``vfl/vec_stack.py``): one cache of stacked
+    exchanges (rows (K, B), H (K, B, C), received), and each cached step draws every
+    training's entry from that training's own workset stream, as it would alone."""
+
+    messages = False  # the stack hands it each exchange; it changes no message
+    model = True
+
+    def __init__(self, members: Sequence[Any], device: torch.device) -> None:
+        super().__init__(members, device)
+        self.q, self.xi = members[0].q, members[0].xi  # one value per stack (its key)
+        self.cache: deque[CacheEntry] = deque(maxlen=members[0].w)
+
+    def _sample(self) -> list[tuple[Index, CacheEntry]]:
+        """Each training's drawn entry, restacked by batch size: (which trainings, rows
+        (K', B), own and received (K', B, C)) per size; one group of all (None) when every
+        drawn batch has one size (always, when every batch of the schedule does)."""
+        picks = [self.cache[int(m.rng.integers(len(self.cache)))] for m in self.members]
+        sizes: dict[int, list[int]] = {}
+        for j, entry in enumerate(picks):
+            sizes.setdefault(int(entry.rows.shape[1]), []).append(j)
+        groups = []
+        for js in sizes.values():
+            index = None if len(sizes) == 1 else torch.tensor(js, device=self.device)
+            entry = CacheEntry(
+                torch.stack([picks[j].rows[j] for j in js]),
+                torch.stack([picks[j].own[j] for j in js]),
+                tuple(
+                    torch.stack([picks[j].received[i][j] for j in js])
+                    for i in range(len(picks[0].received))
+                ),
+            )
+            groups.append((index, entry))
+        return groups
+
+    def _fresh(self, stack: Any, index: Index, entry: CacheEntry) -> tuple[Any, Any]:
+        """The party's fresh H (K', B, C) on the entry's rows and each row's weight (K', B)."""
+        ks = stack.k if index is None else index[:, None]
+        h = stack.bottom.forward(stack.X_train[ks, entry.rows], index)
+        weights = staleness_weights(h.detach(), entry.own, self.xi)
+        for member, w in zip(self.at(index), weights.mean(dim=1).tolist(), strict=True):
+            member.weights_seen.append(float(w))
+        return h, weights
+
+    def after_backward(
+        self, stack: Any, rows: torch.Tensor, h_sent: torch.Tensor, grad: torch.Tensor
+    ) -> None:
+        self.cache.append(CacheEntry(rows, h_sent, (grad,)))
+        for _ in range(self.q - 1):
+            outs, grads = [], []
+            for index, entry in self._sample():
+                h, weights = self._fresh(stack, index, entry)  # (K', B, C), (K', B)
+                outs.append(h)
+                grads.append(entry.received[0] * weights[..., None])
+            stack.optimizer.zero_grad()
+            torch.autograd.backward(outs, grads)
+            stack.optimizer.step()
+
+    def after_update(
+        self, stack: Any, rows: torch.Tensor, own: torch.Tensor, received: list[torch.Tensor]
+    ) -> None:
+        self.cache.append(CacheEntry(rows, own, tuple(received)))
+        for _ in range(self.q - 1):
+            total = torch.zeros(())
+            for index, entry in self._sample():
+                h_own, weights = self._fresh(stack, index, entry)
+                ks = stack.k if index is None else index[:, None]
+                y = stack.y_train[ks, entry.rows]  # (K', B)
+                logits = stack.logits([*entry.received, h_own], index=index)
+                losses = stack.objective(logits, y, list(entry.received), weights, index)
+                total = total + losses.sum()
+            stack.optimizer.zero_grad()
+            total.backward(inputs=stack.optimizer.params)
+            stack.optimizer.step()
+
+
 class CeluWorkset:
     """One party's cache of its W latest exchanges and its Q-1 cached local steps."""
+
+    stacked: ClassVar[type[StackedDefense]] = StackedWorkset
 
     def __init__(self, q: int = 5, w: int = 5, xi: float = 0.5) -> None:
         _check_params(q, w, xi)
@@ -151,6 +231,7 @@ class CELU(Protocol):
     """FedSGD exchanges plus Q-1 cached, similarity-weighted local steps per party."""
 
     name = "celu"
+    stacks = True  # the base rounds; the stacks take the cached steps (``StackedWorkset``)
     defaults: ClassVar[dict[str, Any]] = {"q": 5, "w": 5, "xi": 0.5}
 
     def validate(self) -> None:

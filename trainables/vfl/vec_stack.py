@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables.defenses.stacked import StackedDefense
+from trainables.defenses.stacked import Index, StackedDefense
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty, PartyInit, binary_auc
@@ -59,9 +59,10 @@ def on_messages(hook: Any) -> bool:
     return stacked is None or bool(stacked.messages)
 
 
-def model_defenses(party: Any) -> list[Any]:
-    """``party``'s defenses with model hooks (their stacked forms say so), in stack order."""
-    return [d for d in party.defenses if (f := type(d).stacked) is not None and f.model]
+def model_hooks(party: Any) -> list[Any]:
+    """``party``'s hooks whose stacked form reaches past the messages (defenses with model
+    hooks, CELU-VFL's workset), in stack order."""
+    return [h for h in party.hooks if (f := getattr(type(h), "stacked", None)) and f.model]
 
 
 class VecStack:
@@ -101,7 +102,7 @@ class VecStack:
         self.logs = [next((h for h in p.hooks if isinstance(h, MessageLog)), None) for p in ps]
         # a hook on messages (not a log): every message goes through each training's stack
         self.hooked = any(on_messages(h) for p in ps for h in p.hooks)
-        self.defenses: list[StackedDefense] = []
+        self.stacked_hooks: list[StackedDefense] = []  # built in ``stack``
         self.bottom = StackedMLP([p.bottom for p in ps], self.device)
         params = list(self.bottom.params)
         if self.is_active:
@@ -113,18 +114,18 @@ class VecStack:
                 else None
             )
             params += [] if self.top is None else self.top.params
-            # each defense's stacked form over the K trainings' own defenses (the same
-            # classes in the same order at every training: the stack key says so)
-            self.defenses = [
-                stacked(ds, self.device)
-                for ds in zip(*(model_defenses(p) for p in ps), strict=True)
-                if (stacked := type(ds[0]).stacked) is not None
-            ]
-            params += [q for d in self.defenses for q in d.params]
             self.losses = torch.full((len(ps),), float("nan"))
+        # each model hook's stacked form over the K trainings' own hooks (the same classes
+        # in the same order at every training: the stack key says so)
+        self.stacked_hooks = [
+            type(hs[0]).stacked(hs, self.device)
+            for hs in zip(*(model_hooks(p) for p in ps), strict=True)
+        ]
+        params += [q for d in self.stacked_hooks for q in d.params]
         self.optimizer = StackedOptimizer(self.config.optimizer, params, [p.config.lr for p in ps])
         self._pending: tuple[BatchRef, torch.Tensor, torch.Tensor] | None = None
-        self._stash: tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]] | None = None
+        # the exchange the update steps on: rows, losses, passive H, own H
+        self._stash: tuple[Any, ...] | None = None
         return True
 
     def rows(self, ref: BatchRef) -> torch.Tensor:
@@ -192,12 +193,15 @@ class VecStack:
         self._pending = None
         received = self._receive("gradient", self.active_id, self.config_party_id, grad, ref)
         g = torch.from_numpy(np.array(received, dtype=np.float32)).to(self.device)
+        h_sent = h.detach()
         for step in range(self.config.local_steps):
             if step > 0:
                 h = self.bottom.forward(self.X_train[self.k, rows])
             self.optimizer.zero_grad()
             h.backward(g)
             self.optimizer.step()
+        for hook in self.stacked_hooks:
+            hook.after_backward(self, rows, h_sent, g)
 
     def vstep(self, grad: Payload | None, ref: BatchRef | None) -> Payload | None:
         """``Party.step`` for the stack: round t's gradient in, round t+1's H out."""
@@ -212,29 +216,41 @@ class VecStack:
         return self._send(f"{split}_embedding", self.config_party_id, self.active_id, h, None)
 
     # -- the active party --------------------------------------------------------------
-    def _logits(self, h: Sequence[torch.Tensor], training: bool = True) -> torch.Tensor:
+    def logits(
+        self, h: Sequence[torch.Tensor], training: bool = True, index: Index = None
+    ) -> torch.Tensor:
         """(K, B, C) from P x (K, B, C): the passive H through the defenses' transforms
-        (MID's bottlenecks), then the top (``DefendedTop.logits``)."""
+        (MID's bottlenecks), then the top (``DefendedTop.logits``); ``index``: of those
+        trainings only (``StackedDefense.at``)."""
         passive, own = list(h[:-1]), h[-1]
-        for defense in self.defenses:
-            passive = defense.transform(passive, training)
+        for defense in self.stacked_hooks:
+            passive = defense.transform(passive, training, index)
         h = [*passive, own]
-        return agg_top(h) if self.top is None else self.top(h)
+        return agg_top(h) if self.top is None else self.top(h, index)
 
-    def _loss(
-        self, logits: torch.Tensor, y: torch.Tensor, h_passive: Sequence[torch.Tensor]
+    def objective(
+        self,
+        logits: torch.Tensor,
+        y: torch.Tensor,
+        h_passive: Sequence[torch.Tensor],
+        weights: torch.Tensor | None = None,
+        index: Index = None,
     ) -> torch.Tensor:
         """(K,) each training's objective (``ActiveParty.objective``): mean cross-entropy
-        over its batch on its labels or a defense's soft targets, plus defenses' terms."""
+        over its batch on its labels or a defense's soft targets (each row weighted by
+        ``weights`` (K, B) where given: CELU-VFL's cached steps), plus defenses' terms."""
         k, b, c = logits.shape
-        soft = next((t for d in self.defenses if (t := d.soft_targets(y)) is not None), None)
+        soft = next(
+            (t for d in self.stacked_hooks if (t := d.soft_targets(y, index)) is not None), None
+        )
         if soft is None:
             ce = F.cross_entropy(logits.reshape(k * b, c), y.reshape(k * b), reduction="none")
-            losses = ce.view(k, b).mean(dim=1)
+            per_row = ce.view(k, b)
         else:  # (K, B, C) soft targets
-            losses = -(soft * torch.log_softmax(logits, dim=2)).sum(dim=2).mean(dim=1)
-        for defense in self.defenses:
-            term = defense.loss_terms(list(h_passive), y)
+            per_row = -(soft * torch.log_softmax(logits, dim=2)).sum(dim=2)
+        losses = (per_row if weights is None else weights * per_row).mean(dim=1)
+        for defense in self.stacked_hooks:
+            term = defense.loss_terms(list(h_passive), y, index)
             if term is not None:
                 losses = losses + term
         return losses
@@ -254,13 +270,13 @@ class VecStack:
             )
         ]  # (P-1) x (K, B, C)
         y = self.y_train[self.k, rows]  # (K, B)
-        logits = self._logits([*h_passive, h_own])
-        losses = self._loss(logits, y, h_passive)
+        logits = self.logits([*h_passive, h_own])
+        losses = self.objective(logits, y, h_passive)
         total = losses.sum()  # d(total)/d(slice k) = training k's own gradient
         grads = list(torch.autograd.grad(total, h_passive, retain_graph=True)) if h_passive else []
-        for defense in self.defenses:
+        for defense in self.stacked_hooks:
             grads = defense.gradients(grads, logits, h_passive, y)
-        self._stash = (rows, losses, [h.detach() for h in h_passive])
+        self._stash = (rows, losses, [h.detach() for h in h_passive], h_own.detach())
         return [
             self._send("gradient", self.active_id, dst, g.cpu().numpy(), ref)
             for dst, g in enumerate(grads)
@@ -269,17 +285,19 @@ class VecStack:
     def update(self) -> None:
         """Own bottom and top: the step on this batch, then Q-1 FedBCD steps."""
         assert self._stash is not None
-        rows, losses, h_passive = self._stash
+        rows, losses, h_passive, own = self._stash
         for step in range(self.config.local_steps):
             if step > 0:
                 h_own = self.bottom.forward(self.X_train[self.k, rows])
                 y = self.y_train[self.k, rows]
-                losses = self._loss(self._logits([*h_passive, h_own]), y, h_passive)
+                losses = self.objective(self.logits([*h_passive, h_own]), y, h_passive)
             self.optimizer.zero_grad()
             losses.sum().backward(inputs=self.optimizer.params)
             self.optimizer.step()
         self.losses = losses.detach().cpu()
         self._stash = None
+        for hook in self.stacked_hooks:
+            hook.after_update(self, rows, own, h_passive)
 
     @torch.no_grad()
     def evaluate(self, test_embeddings: Sequence[Payload]) -> list[float]:
@@ -291,8 +309,8 @@ class VecStack:
                 for src, emb in enumerate(test_embeddings)
             )
         ]
-        logits = self._logits([*h, self.bottom.forward(self.X_test)], training=False)
-        for defense in self.defenses:
+        logits = self.logits([*h, self.bottom.forward(self.X_test)], training=False)
+        for defense in self.stacked_hooks:
             logits = defense.decode(logits)  # (K, n_test, C): what the model releases
         if self.config.metric == "auc":
             return [binary_auc(logits[j], self.y_test[j]) for j in range(len(self.slots))]
@@ -309,7 +327,7 @@ class VecStack:
         if self.is_active:
             if self.top is not None:
                 self.top.mlp.write_back([p.top.base.fc for p in self.parties], self.slots)
-            for defense in self.defenses:
+            for defense in self.stacked_hooks:
                 defense.write_back(self.slots)
             for j, s in enumerate(self.slots):
                 self.parties[s].last_loss = float(self.losses[j])

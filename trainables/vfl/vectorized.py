@@ -14,9 +14,9 @@ inside a group: each training keeps its own. Defenses and codecs that act on mes
 (G-DP, L-DP, GS, ISO, DCAE's discretization, Quantize, Top-k) run per training on its
 slice, with its own random stream and counts. Defenses that reach into the model, the
 loss or its gradients (MID, CAE, DCAE, dCor, GPer) run in the stacked form each declares
-(``Defense.stacked``, ``defenses/stacked.py``), each training at its own strength.
-CELU-VFL (its protocol does not declare ``stacks``) and training-time attacks do not
-stack yet: such a spec runs unstacked.
+(``Defense.stacked``, ``defenses/stacked.py``), each training at its own strength;
+CELU-VFL's workset likewise (``StackedWorkset``). Training-time attacks do not stack
+yet: such a spec runs unstacked.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from trainables.defenses.base import DEFENSES
 from trainables.defenses.stack import entries
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.models import build_bottom
-from trainables.protocols import PROTOCOLS
+from trainables.protocols import CODECS, PROTOCOLS
 from trainables.spec import TrialSpec
 from trainables.stacked import stackable_module
 from trainables.transport.open import open_parties
@@ -73,13 +73,21 @@ def stacks(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> bool:
 
 
 def model_signature(prepared: PreparedTrial) -> tuple[Any, ...]:
-    """The defenses with model hooks, by name and parameters (strengths may differ inside
-    a stack; their shapes and arithmetic may not); message-only ones stack with any."""
-    return tuple(
+    """The hooks with a stacked form past the messages, by name and parameters: defenses
+    with model hooks (strengths may differ inside a stack; their shapes and arithmetic may
+    not) and the protocol's such codecs (CELU-VFL's workset); message-only ones stack with
+    any."""
+    defenses = tuple(
         (e.name, json.dumps(e.params, sort_keys=True, default=str))
         for e, d in zip(prepared.defenses.entries, prepared.defenses.defenses, strict=True)
         if d.stacked is not None and d.stacked.model
     )
+    codecs = tuple(
+        (name, json.dumps(params, sort_keys=True, default=str))
+        for _, name, params in prepared.protocol.codec_hooks()
+        if (form := getattr(CODECS.get(name), "stacked", None)) is not None and form.model
+    )
+    return defenses + codecs
 
 
 def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
