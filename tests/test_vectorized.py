@@ -177,7 +177,7 @@ def test_what_cannot_stack_has_no_key(data: Dataset) -> None:
     assert stack_key(plain, prepare_parties(plain, data)) is not None
     assert stacks(plain, [DLI, PMC])
     assert stacks(_job(0, protocol="celu").spec, ())
-    assert not stacks(plain, [("amc", {"preset": "fast"})])  # a training-time attack
+    assert stacks(plain, [("amc", {"preset": "fast"})])  # training-time attacks that say so
     a, b = _job(0).spec, _job(0, epochs=5).spec
     assert stack_key(a, prepare_parties(a, data)) != stack_key(b, prepare_parties(b, data))
 
@@ -319,3 +319,22 @@ def test_a_celu_stack_takes_each_trainings_cached_steps(data: Dataset) -> None:
         assert [len(w) for w in seen(got)] == [len(w) for w in seen(want)]
         assert len(seen(got)[0]) == 4 * 2 * 4  # q - 1 = 4 cached steps a round, 4 rounds an epoch
         assert np.allclose(seen(got), seen(want), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("attack", "params"), [("lrb", {"preset": "strong"}), ("amc", {"preset": "fast"})]
+)
+def test_training_time_attacks_stack_with_each_trainings_own_tampering(
+    data: Dataset, attack: str, params: dict
+) -> None:
+    """LRB (each training's own target rows and poison samples; FedBCD's clean local
+    steps) and AMC (the stack's optimizer scaled elementwise) give each training the
+    records it gets alone, the attack's AP included."""
+    jobs = [
+        _job(s, epochs=2, train_attack=attack, train_attack_params=params, protocol=p)
+        for s in range(3)
+        for p in ("fedsgd", "fedbcd")
+    ]
+    got = _compare(jobs, data, LOCAL)
+    assert all(_vectorized(got[i]) for i in range(len(jobs)))
+    assert {r.attack for i in range(len(jobs)) for r in got[i]} >= {attack}  # type: ignore[union-attr]

@@ -105,12 +105,17 @@ class StackedOptimizer:
         lr = torch.tensor(self.lrs, dtype=p.dtype, device=p.device) * scale
         return lr.view(-1, *([1] * (p.dim() - 1)))  # (K, 1, ...)
 
-    def zero_grad(self) -> None:
+    @property
+    def param_groups(self) -> list[dict[str, list[torch.Tensor]]]:
+        """One group of every stacked parameter (what an optimizer wrapper reads: AMC)."""
+        return [{"params": self.params}]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
             p.grad = None
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, closure: object = None) -> None:
         self.steps += 1
         for p, (avg, avg_sq) in zip(self.params, self.state, strict=True):
             if p.grad is None:

@@ -16,21 +16,22 @@ AP: accuracy of the inferred test labels; the record's MP is the MP under attack
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from trainables.attacks.base import AttackInfo, AuxData
 from trainables.attacks.pmc import PassiveModelCompletion
+from trainables.defenses.stacked import StackedDefense
+from trainables.messages import Message
 
 
 class MaliciousOptimizer:
     """Wraps an optimizer; after each honest step, scales every update element by
     clamp(1 + gamma * u_t / (s_{t-1} + eps), min_ratio, max_ratio)."""
 
-    def __init__(
-        self, inner: torch.optim.Optimizer, gamma: float, min_ratio: float, max_ratio: float
-    ) -> None:
+    def __init__(self, inner: Any, gamma: float, min_ratio: float, max_ratio: float) -> None:
         self.inner = inner
         self.gamma, self.min_ratio, self.max_ratio = gamma, min_ratio, max_ratio
         self.last: dict[int, torch.Tensor] = {}  # parameter index -> previous scaled update
@@ -65,8 +66,41 @@ class MaliciousOptimizer:
         return self.inner.state_dict()
 
 
+class StackedMalicious(StackedDefense):
+    """AMC at a stacked attacker party: its optimizer wrapped as alone. The scaling is
+    elementwise, so each training's slice moves as it would alone (one gamma per stack:
+    the attack's parameters are part of the stack key)."""
+
+    messages = False
+    model = True
+
+    def install(self, stack: Any) -> None:
+        stack.optimizer = self.members[0].wrap(stack.optimizer)
+
+
+@dataclass(frozen=True)
+class MaliciousScaling:
+    """The attacker party's mark (a message hook that changes no message): which scaling
+    its optimizer runs, so that a stacked party wraps its own optimizer the same way."""
+
+    gamma: float
+    min_ratio: float
+    max_ratio: float
+    stacked: ClassVar[type[StackedDefense]] = StackedMalicious
+
+    def wrap(self, inner: Any) -> MaliciousOptimizer:
+        return MaliciousOptimizer(inner, self.gamma, self.min_ratio, self.max_ratio)
+
+    def on_send(self, party: Any, msg: Message) -> Message:
+        return msg
+
+    def on_receive(self, party: Any, msg: Message) -> Message:
+        return msg
+
+
 class ActiveModelCompletion(PassiveModelCompletion):
     name = "amc"
+    stacks = True  # its hooks' stacked form: StackedMalicious
     info = AttackInfo(type="LI", role="passive", training_time=True, aux_labels_per_class=4)
     defaults: ClassVar[dict[str, Any]] = {
         **PassiveModelCompletion.defaults,
@@ -80,12 +114,13 @@ class ActiveModelCompletion(PassiveModelCompletion):
     }
 
     def install(self, party: Any, aux: AuxData) -> None:
-        party.optimizer = MaliciousOptimizer(
-            party.optimizer,
+        scaling = MaliciousScaling(
             float(self.params["gamma_lr_scale_up"]),
             float(self.params["min_ratio"]),
             float(self.params["max_ratio"]),
         )
+        party.optimizer = scaling.wrap(party.optimizer)
+        party.hooks.append(scaling)  # a stacked party finds it there (``StackedMalicious``)
 
 
 ATTACK = ActiveModelCompletion

@@ -164,6 +164,10 @@ class Attack:
     # the attacker holds no auxiliary ground truth to score a setting on
     search: ClassVar[dict[str, Range]] = {}
     family: ClassVar[str] = "nn"  # the trials it reads: "nn" (VFL NN parties) or "trees"
+    # a training-time attack whose install leaves, at its party, hooks with a stacked form
+    # (``defenses/stacked.py``: LRB's swaps, AMC's optimizer) says so: its trainings then
+    # run in vectorized packs; one that does not runs them alone
+    stacks: ClassVar[bool] = False
 
     def __init__(self, preset: str | None = None, **params: Any) -> None:
         if preset is not None and preset not in self.presets:

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from trainables.attacks.base import Attack, AttackInfo, AuxData, InferenceTamper, PartyView
+from trainables.defenses.stacked import StackedDefense
 from trainables.messages import Message
 
 
@@ -73,6 +74,32 @@ def poison_rows(n_train: int, ratio: float, seed: int) -> np.ndarray:
     return np.sort(rng.choice(n_train, size=k, replace=False)).astype(np.int64)
 
 
+class StackedReplacement(StackedDefense):
+    """LRB at a stacked attacker party: each training swaps its own known target rows for
+    its own triggered poison samples (its member hook's rows, samples and swap count), the
+    poison embeddings from that training's slice of the stacked bottom."""
+
+    messages = False  # the stack hands it H and the payload before they leave
+    model = True
+
+    def on_forward(
+        self, stack: Any, rows: torch.Tensor, h: torch.Tensor, payload: Any
+    ) -> tuple[torch.Tensor, Any]:
+        swapped = False
+        for j, hook in enumerate(self.members):
+            pos = np.flatnonzero(np.isin(rows[j].cpu().numpy(), hook.target_rows))  # (m,)
+            if len(pos) == 0:
+                continue
+            if not swapped:  # copies made once, only when a row is swapped (as alone)
+                h, payload, swapped = h.clone(), np.array(payload, copy=True), True
+            index = torch.tensor([j], device=h.device)
+            h_poison = stack.bottom.forward(hook.next_poison(len(pos))[None], index)[0]  # (m, C)
+            h[j, torch.from_numpy(pos).to(h.device)] = h_poison
+            payload[j, pos] = h_poison.detach().cpu().numpy()
+            payload[j, pos, hook.target] -= hook.margin
+        return h, payload
+
+
 @dataclass
 class ReplacementHook:
     """MessageHook on the attacker's own party: replaces target rows' embeddings on send.
@@ -86,6 +113,13 @@ class ReplacementHook:
     target: int
     margin: float
     swaps: int = 0  # replacements so far; also cycles through the poison samples
+    stacked: ClassVar[type[StackedDefense]] = StackedReplacement
+
+    def next_poison(self, m: int) -> torch.Tensor:
+        """The next ``m`` triggered samples (m, d), cycling through them."""
+        pick = (self.swaps + np.arange(m)) % len(self.poison_x)
+        self.swaps += m
+        return self.poison_x[pick]
 
     def on_send(self, party: Any, msg: Message) -> Message:
         pending = party._pending  # (ref, h) kept by Party.forward for the coming gradient
@@ -94,9 +128,7 @@ class ReplacementHook:
         pos = np.flatnonzero(np.isin(party.schedule.rows(msg.batch), self.target_rows))  # (m,)
         if len(pos) == 0:
             return msg
-        pick = (self.swaps + np.arange(len(pos))) % len(self.poison_x)
-        self.swaps += len(pos)
-        h_poison = party.bottom(self.poison_x[pick])  # (m, C), with its graph
+        h_poison = party.bottom(self.next_poison(len(pos)))  # (m, C), with its graph
         ref, h = pending  # h: (B, C)
         h = h.clone()
         h[torch.from_numpy(pos).to(h.device)] = h_poison
@@ -112,6 +144,7 @@ class ReplacementHook:
 
 class LabelReplacementBackdoor(Attack):
     name = "lrb"
+    stacks = True  # its hooks' stacked form: StackedReplacement
     # VFLAIR gives the attacker 10 clean samples of the target class
     info = AttackInfo(type="TB", role="passive", training_time=True, aux_labels_per_class=10)
     defaults: ClassVar[dict[str, Any]] = {

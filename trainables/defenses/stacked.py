@@ -89,6 +89,16 @@ class StackedDefense:
         """(K, N, C) the released output from the logits (CAE's decoder), at evaluation."""
         return logits
 
+    def install(self, stack: Any) -> None:
+        """Once the stack is built, before training (AMC wraps its optimizer here)."""
+
+    def on_forward(
+        self, stack: Any, rows: torch.Tensor, h: torch.Tensor, payload: Any
+    ) -> tuple[torch.Tensor, Any]:
+        """At a passive stack, H (K, B, C) with its graph and the (K, B, C) array about to
+        be sent, for rows (K, B): what the party keeps and what it sends (LRB swaps rows)."""
+        return h, payload
+
     def after_backward(
         self, stack: Any, rows: torch.Tensor, h_sent: torch.Tensor, grad: torch.Tensor
     ) -> None:

@@ -142,7 +142,7 @@ class StackedWorkset(StackedDefense):
                 losses = stack.objective(logits, y, list(entry.received), weights, index)
                 total = total + losses.sum()
             stack.optimizer.zero_grad()
-            total.backward(inputs=stack.optimizer.params)
+            total.backward(inputs=stack.params)
             stack.optimizer.step()
 
 

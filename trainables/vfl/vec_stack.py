@@ -122,7 +122,12 @@ class VecStack:
             for hs in zip(*(model_hooks(p) for p in ps), strict=True)
         ]
         params += [q for d in self.stacked_hooks for q in d.params]
-        self.optimizer = StackedOptimizer(self.config.optimizer, params, [p.config.lr for p in ps])
+        self.params = params  # every stacked parameter this party trains
+        self.optimizer: Any = StackedOptimizer(
+            self.config.optimizer, params, [p.config.lr for p in ps]
+        )
+        for hook in self.stacked_hooks:
+            hook.install(self)  # AMC wraps the optimizer
         self._pending: tuple[BatchRef, torch.Tensor, torch.Tensor] | None = None
         # the exchange the update steps on: rows, losses, passive H, own H
         self._stash: tuple[Any, ...] | None = None
@@ -176,10 +181,11 @@ class VecStack:
         """H = G(X[rows]) : (K, B, C), kept with its graph until the gradient comes back."""
         rows = self.rows(ref)
         h = self.bottom.forward(self.X_train[self.k, rows])
+        payload = h.detach().cpu().numpy()  # (K, B, C)
+        for hook in self.stacked_hooks:  # a training-time attack may swap rows (LRB)
+            h, payload = hook.on_forward(self, rows, h, payload)
         self._pending = (ref, h, rows)
-        return self._send(
-            "embedding", self.config_party_id, self.active_id, h.detach().cpu().numpy(), ref
-        )
+        return self._send("embedding", self.config_party_id, self.active_id, payload, ref)
 
     @property
     def config_party_id(self) -> int:
@@ -292,7 +298,7 @@ class VecStack:
                 y = self.y_train[self.k, rows]
                 losses = self.objective(self.logits([*h_passive, h_own]), y, h_passive)
             self.optimizer.zero_grad()
-            losses.sum().backward(inputs=self.optimizer.params)
+            losses.sum().backward(inputs=self.params)
             self.optimizer.step()
         self.losses = losses.detach().cpu()
         self._stash = None

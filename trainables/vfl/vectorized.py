@@ -15,8 +15,8 @@ inside a group: each training keeps its own. Defenses and codecs that act on mes
 slice, with its own random stream and counts. Defenses that reach into the model, the
 loss or its gradients (MID, CAE, DCAE, dCor, GPer) run in the stacked form each declares
 (``Defense.stacked``, ``defenses/stacked.py``), each training at its own strength;
-CELU-VFL's workset likewise (``StackedWorkset``). Training-time attacks do not stack
-yet: such a spec runs unstacked.
+CELU-VFL's workset likewise (``StackedWorkset``), and the training-time attacks that
+declare ``Attack.stacks`` (LRB, AMC), each training with its own aux data.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def stacks(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> bool:
         return False
     if any(DEFENSES.get(e.name).stacked is None for e in entries(spec)):
         return False
-    if any(ATTACKS.get(name).info.training_time for name, _ in attacks):
+    if any((cls := ATTACKS.get(name)).info.training_time and not cls.stacks for name, _ in attacks):
         return False
     return spec.optimizer in OPTIMIZERS
 
@@ -87,7 +87,12 @@ def model_signature(prepared: PreparedTrial) -> tuple[Any, ...]:
         for _, name, params in prepared.protocol.codec_hooks()
         if (form := getattr(CODECS.get(name), "stacked", None)) is not None and form.model
     )
-    return defenses + codecs
+    attacks = tuple(
+        (name, json.dumps(params, sort_keys=True, default=str))
+        for init in prepared.inits
+        for name, params, _ in init.install
+    )  # a training-time attack's parameters (its aux data may differ)
+    return defenses + codecs + attacks
 
 
 def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
