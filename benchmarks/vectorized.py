@@ -1,4 +1,4 @@
-"""``python -m benchmarks.vectorized``: a vectorized pack against today's lockstep and a loop.
+"""``python -m benchmarks.vectorized``: a vectorized pack against unstacked runs and a loop.
 
 For K = 4, 16, 64 trainings of one shape (seeds 0..K-1) at VFLAIR's settings (MLP-2,
 batch 1024, Adam, ``--epochs`` 50) on breast_cancer and digits, the seconds to train
@@ -6,12 +6,14 @@ and record the pack (no attacks), medians over ``--repeats``, all in this proces
 
 - ``vectorized_s``: ``NNKind.run_many`` on warm Ray actors (one per party, 0.5 CPU
   each), stacked (``vfl/vectorized.py``);
-- ``lockstep_s``: the same call with ``vectorize`` off: the lockstep pack of before;
+- ``unstacked_s``: the same call with ``vectorize`` off: one training after another on
+  party objects, on the same warm actors (the lockstep packs that this measured before
+  2026-12-03 are gone);
 - ``loop_s``: ``NNKind.run`` per training in this process (``transport: local``), the
   plain loop;
 - ``local_vectorized_s``: the stacked pack in this process.
 
-Each repeat checks that the stacked MPs equal the lockstep ones (``mp_equal``). Ratios
+Each repeat checks that the stacked MPs equal the unstacked ones (``mp_equal``). Ratios
 are of medians from the same run. Prints one JSON object.
 """
 
@@ -61,11 +63,11 @@ def measure(dataset: str, k: int, epochs: int, repeats: int) -> dict[str, Any]:
     equal = True
     for _ in range(repeats):
         vec, mp_vec = _timed(jobs, ds, WARM)
-        lock, mp_lock = _timed(jobs, ds, dataclasses.replace(WARM, vectorize=False))
+        alone, mp_alone = _timed(jobs, ds, dataclasses.replace(WARM, vectorize=False))
         local, _ = _timed(jobs, ds, LOCAL)
-        equal = equal and mp_vec == mp_lock
+        equal = equal and mp_vec == mp_alone
         runs.setdefault("vectorized_s", []).append(vec)
-        runs.setdefault("lockstep_s", []).append(lock)
+        runs.setdefault("unstacked_s", []).append(alone)
         runs.setdefault("local_vectorized_s", []).append(local)
         runs.setdefault("loop_s", []).append(_loop(jobs, ds))
     med = {key: statistics.median(v) for key, v in runs.items()}
@@ -73,7 +75,7 @@ def measure(dataset: str, k: int, epochs: int, repeats: int) -> dict[str, Any]:
         "dataset": dataset,
         "k": k,
         **{key: round(v, 3) for key, v in med.items()},
-        "speedup_over_lockstep": round(med["lockstep_s"] / med["vectorized_s"], 2),
+        "speedup_over_unstacked": round(med["unstacked_s"] / med["vectorized_s"], 2),
         "speedup_over_loop": round(med["loop_s"] / med["vectorized_s"], 2),
         "local_speedup_over_loop": round(med["loop_s"] / med["local_vectorized_s"], 2),
         "mp_equal": equal,

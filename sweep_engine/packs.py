@@ -10,8 +10,8 @@ and party count, so they share the dataset in memory and the placement group's b
 ``run.pack`` fixes the size; ``auto`` (the default) sizes packs from ``cost``
 to last about ``run.pack_seconds`` each (``cost``): one pack if the whole group fits
 that, else never so few packs that a slot stays idle. Plain NN packs on the ``ray``
-transport run in lockstep (one actor call per round for the whole pack), so ``auto``
-gives them at least ``LOCKSTEP_MIN`` trainings even when each is longer than the target.
+transport run stacked (one actor call per round for the whole pack), so ``auto``
+gives them at least ``STACK_MIN`` trainings even when each is longer than the target.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from trainables.errors import ConfigError, MissingDataError
 from trainables.kinds import kind_of
 from trainables.kinds.nn import plain_nn
 from trainables.trial import actor_count
-from trainables.vfl.lockstep import GROUP_SIZE
 
 if TYPE_CHECKING:
     from sweep_engine.plan import Plan, Training
@@ -48,13 +47,13 @@ ATTACK_S = {  # median CPU seconds of one evaluation on digits: benchmarks.attac
     "dli": 0.01, "lrb": 0.01, "nsb": 0.01, "mf": 0.01, "ns": 0.01, "ds": 0.01,
 }  # fmt: skip
 OTHER_ATTACK_S = 1.0
-# Why a floor for lockstep packs: on the ray transport every round of a training is an
-# actor round trip, ~2-3 ms of CPU on the two actors once they sleep between rounds
-# (``benchmarks.transport``); a heavy FedBCD training has 756 of them. A lockstep pack of K
+# Why a floor for stacked packs on actors: on the ray transport every round of a training
+# is an actor round trip, ~2-3 ms of CPU on the two actors once they sleep between rounds
+# (``benchmarks.transport``); a heavy FedBCD training has 756 of them. A stacked pack of K
 # pays one trip per round for all K, so a pack of one, the time target's choice for a
 # training over ``pack_seconds``, pays K times the trips (issue 17: 6 heavy trainings on
-# 2 CPUs). One full coalesced call per round.
-LOCKSTEP_MIN = GROUP_SIZE
+# 2 CPUs).
+STACK_MIN = 4
 # A stacked (vectorized) pack trains K same-shape trainings about this many times faster
 # than one after another (``benchmarks.vectorized``, 2026-12-02: 2.4-5.1x over lockstep,
 # 2.5-3.5x over the in-process loop at K = 4-64): ``auto`` sizes such packs by it.
@@ -188,7 +187,7 @@ def _auto_size(
 ) -> int:
     """One pack for a group that fits ``target_s`` (a second slot would cost more to start,
     ~4 CPU-s per process, than it saves); else packs of ``target_s``, spread over slots;
-    lockstep packs no smaller than ``LOCKSTEP_MIN`` where the spread allows it."""
+    NN packs on actors no smaller than ``STACK_MIN`` where the spread allows it."""
     stacked = vectorize and plain_nn([t.spec for t in group])
     total = sum(cost(t, remote, data_dir).total for t in group)
     if stacked:
@@ -197,7 +196,7 @@ def _auto_size(
         return len(group)
     per = max(1e-3, total / len(group))
     by_time = max(1, int(target_s / per))
-    if remote and plain_nn([t.spec for t in group]):  # runs in lockstep on actors
-        by_time = max(by_time, LOCKSTEP_MIN)
+    if remote and plain_nn([t.spec for t in group]):  # one round trip a round for all
+        by_time = max(by_time, STACK_MIN)
     spread = max(1, math.ceil(len(group) / max(1, slots)))
     return min(by_time, spread)

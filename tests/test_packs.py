@@ -12,7 +12,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from sweep_engine.faults import FAULT_ENV
-from sweep_engine.packs import LOCKSTEP_MIN, cost, make_packs, shape_key
+from sweep_engine.packs import STACK_MIN, cost, make_packs, shape_key
 from sweep_engine.plan import expand
 from sweep_engine.space import load_space
 from trainables.trial import run_trial
@@ -50,10 +50,10 @@ def test_packs_hold_one_shape_and_auto_spreads_them_over_the_slots(tmp_path: Pat
     assert [len(p.trainings) for p in one] == [7, 7]  # a shape that fits: one pack, one start
     tiny = make_packs(plan.trainings, "auto", slots=1, target_s=1e-6, remote=False)
     assert all(len(p.trainings) == 1 for p in tiny)  # in one process: never over the target
-    # on actors, plain NN packs run in lockstep: at least LOCKSTEP_MIN per pack, since a
+    # on actors, plain NN packs run stacked: at least STACK_MIN per pack, since a
     # pack of K pays one round trip per round instead of K; still spread over the slots
     ray_tiny = make_packs(plan.trainings, "auto", slots=1, target_s=1e-6)
-    assert [len(p.trainings) for p in ray_tiny] == [LOCKSTEP_MIN, 3] * 2
+    assert [len(p.trainings) for p in ray_tiny] == [STACK_MIN, 3] * 2
     ray_spread = make_packs(plan.trainings, "auto", slots=4, target_s=1e-6)
     assert [len(p.trainings) for p in ray_spread] == [2, 2, 2, 1] * 2
     digits = [t for t in plan.trainings if t.spec.dataset == "digits"]

@@ -20,10 +20,9 @@ from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer
 from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
-from trainables.vfl.lockstep import _Prepared
 from trainables.vfl.training import attacks_of, prepare_parties, train_local_parties
 from trainables.vfl.vec_stack import VecStack, VecStackInit
-from trainables.vfl.vectorized import _train_stacked, stack_key, stacks
+from trainables.vfl.vectorized import _Prepared, _train_stacked, stack_key, stacks
 
 WARM = Placement("ray", cpu_per_party=0.5, reuse_actors=True)
 TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None, "extra": ""}

@@ -1,7 +1,7 @@
 """What a pack of trainings is made of: jobs in, outcomes out (below every kind).
 
 Why its own module: a kind's ``run_many``, the NN-VFL library's packed runners
-(``vfl/lockstep.py``, ``vfl/vectorized.py``) and the SSL trials all speak in these types;
+(``vfl/vectorized.py``) and the SSL trials all speak in these types;
 keeping them here lets the library sit below ``kinds/`` with no import back up.
 """
 

@@ -71,7 +71,7 @@ class TrialKind:
     ) -> Iterator[tuple[int, Outcome]]:
         """Run a pack of jobs on ``ds`` (one dataset, one shape), yielding ``(index, outcome)``
         as each finishes. The base runs them one after another on the same placement (its
-        warm actors); a kind may advance several at once (``vfl/lockstep.py``) as long
+        warm actors); a kind may advance several at once (``vfl/vectorized.py``) as long
         as each job's records equal what ``run`` gives it."""
         from trainables.defenses.applied import DefenseNeverApplied
         from trainables.errors import ConfigError

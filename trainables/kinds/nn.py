@@ -2,8 +2,8 @@
 
 The kind is the thin part: which specs it takes, how it checks them, and how a pack runs.
 The training itself is the NN-VFL library below the kinds (``trainables/vfl/``):
-``prepare_parties``, ``train_prepared`` and ``records_of`` for one training, lockstep and
-vectorized packs for many.
+``vectorized.py``: every training that stacks, a pack's or a lone one, as a stack of
+trainings; ``prepare_parties``, ``train_prepared`` and ``records_of`` for one that does not.
 """
 
 from __future__ import annotations
@@ -21,19 +21,18 @@ from trainables.protocols import PROTOCOLS
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
-from trainables.vfl.lockstep import eligible, run_lockstep
 from trainables.vfl.training import (
     attacks_of,
     prepare_parties,
     records_of,
     train_prepared,
 )
-from trainables.vfl.vectorized import run_vectorized
+from trainables.vfl.vectorized import DETERMINISTIC, run_vectorized
 
 
 def plain_nn(specs: Sequence[Any]) -> bool:
     """Whether every spec is a plain NN training and all have one party count: what a
-    lockstep or vectorized pack needs of its trainings (the planner's pack sizing asks)."""
+    vectorized pack needs of its trainings (the planner's pack sizing asks)."""
     return all(NNKind().takes(spec) for spec in specs) and len({s.n_parties for s in specs}) == 1
 
 
@@ -62,6 +61,21 @@ class NNKind(TrialKind):
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
     ) -> list[Record]:
+        """One training: a stack of one (``vfl/vectorized.py``, the code every pack runs)
+        where it stacks and the placement vectorizes, else the party objects alone."""
+        if not placement.vectorize:
+            return self.run_alone(spec, ds, placement, attacks)
+        job = Job(spec, tuple(attacks))
+        ((_, outcome),) = run_vectorized([job], ds, placement, self.run_unstacked)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def run_alone(
+        self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
+    ) -> list[Record]:
+        """One training on party objects (``Party``, ``ActiveParty``): what does not stack
+        (a bottom that is not a plain MLP, or starts pretrained)."""
         evaluated = attacks_of(spec, attacks)
         prepared = prepare_parties(spec, ds, evaluated)
         trained = train_prepared(prepared, int(spec.epochs), placement, bool(evaluated))  # type: ignore[arg-type]
@@ -77,7 +91,7 @@ class NNKind(TrialKind):
         step per round for all of them; records equal one-at-a-time's up to float
         summation order and say ``vectorized``) unless the placement turns it off; the
         rest run unstacked (``run_unstacked``)."""
-        if placement.vectorize and len(jobs) >= 2:
+        if placement.vectorize:
             yield from run_vectorized(jobs, ds, placement, self.run_unstacked)
         else:
             yield from self.run_unstacked(jobs, ds, placement)
@@ -85,9 +99,9 @@ class NNKind(TrialKind):
     def run_unstacked(
         self, jobs: Sequence[Job], ds: Dataset, placement: Placement
     ) -> Iterator[tuple[int, Outcome]]:
-        """On actors, a pack runs in lockstep (``vfl/lockstep.py``): party k of every
-        training in one actor, one call per round; records equal one-at-a-time's."""
-        if eligible(jobs, placement):
-            yield from run_lockstep(jobs, ds, placement)
-        else:
-            yield from super().run_many(jobs, ds, placement)
+        """One training after another on party objects (``run_alone``)."""
+        for i, job in enumerate(jobs):
+            try:
+                yield i, self.run_alone(job.spec, ds, placement, job.attacks)
+            except DETERMINISTIC as err:
+                yield i, err

@@ -1,11 +1,11 @@
 """Party k of K same-shape NN trainings as one stacked party, and the rounds that drive them.
 
-Why: lockstep (``transport/hub.py``) sends one message per round for a pack, but every
-training still runs its own forward, backward and optimizer step, ~3.5 ms of Python per
-round for an MLP-2. A ``VecStack`` holds the K bottoms (and, at the active party, the K
-tops) as stacked parameters (``trainables/stacked.py``) and runs one batched forward,
-backward and optimizer step per round for all K; ``VecRun`` is ``Protocol.run``'s round
-loop (FedSGD, FedBCD's Q local steps) over those stacks.
+Why: trained one by one, every training runs its own forward, backward and optimizer
+step, ~3.5 ms of Python per round for an MLP-2, and on actors its own round trips. A
+``VecStack`` holds the K bottoms (and, at the active party, the K tops) as stacked
+parameters (``trainables/stacked.py``) and runs one batched forward, backward and
+optimizer step per round for all K; ``VecRun`` is ``Protocol.run``'s round loop (FedSGD,
+FedBCD's Q local steps) over those stacks. A lone training is a stack of one.
 
 What stays per training: its own rows (each training's ``BatchSchedule``, gathered as a
 (K, B) index), its own data, init, learning rate and labels; its slice of every message

@@ -5,8 +5,9 @@ stack (``stacks``, ``stack_key``: same model, data shapes, batch size, epochs, o
 partition, a protocol that declares it stacks, the same Q, the same defenses with model
 hooks), and
 trains each group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor
-per party as the placement says. What cannot stack goes to ``fallback`` (lockstep, or
-one at a time), so a pack always runs whole. Vectorized records say so:
+per party as the placement says; a lone training is a stack of one. What cannot stack
+(a bottom that is not a plain MLP, or starts pretrained) goes to ``fallback`` (one at a
+time), so a pack always runs whole. Vectorized records say so:
 ``extra.vectorized`` is true (records of the other paths have no such key).
 
 Seeds, learning rates, aligned and labeled rows (the data of each training) may differ
@@ -23,33 +24,47 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from trainables.attacks import ATTACKS
 from trainables.data import Dataset
+from trainables.defenses.applied import DefenseNeverApplied
 from trainables.defenses.base import DEFENSES
 from trainables.defenses.stack import entries
+from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.models import build_bottom
 from trainables.protocols import CODECS, PROTOCOLS
 from trainables.spec import TrialSpec
 from trainables.stacked import stackable_module
+from trainables.transport.group import PartyGroup
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
-from trainables.vfl.lockstep import (
-    DETERMINISTIC,
-    STACK_BYTES,
-    _Prepared,
-    collect_trained,
-    stack_errors,
-)
 from trainables.vfl.training import PreparedTrial, Trained, attacks_of, prepare_parties
 from trainables.vfl.training import records_of as nn_records_of
 from trainables.vfl.vec_stack import VecRun, VecStackInit
 
 Fallback = Callable[[Sequence[Job], Dataset, Placement], Iterator[tuple[int, Outcome]]]
 OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
+DETERMINISTIC = (ConfigError, DefenseNeverApplied)  # the same spec raises them every time
+# The most party data (features of every party) one stacked run holds
+STACK_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One job ready to train: its parties' inits and the attacks it evaluates."""
+
+    index: int  # in ``jobs``
+    prepared: PreparedTrial
+    attacks: list[AttackSpec]
+
+    @property
+    def nbytes(self) -> int:
+        """The party data this training holds (features of every party)."""
+        return sum(i.X_train.nbytes + i.X_test.nbytes for i in self.prepared.inits)
 
 
 @cache
@@ -137,10 +152,7 @@ def run_vectorized(
             rest.append(i)
         else:
             groups.setdefault(key, []).append(_Prepared(i, prepared, evaluated))
-    for group in groups.values():
-        if len(group) < 2:
-            rest += [item.index for item in group]
-            continue
+    for group in groups.values():  # a lone training too: K = 1 of the same code
         for chunk in _chunks(group):
             yield from _run_chunk(jobs, chunk, placement, faults)
     if rest:
@@ -182,7 +194,7 @@ def _run_chunk(
             try:
                 yield item.index, nn_records_of(
                     jobs[item.index].spec, trained, item.prepared.n_labeled, item.attacks,
-                    extra={"vectorized": True},
+                    extra={"vectorized": True} if len(chunk) > 1 else None,
                     y_test=item.prepared.y_test, metric=item.prepared.metric,
                 )  # fmt: skip
             except DETERMINISTIC as err:
@@ -205,3 +217,35 @@ def _train_stacked(
             epochs = int(jobs[ready[0].index].spec.epochs)  # type: ignore[arg-type]
             results = group.train(run, epochs)
         return collect_trained(group, ready, results, errors)
+
+
+def stack_errors(group: PartyGroup, n: int) -> tuple[dict[int, BaseException], list[int]]:
+    """The slots whose build raised at some party (the first error each), and the rest."""
+    errors: dict[int, BaseException] = {}
+    for per_stack in group.call_all("build_errors"):
+        for slot, err in per_stack.items():
+            errors.setdefault(slot, err)
+    return errors, [s for s in range(n) if s not in errors]
+
+
+def collect_trained(
+    group: PartyGroup,
+    ready: Sequence[_Prepared],
+    results: list[Any],
+    errors: dict[int, BaseException],
+) -> list[tuple[Trained | None, BaseException | None]]:
+    """Per slot: its result, its parties (copies, only where it evaluates attacks) and
+    each party's defense reports, read back before the stacks are emptied."""
+    trained = [s for s in range(len(ready)) if s not in errors]
+    reports = group.call_all("defense_applied")  # per party: one report per slot
+    attacked = [s for s in trained if ready[s].attacks]
+    parties = group.call_all("parties_of", attacked) if attacked else []
+    out: list[tuple[Trained | None, BaseException | None]] = []
+    for s in range(len(ready)):
+        if s in errors:
+            out.append((None, errors[s]))
+            continue
+        own = [stack[attacked.index(s)] for stack in parties] if s in attacked else []
+        defenses = ready[s].prepared.defenses
+        out.append((Trained(results[s], own, [r[s] for r in reports], defenses), None))
+    return out
