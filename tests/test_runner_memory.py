@@ -120,19 +120,21 @@ def test_tune_keeps_as_much_of_a_big_pack_as_of_a_small_one(tmp_path: Path) -> N
 
 
 def test_memtrace_writes_a_checkpoint_per_n_trainings(tmp_path: Path) -> None:
-    import tracemalloc
-
-    from sweep_engine.memtrace import MemTrace
-
+    """In a fresh interpreter, as a driver has it: in this one (torch, Ray, MLflow loaded)
+    each checkpoint's walk over every live object took ~10 s."""
     out = tmp_path / "trace.jsonl"
-    trace = MemTrace(str(out), every=100)
-    try:
-        kept = []
-        for done in (50, 120, 150, 260, 299, 300):
-            kept.append(bytearray(200_000))  # something to grow between checkpoints
-            trace.tick(done)
-    finally:
-        tracemalloc.stop()
+    code = (
+        "import sys, tracemalloc\n"
+        "from sweep_engine.memtrace import MemTrace\n"
+        "trace = MemTrace(sys.argv[1], every=100)\n"
+        "kept = []\n"
+        "for done in (50, 120, 150, 260, 299, 300):\n"
+        "    kept.append(bytearray(200_000))  # something to grow between checkpoints\n"
+        "    trace.tick(done)\n"
+        "tracemalloc.stop()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["done"] for line in lines] == [120, 260, 300]
     assert lines[-1]["traced_kib"] > lines[0]["traced_kib"] + 500

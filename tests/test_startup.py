@@ -50,8 +50,9 @@ def test_what_a_trial_imports_before_its_actors_start_has_no_torch() -> None:
 
 
 def test_a_stacked_pack_in_process_never_imports_dynamo() -> None:
-    """Two stackable trainings run stacked in this process: neither the trainings nor
-    their members' (unused) optimizers pull in ``torch._dynamo``; one plain training does."""
+    """Two stackable trainings run stacked in this process, then a lone one (a stack of
+    one): neither the trainings nor their members' (unused) optimizers pull in
+    ``torch._dynamo``; one training on party objects (what does not stack) does."""
     code = (
         "import json, sys\n"
         "from trainables.data import load_dataset\n"
@@ -63,18 +64,25 @@ def test_a_stacked_pack_in_process_never_imports_dynamo() -> None:
         "out = list(run_pack(jobs, ['a', 'b']))\n"
         "assert all(not isinstance(o, Exception) for _, o in out), out\n"
         "assert all(json.loads(r.extra)['vectorized'] for _, rs in out for r in rs), out\n"
+        "out = list(run_pack(jobs[:1], ['c']))\n"
+        "assert not isinstance(out[0][1], Exception), out\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
     stacked = _fresh(code)
     assert stacked.returncode == 0, stacked.stderr
     assert stacked.stdout.strip() == "False"
-    plain = _fresh(
-        code.replace("for s in (0, 1)]", "for s in (0,)]").replace(
-            "assert all(json.loads(r.extra)['vectorized'] for _, rs in out for r in rs), out\n", ""
-        )
+    alone = _fresh(
+        "import sys\n"
+        "from trainables.data import load_dataset\n"
+        "from trainables.kinds.nn import NNKind\n"
+        "from trainables.spec import TrialSpec\n"
+        "from trainables.transport.placement import LOCAL\n"
+        "spec = TrialSpec.build(dataset='breast_cancer', epochs=2)\n"
+        "NNKind().run_alone(spec, load_dataset('breast_cancer'), LOCAL, ())\n"
+        "print('torch._dynamo' in sys.modules)\n"
     )
-    assert plain.returncode == 0, plain.stderr
-    assert plain.stdout.strip() == "True"  # the probe can tell: a plain party steps Adam
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.strip() == "True"  # the probe can tell: a plain party steps Adam
 
 
 def test_a_party_builds_its_optimizer_when_asked_or_first_used() -> None:
