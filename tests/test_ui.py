@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -79,17 +79,25 @@ def _as_from_a_terminal() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-@contextmanager
-def _ui(results: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``vflsweep ui`` as a real process in a session of its own (as from a terminal) over a
-    real store, once it printed its URL; killed with everything it started if a test fails."""
-    client_for(default_uri(results)).create_experiment("demo")  # a real store with one sweep
-    proc = subprocess.Popen(
+def _launch(results: Path) -> subprocess.Popen[str]:
+    """``vflsweep ui`` started as a real process in a session of its own (as from a
+    terminal) over a real store with one sweep; not waited for."""
+    client_for(default_uri(results)).create_experiment("demo")
+    return subprocess.Popen(
         [sys.executable, "-m", "sweep_engine.vflsweep", "ui", "--results", str(results),
          "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         preexec_fn=_as_from_a_terminal,
     )  # fmt: skip
+
+
+@contextmanager
+def _ui(
+    results: Path, proc: subprocess.Popen[str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``vflsweep ui`` (``proc``, or one launched now), once it printed its URL; killed with
+    everything it started if a test fails."""
+    proc = _launch(results) if proc is None else proc
     seen: dict[int, int] = {}
     try:
         url = None
@@ -114,24 +122,22 @@ def _ui(results: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
-@pytest.mark.parametrize(
-    ("sig", "to_group"),
-    [
-        (signal.SIGINT, True),  # Ctrl-C: the terminal signals the foreground group
-        (signal.SIGTERM, False),  # kill PID, a service manager
-        (signal.SIGHUP, False),  # the terminal closed (ssh dropped)
-    ],
-    ids=["SIGINT", "SIGTERM", "SIGHUP"],
-)
-def test_ui_answers_then_stops_with_its_whole_process_tree(
-    tmp_path: Path, sig: signal.Signals, to_group: bool
-) -> None:
-    with _ui(tmp_path / "results") as (proc, url):
-        assert _answers(url)
-        tree = _tree(proc.pid)  # mlflow ui, the uvicorn it runs, and any worker of theirs
-        assert tree, "vflsweep ui started no server process"
-        (os.killpg if to_group else os.kill)(proc.pid, sig)
-        assert proc.wait(timeout=60) == 0
-        # the command returns only once the server is gone: nothing of it may be left
-        assert _running(tree) == {}, f"still running after {sig.name}: {_running(tree)}"
-        assert not _answers(url)
+def test_ui_answers_then_stops_with_its_whole_process_tree(tmp_path: Path) -> None:
+    """Each way a UI is stopped, three UIs at once (their start-ups, an MLflow import each,
+    overlap): Ctrl-C (the terminal signals the foreground group), kill PID (a service
+    manager) and SIGHUP (the terminal closed, ssh dropped)."""
+    cases = [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, False)]
+    with ExitStack() as stack:
+        launched = [(sig, to_group, _launch(tmp_path / sig.name)) for sig, to_group in cases]
+        for _, _, started in launched:  # one never reached (a failure before it) is killed
+            stack.callback(lambda p=started: p.poll() is None and os.killpg(p.pid, 9))
+        for sig, to_group, started in launched:
+            proc, url = stack.enter_context(_ui(tmp_path / sig.name, started))
+            assert _answers(url)
+            tree = _tree(proc.pid)  # mlflow ui, the uvicorn it runs, and any worker of theirs
+            assert tree, "vflsweep ui started no server process"
+            (os.killpg if to_group else os.kill)(proc.pid, sig)
+            assert proc.wait(timeout=60) == 0, sig.name
+            # the command returns only once the server is gone: nothing of it may be left
+            assert _running(tree) == {}, f"still running after {sig.name}: {_running(tree)}"
+            assert not _answers(url)
