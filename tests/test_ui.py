@@ -130,7 +130,7 @@ def test_ui_answers_then_stops_with_its_whole_process_tree(tmp_path: Path) -> No
     with ExitStack() as stack:
         launched = [(sig, to_group, _launch(tmp_path / sig.name)) for sig, to_group in cases]
         for _, _, started in launched:  # one never reached (a failure before it) is killed
-            stack.callback(lambda p=started: p.poll() is None and os.killpg(p.pid, 9))
+            stack.callback(lambda p=started: p.poll() is None and os.killpg(p.pid, signal.SIGKILL))
         for sig, to_group, started in launched:
             proc, url = stack.enter_context(_ui(tmp_path / sig.name, started))
             assert _answers(url)
