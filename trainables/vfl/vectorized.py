@@ -44,7 +44,8 @@ from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.vfl.training import PreparedTrial, Trained, attacks_of, prepare_parties
 from trainables.vfl.training import records_of as nn_records_of
-from trainables.vfl.vec_stack import VecRun, VecStackInit
+from trainables.vfl.vec_run import VecRun
+from trainables.vfl.vec_stack import VecStackInit
 
 Fallback = Callable[[Sequence[Job], Dataset, Placement], Iterator[tuple[int, Outcome]]]
 OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps

@@ -1,0 +1,134 @@
+"""The rounds of a stacked training (``VecRun``) and each training's own counts.
+
+``VecRun`` is the base protocol's round loop (``Rounds.run``: FedSGD, FedBCD's Q local
+steps, CELU-VFL's cached steps at the stacks) run at the active ``VecStack``
+(``vec_stack.py``) for every stacked training at once. Rounds and bytes are counted per
+training exactly as its one-at-a-time transport counts them (``_Counts``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainables.messages import BatchRef
+from trainables.protocols import Protocol, TrainResult
+from trainables.transport.base import CommStats, Transport
+from trainables.vfl.vec_stack import Payload, VecStack
+
+
+def sizes(payload: Payload | None, k: int) -> list[int]:
+    """Each training's bytes of one stacked message, as its own transport counts them."""
+    if payload is None:
+        return [0] * k
+    if isinstance(payload, list):
+        return [m.nbytes for m in payload]
+    return [payload.nbytes // k] * k
+
+
+@dataclass
+class _Counts:
+    """The trainings' ``CommStats``, counted as each one-at-a-time transport counts."""
+
+    stats: list[CommStats]
+
+    def sent(self, payloads: Sequence[Payload | None], new_round: bool) -> None:
+        k = len(self.stats)
+        for payload in payloads:
+            for stats, n in zip(self.stats, sizes(payload, k), strict=True):
+                stats.bytes_down += n
+        for stats in self.stats:
+            stats.rounds += int(new_round)
+
+    def received(self, payloads: Sequence[Payload], training: bool, only: Sequence[int]) -> None:
+        k = len(self.stats)
+        for payload in payloads:
+            n = sizes(payload, k)
+            for j in only:
+                if training:
+                    self.stats[j].bytes_up += n[j]
+                else:
+                    self.stats[j].eval_bytes += n[j]
+
+
+class VecRun(Protocol):
+    """What ``PartyGroup.train`` runs at the active ``VecStack``: the base protocol's rounds
+    for every stacked training at once (``Rounds.run``'s loop). Returns one ``TrainResult``
+    per slot of the pack (None where a slot was not stacked); ``train_seconds`` is each
+    training's share. Its messages are counted per training (``_Counts``), not by the
+    transport."""
+
+    name = "vectorized"
+
+    def __init__(self, targets: list[float | None], slots: list[int]) -> None:
+        super().__init__()
+        self.targets = targets  # per slot of the pack
+        self.slots = slots
+
+    def setup(self, active: VecStack, transport: Transport) -> None:  # type: ignore[override]
+        super().setup(active, transport)  # type: ignore[arg-type]
+        self.k = len(self.slots)
+        self.counts = _Counts([CommStats() for _ in self.slots])
+        self.slot_targets = [self.targets[s] for s in self.slots]
+        self.curves: list[list[float]] = [[] for _ in self.slots]
+        self.reached_at: list[int | None] = [None] * self.k
+
+    def epoch_steps(self, active: VecStack, epoch: int) -> Sequence[BatchRef]:  # type: ignore[override]
+        return active.parties[self.slots[0]].schedule.refs(epoch)  # every slot's count
+
+    def send(
+        self,
+        transport: Transport,
+        grads: Sequence[Payload | None],
+        nxt: BatchRef | None,  # type: ignore[override]
+    ) -> Any:
+        self.counts.sent(grads, nxt is not None)
+        return transport.submit("vstep", [(g, nxt) for g in grads], training=False, new_round=False)
+
+    def receive(self, transport: Transport, pending: Any) -> list[Any]:
+        embeddings = transport.gather(pending)
+        self.counts.received(embeddings, True, range(self.k))
+        return embeddings
+
+    def pauses(self) -> bool:
+        return any(t is not None for t in self.slot_targets)
+
+    def observe(self, active: VecStack, transport: Transport, done: int) -> None:  # type: ignore[override]
+        """Only the trainings with a target evaluate (and count eval traffic) at epoch ends."""
+        with_target = [j for j, t in enumerate(self.slot_targets) if t is not None]
+        self._curve(self._evaluate(active, transport, with_target), done)
+
+    def _evaluate(
+        self, active: VecStack, transport: Transport, counted: Sequence[int]
+    ) -> list[float]:
+        """Every training's MP; eval traffic counted for the ``counted`` ones."""
+        test = transport.call("vembed", [("test",)] * transport.n_peers, training=False)
+        self.counts.received(test, False, counted)
+        return active.evaluate(test)
+
+    def result(  # type: ignore[override]
+        self, active: VecStack, transport: Transport, seconds: float, total: int
+    ) -> list[Any]:
+        mps = self._evaluate(active, transport, range(self.k))
+        self._curve(mps, total)
+        out: list[Any] = [None] * len(self.targets)
+        for j, s in enumerate(self.slots):
+            out[s] = TrainResult.from_stats(
+                self.counts.stats[j],
+                mp=mps[j],
+                train_seconds=seconds / self.k,
+                final_loss=float(active.losses[j]),
+                rounds_to_target=self.reached_at[j],
+                mp_by_epoch=tuple(self.curves[j]),
+            )
+        return out
+
+    def _curve(self, mps: list[float], rounds: int) -> None:
+        """Per training with a target: its curve point and the first round count reaching it."""
+        for j, t in enumerate(self.slot_targets):
+            if t is None:
+                continue
+            self.curves[j].append(mps[j])
+            if self.reached_at[j] is None and mps[j] >= t:
+                self.reached_at[j] = rounds
