@@ -8,7 +8,11 @@ Metrics: the clean row's scalars, ``ap:<attack>`` (the attack's AP as VFLAIR sco
 and ``adv:<attack>`` (its advantage over a no-information guess, 0..1).
 
 ``best.json`` names, per metric, the best cell, the cells exactly tied with it and those
-whose intervals overlap it; a metric that never varied gets no best.
+whose intervals overlap it; a metric that never varied gets no best. MP is selected on the
+validation rows (``val_mp``, the trial's ``val_ratio``) and the test MP of the selected
+cell is reported: choosing on the test rows a number is then reported on would flatter it.
+Without validation rows (``val_ratio`` 0, the paper setting of a grid; records written
+before ``val_mp`` existed) no cell is named best by MP, and ``best.json`` says why.
 """
 
 from __future__ import annotations
@@ -21,10 +25,19 @@ import pandas as pd
 
 from analysis.uncertainty import TIE, half_width
 
-SCALARS = ("mp", "rounds", "comm_bytes", "train_seconds", "epsilon", "rounds_to_target")
+SCALARS = (
+    "mp",
+    "val_mp",
+    "rounds",
+    "comm_bytes",
+    "train_seconds",
+    "epsilon",
+    "rounds_to_target",
+)
 # Which way is better, per metric: what ``best.json`` picks and states.
 DIRECTIONS = {
     "mp": "max",
+    "val_mp": "max",
     "rounds": "min",
     "comm_bytes": "min",
     "train_seconds": "min",
@@ -34,13 +47,15 @@ DIRECTIONS = {
     "adv": "min",  # adv:<attack>: its advantage over chance; lower means less leakage
 }
 STATS = ("mean", "std", "n", "ci_lo", "ci_hi")
-SE_OF = {"mp": "mp_se"}  # a scalar's test-set sampling error column, where it has one
+# a scalar's sampling error column (test rows; validation rows for val_mp), where it has one
+SE_OF = {"mp": "mp_se", "val_mp": "val_mp_se"}
+SELECTED_ON = {"mp": "val_mp"}  # a metric whose best cell is chosen on another one
 
 
 def bounded(metric: str) -> bool:
     """Whether a metric is a share in [0, 1] (MP, AP, advantage), whose interval is clipped
     to that range (a t interval knows no bounds)."""
-    return metric == "mp" or metric.startswith(("ap:", "adv:"))
+    return metric in ("mp", "val_mp") or metric.startswith(("ap:", "adv:"))
 
 
 def direction(metric: str) -> str:
@@ -56,7 +71,7 @@ def per_training(frame: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     counts them).
     """
     keys = [a for a in axes if a in frame.columns]
-    extra = ("attack", "ap", "ap_advantage", "ap_advantage_se", "mp_se")
+    extra = ("attack", "ap", "ap_advantage", "ap_advantage_se", "mp_se", "val_mp_se")
     used = [*keys, *(c for c in (*SCALARS, *extra) if c in frame and c not in keys)]
     ok = frame.loc[frame["status"] == "ok", used]  # copy only the columns used
     clean = ok[ok["attack"] == "none"]
@@ -143,10 +158,16 @@ def best_cells(table: pd.DataFrame, cell_axes: list[str]) -> dict[str, Any]:
     """Per metric: the best cell by mean (direction stated), the cells exactly tied with
     it, and those whose interval overlaps its own (not distinguishable with these seeds;
     none can be named below three seeds). A metric with one value everywhere gets no best.
+
+    MP's best is chosen on ``val_mp`` (``SELECTED_ON``): ties and overlaps are the
+    validation MP's, and the cells carry their test MP (``mean``, ``ci``) beside
+    ``selected_mean``. Without validation MP no MP best is named (``note`` says why);
+    ``val_mp`` gets no entry of its own (it is MP's selection).
     """
     out: dict[str, Any] = {
-        "directions": {m: direction(m) for m in metrics_of(table)},
-        "note": "mp: higher is better; ap:<attack> (attack performance), adv:<attack> (its "
+        "directions": {m: direction(m) for m in metrics_of(table) if m != "val_mp"},
+        "note": "mp: higher is better, selected on the validation rows (val_mp) and reported "
+        "on the test rows; ap:<attack> (attack performance), adv:<attack> (its "
         "advantage over a no-information guess), rounds, comm_bytes, train_seconds, epsilon, "
         "rounds_to_target: lower is better. ci: 95% interval of the mean over seeds with the "
         "test-set error, only with >= 3 seeds (else null). 'tied': exactly the best mean; "
@@ -154,37 +175,58 @@ def best_cells(table: pd.DataFrame, cell_axes: list[str]) -> dict[str, Any]:
         "axes": cell_axes,
         "metrics": {},
     }
-    for metric in metrics_of(table):
-        rows = table[table[f"{metric}_n"] > 0]
+    metrics = metrics_of(table)
+    for metric in metrics:
+        if metric == "val_mp":
+            continue
+        on = SELECTED_ON.get(metric, metric)
+        entry: dict[str, Any] = {"direction": direction(metric)}
+        if on != metric:
+            entry["selected_on"] = on
+        if on not in metrics:
+            if f"{metric}_n" in table and (table[f"{metric}_n"] > 0).any():
+                out["metrics"][metric] = entry
+                entry.update(best=None, note=NO_VALIDATION)
+            continue
+        rows = table[(table[f"{on}_n"] > 0) & (table[f"{metric}_n"] > 0)]
         if rows.empty:
             continue
-        means = rows[f"{metric}_mean"]
-        entry: dict[str, Any] = {"direction": direction(metric)}
         out["metrics"][metric] = entry
+        means = rows[f"{on}_mean"]
         if means.max() - means.min() <= TIE:
             entry.update(best=None, note=f"never varied: {means.iloc[0]:g} in every cell")
             continue
-        best = rows.loc[means.idxmax() if direction(metric) == "max" else means.idxmin()]
+        best = rows.loc[means.idxmax() if direction(on) == "max" else means.idxmin()]
         others = rows[rows["cell"] != best["cell"]]
-        tied = others[(others[f"{metric}_mean"] - best[f"{metric}_mean"]).abs() <= TIE]
-        lo, hi = best[f"{metric}_ci_lo"], best[f"{metric}_ci_hi"]
-        overlap = others[(others[f"{metric}_ci_hi"] >= lo) & (others[f"{metric}_ci_lo"] <= hi)]
-        entry["best"] = _cell(best, metric, cell_axes)
-        entry["tied"] = [_cell(r, metric, cell_axes) for _, r in tied.iterrows()]
-        entry["overlapping"] = [_cell(r, metric, cell_axes) for _, r in overlap.iterrows()]
+        tied = others[(others[f"{on}_mean"] - best[f"{on}_mean"]).abs() <= TIE]
+        lo, hi = best[f"{on}_ci_lo"], best[f"{on}_ci_hi"]
+        overlap = others[(others[f"{on}_ci_hi"] >= lo) & (others[f"{on}_ci_lo"] <= hi)]
+        entry["best"] = _cell(best, metric, cell_axes, on)
+        entry["tied"] = [_cell(r, metric, cell_axes, on) for _, r in tied.iterrows()]
+        entry["overlapping"] = [_cell(r, metric, cell_axes, on) for _, r in overlap.iterrows()]
         if not np.isfinite(lo):
             entry["note"] = "fewer than 3 seeds: no interval, so no cell can be told apart"
     return out
 
 
-def _cell(row: pd.Series, metric: str, cell_axes: list[str]) -> dict[str, Any]:
-    return {
+NO_VALIDATION = (
+    "not selected: no validation rows (val_ratio 0, or records without val_mp); choosing "
+    "the best cell on the test MP it reports would flatter it. Set val_ratio > 0 to select"
+)
+
+
+def _cell(row: pd.Series, metric: str, cell_axes: list[str], on: str) -> dict[str, Any]:
+    out = {
         "cell": row["cell"],
         "axes": {a: _plain(row[a]) for a in cell_axes},
         "mean": float(row[f"{metric}_mean"]),
         "ci": _interval(row[f"{metric}_ci_lo"], row[f"{metric}_ci_hi"]),
         "n": int(row[f"{metric}_n"]),
     }
+    if on != metric:  # what it was chosen on, beside what is reported
+        out["selected_mean"] = float(row[f"{on}_mean"])
+        out["selected_ci"] = _interval(row[f"{on}_ci_lo"], row[f"{on}_ci_hi"])
+    return out
 
 
 def _plain(value: Any) -> Any:

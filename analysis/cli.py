@@ -136,6 +136,8 @@ def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
             if best is not None:
                 tied = [c["cell"] for c in entry.get("tied", [])]
                 text = f"best {metric} ({entry['direction']}): {best['mean']:.4g} at {best['cell']}"
+                if "selected_mean" in best:
+                    text += f" (chosen on {entry['selected_on']} {best['selected_mean']:.4g})"
                 lines.append(text + (f" (tied: {', '.join(tied)})" if tied else ""))
     if report.worst is not None:
         from analysis.worst_case import worst_lines

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 ROLE, SWEEP_KEY, SWEEP_DIR = "vflsweep.role", "vflsweep.sweep_key", "vflsweep.sweep_dir"
 PAGE = 1000
 MAX_PARAM = 6000
-SCALARS = ("mp", "rounds", "comm_bytes", "train_seconds", "epsilon", "rounds_to_target")
+SCALARS = ("mp", "val_mp", "rounds", "comm_bytes", "train_seconds", "epsilon", "rounds_to_target")
 
 
 @dataclass
@@ -141,7 +141,7 @@ def training_payload(rows: pd.DataFrame) -> tuple[dict[str, str], dict[str, floa
         k: (v if isinstance(v, str) else json.dumps(v, sort_keys=True))[:MAX_PARAM]
         for k, v in spec.items()
     }
-    metrics = {k: float(head[k]) for k in SCALARS if _finite(head[k])}
+    metrics = {k: float(head[k]) for k in SCALARS if k in head and _finite(head[k])}
     for attack in rows[rows["attack"] != "none"].itertuples():
         if _finite(attack.ap):
             metrics[metric_key("ap", attack.attack)] = float(attack.ap)

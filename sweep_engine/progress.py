@@ -136,9 +136,32 @@ def _best_by_label(rows: list[dict[str, Any]], labels: dict[str, str], metric: s
     """label -> mean of ``metric`` over its rows (seeds), and how many rows."""
     groups: dict[str, list[float]] = {}
     for row in rows:
-        if row[metric] is not None and row["trial_id"] in labels:
+        if row.get(metric) is not None and row["trial_id"] in labels:
             groups.setdefault(labels[row["trial_id"]], []).append(float(row[metric]))
     return {label: (_mean(v), len(v)) for label, v in groups.items()}
+
+
+def _mp_line(mp: dict[str, tuple[float, int]], val: dict[str, tuple[float, int]]) -> str:
+    """A scenario's MP line: the best cell chosen on the validation MP (``val``), with its
+    test MP; without validation rows the range of test MPs, naming no best (choosing on
+    the rows a number is reported on would flatter it)."""
+    if len(mp) == 1:
+        ((label, (value, n)),) = mp.items()
+        return f"mean MP {value:.4f} over {plural(n, 'seed')} (one cell: {label})"
+    values = [v for v, _ in mp.values()]
+    if max(values) - min(values) <= 1e-12:
+        return f"mean MP {values[0]:.4f} in every cell: no best"
+    if not val:
+        return (
+            f"mean MP {min(values):.4f} to {max(values):.4f} over {plural(len(mp), 'cell')} "
+            "(test rows); no best named: no validation rows (val_ratio 0) to select on"
+        )
+    label, (value, n) = max(val.items(), key=lambda kv: kv[1][0])
+    test = mp.get(label, (float("nan"), 0))[0]
+    return (
+        f"best mean validation MP: {value:.4f} over {plural(n, 'seed')} at {label}"
+        f"{_ties(val, value, label)}; its test MP {test:.4f}"
+    )
 
 
 def _ties(means: dict[str, tuple[float, int]], value: float, label: str) -> str:
@@ -225,19 +248,9 @@ def _scenario_lines(
     scenario: str,
 ) -> list[str]:
     """One scenario's best-MP line and its lines per attack (``scenario_lines``)."""
-    mp = _best_by_label([r for r in ok if r["attack"] == "none"], labels, "mp")
-    lines = []
-    if mp:
-        label, (value, n) = max(mp.items(), key=lambda kv: kv[1][0])
-        seeds = plural(n, "seed")
-        if len(mp) == 1:
-            lines.append(f"mean MP {value:.4f} over {seeds} (one cell: {label})")
-        elif all(abs(v - value) <= 1e-12 for v, _ in mp.values()):
-            lines.append(f"mean MP {value:.4f} in every cell: no best")
-        else:
-            lines.append(
-                f"best mean MP: {value:.4f} over {seeds} at {label}{_ties(mp, value, label)}"
-            )
+    clean = [r for r in ok if r["attack"] == "none"]
+    mp = _best_by_label(clean, labels, "mp")
+    lines = [_mp_line(mp, _best_by_label(clean, labels, "val_mp"))] if mp else []
     attacks = sorted({r["attack"] for r in ok if r["attack"] != "none"})
     for attack in attacks[:max_attacks]:
         hit = [r for r in ok if r["attack"] == attack]
@@ -255,7 +268,7 @@ def _scenario_lines(
         scores = _best_by_label(defended, labels, metric)
         if not scores:
             continue
-        label, (value, n) = min(scores.items(), key=lambda kv: kv[1][0])
+        label, (value, _) = min(scores.items(), key=lambda kv: kv[1][0])
         # a training-time attack (AMC, LRB) has its own trainings and no clean row: the
         # MP its records carry is the attacked training's
         at_mp = mp.get(label, _best_by_label(hit, labels, "mp").get(label, (float("nan"), 0)))[0]
@@ -288,7 +301,7 @@ def record_lines(plan: Plan, table: pa.Table) -> list[str]:
         table = attack_labels(table)  # adapted attacks are the analysis' worst case
         fixed = [not is_adapted(str(a)) for a in table.column("attack").to_pylist()]
         table = table.filter(pa.array(fixed, type=pa.bool_()))
-    columns = ["trial_id", "attack", "status", "mp", "ap", "ap_advantage", "defense"]
+    columns = ["trial_id", "attack", "status", "mp", "val_mp", "ap", "ap_advantage", "defense"]
     rows = table.select(columns).to_pylist() if table.num_rows else []
     if not rows:
         return grid_lines(plan, rows)

@@ -121,6 +121,7 @@ def _result(trial_id: str, records: list[Record], attacks: list[str]) -> dict[st
         "config_hash": trial_id,
         "status": clean.status,
         "mp": nan if clean.mp is None else clean.mp,
+        "val_mp": nan if clean.val_mp is None or not ok else clean.val_mp,
         "rounds": clean.rounds if ok else nan,
         "comm_bytes": clean.comm_bytes if ok else nan,
         "train_seconds": clean.train_seconds if ok else nan,

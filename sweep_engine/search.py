@@ -93,6 +93,7 @@ def study_trials(sink: RecordSink, cell: Training, search: SearchBlock) -> list[
                 "trial_id": row["trial_id"],
                 "params": {k: _value(spec, k) for k in searched},
                 "values": [_metric(row, rows_by_trial, o.metric) for o in search.objectives],
+                "test_mp": row["mp"],  # reported beside, never selected on
             }
         )
     return trials
@@ -101,11 +102,18 @@ def study_trials(sink: RecordSink, cell: Training, search: SearchBlock) -> list[
 def _metric(
     row: dict[str, Any], rows_by_trial: dict[str, list[dict[str, Any]]], metric: str
 ) -> Any:
-    """A record metric of the clean row, or ``ap:<attack>`` from the trial's attack row."""
+    """A record metric of the clean row (``mp``: its validation MP, ``selected``), or
+    ``ap:<attack>`` from the trial's attack row."""
     if metric.startswith("ap:"):
         attack = metric[3:]
         return next(r["ap"] for r in rows_by_trial[row["trial_id"]] if r["attack"] == attack)
-    return row[metric]
+    return row.get(selected(metric))
+
+
+def selected(metric: str) -> str:
+    """What a search optimizes for an objective: MP is chosen on the validation rows
+    (``val_mp``), so the test MP a study reports was never the one it maximized."""
+    return "val_mp" if metric == "mp" else metric
 
 
 def pareto(trials: list[dict[str, Any]], modes: list[str]) -> list[dict[str, Any]]:
@@ -143,6 +151,7 @@ def write_summary(sweep_dir: Path, cell: Training, search: SearchBlock, sink: Re
     if len(modes) == 1 and trials:
         pick = max if modes[0] == "max" else min
         summary["best"] = pick(trials, key=lambda t: t["values"][0])
+    summary["selected_on"] = [selected(o.metric) for o in search.objectives]
     path = study_path(sweep_dir, cell.spec.model_dump(mode="json"), list(search.params))
     return write_json_atomic(path, summary)
 
@@ -195,7 +204,7 @@ def _run_study(
     label: str,
     tracker: Tracker | None = None,
 ) -> tuple[int, int]:
-    metrics = [o.metric for o in search.objectives]
+    metrics = [selected(o.metric) for o in search.objectives]
     modes = [o.mode for o in search.objectives]
     single = len(metrics) == 1
     searcher = OptunaSearch(

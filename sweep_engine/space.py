@@ -35,7 +35,10 @@ from trainables.spec import (
 )
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
-METRICS = ("mp", "rounds", "comm_bytes", "train_seconds")
+METRICS = ("mp", "val_mp", "rounds", "comm_bytes", "train_seconds")
+# a search that maximizes MP holds out this share of the labeled rows unless the space sets
+# val_ratio itself: it selects on the validation rows (``val_mp``) and reports the test MP
+SEARCH_VAL_RATIO = 0.2
 MAX_CELLS = 100_000  # default of run.max_cells
 MAX_NAME = 100  # characters of a space's name (a file name, with room for suffixes)
 
@@ -246,6 +249,35 @@ class Space(_Strict):
     # expands into a "defense" grid axis that always includes the undefended cell
     defenses: dict[str, DefenseValue] = Field(default_factory=dict)
     source: str = ""  # the file it came from, for messages
+
+    @model_validator(mode="before")
+    @classmethod
+    def _search_holds_out_rows(cls, data: Any) -> Any:
+        """A search on MP selects on validation rows: ``base.val_ratio`` defaults to
+        ``SEARCH_VAL_RATIO`` there (a grid keeps the paper's 0: all labeled rows train)."""
+        if not isinstance(data, dict) or not isinstance(data.get("search"), dict):
+            return data
+        search, base, grid = data["search"], data.get("base") or {}, data.get("grid") or {}
+        params = search.get("params") if isinstance(search.get("params"), dict) else {}
+        objectives = search.get("objectives") if isinstance(search.get("objectives"), list) else []
+        on_mp = any(isinstance(o, dict) and o.get("metric") == "mp" for o in objectives)
+        if not on_mp or not isinstance(base, dict) or "val_ratio" in {*base, *grid, *params}:
+            return data
+        return {**data, "base": {**base, "val_ratio": SEARCH_VAL_RATIO}}
+
+    @model_validator(mode="after")
+    def _mp_searches_have_validation_rows(self) -> Space:
+        if self.search is None or self.base.get("val_ratio", 0) != 0:
+            return self
+        for i, obj in enumerate(self.search.objectives):
+            if obj.metric in ("mp", "val_mp"):
+                raise ValueError(
+                    f"search.objectives[{i}].metric={obj.metric!r} with base.val_ratio=0: a "
+                    "search on MP selects on validation rows (val_mp) and reports the test MP; "
+                    "allowed: base.val_ratio > 0 (the default for a search is "
+                    f"{SEARCH_VAL_RATIO}), or an objective other than MP"
+                )
+        return self
 
     @model_validator(mode="after")
     def _non_empty_axes(self) -> Space:

@@ -102,7 +102,8 @@ def test_by_axis_and_best_with_attacks_and_a_failed_training() -> None:
     assert table["ap:ns_mean"].tolist() == pytest.approx([0.9, 0.6])
     assert table["mp_mean"].tolist() == pytest.approx([0.81, 0.91])
     best = best_cells(table, cell_axes)
-    assert best["metrics"]["mp"]["best"]["axes"] == {"lr": 0.1}
+    mp = best["metrics"]["mp"]  # no validation rows: MP names no best (not on test rows)
+    assert mp["best"] is None and "no validation rows" in mp["note"]
     assert best["metrics"]["ap:ns"]["direction"] == "min"
     assert best["metrics"]["ap:ns"]["best"]["cell"] == "lr=0.1"
     assert best["metrics"]["ap:ns"]["overlapping"] == []  # CIs [0.6, 0.6] and [0.9, 0.9]
@@ -135,7 +136,7 @@ def test_manifest_names_the_defense_axis_attacks_and_varying_fields(tmp_path: Pa
 def lr_space(tmp_path: Path) -> Path:
     space = {
         "name": "lr_sweep",
-        "base": {"dataset": "breast_cancer", "n_parties": 2, "epochs": 2},
+        "base": {"dataset": "breast_cancer", "n_parties": 2, "epochs": 2, "val_ratio": 0.2},
         "grid": {"lr": list(LRS), "seed": list(SEEDS)},
         "resources": {"cpu_per_party": 0.5, "cpu_per_trial": 0},
         "run": {"transport": "local"},
@@ -183,7 +184,11 @@ def test_lr_sweep_report_and_mlflow_on_a_real_server(
     best = json.loads((report / "best.json").read_text())
     mp_best = best["metrics"]["mp"]["best"]
     assert mp_best["cell"] in set(table["cell"]) and mp_best["axes"]["lr"] in LRS
-    assert mp_best["mean"] == pytest.approx(table["mp_mean"].max())
+    # chosen on the validation rows, reported on the test rows
+    chosen = table.loc[table["val_mp_mean"].idxmax()]
+    assert best["metrics"]["mp"]["selected_on"] == "val_mp" and mp_best["cell"] == chosen["cell"]
+    assert mp_best["mean"] == pytest.approx(chosen["mp_mean"])
+    assert mp_best["selected_mean"] == pytest.approx(chosen["val_mp_mean"])
     assert (report / "axis_lr.png").stat().st_size > 10_000
     assert not (report / "ranking.csv").exists()  # no attacks: no empty DCS tables
     summary = json.loads((report / "summary.json").read_text())

@@ -174,7 +174,8 @@ def test_best_names_ties_and_gives_no_best_to_a_metric_that_never_varied() -> No
     rows: list[dict] = []
     for seed in (0, 1, 2):
         for lr, mp in ((0.01, 0.9737), (0.03, 0.9737), (0.1, 0.9737), (0.3, 0.90)):
-            rows += [row(mp=mp, lr=lr, seed=seed, spec_json=json.dumps({"lr": lr, "seed": seed}))]
+            spec = json.dumps({"lr": lr, "seed": seed})
+            rows += [row(mp=mp, val_mp=mp, lr=lr, seed=seed, spec_json=spec)]
     flat = frame(rows)
     flat["lr"] = [r["lr"] for r in rows]
     table = by_axis_table(per_training(flat, ["lr"]), ["lr"])

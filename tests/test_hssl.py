@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.data import load_dataset
+from trainables.data import carve_validation, load_dataset
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError
 from trainables.messages import BatchRef
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.augment import ImageLayout, TabularLayout, make_view, with_mask_columns
-from trainables.ssl.hssl.finetune import FT_LRS, carve_validation, finetune, prepared_for
+from trainables.ssl.hssl.finetune import FT_LRS, VAL_FRACTION, finetune, prepared_for
 from trainables.ssl.hssl.parties import SERVER, ServerInit
 from trainables.ssl.hssl.pretrain import Stages, aggregate, pretrain
 from trainables.ssl.hssl.variants import HSSL_VARIANTS, parse_variant, prepare
@@ -218,11 +218,11 @@ def test_ray_actors_pretrain_and_record_like_local(ray_session: None) -> None:
 
 def test_finetune_picks_lr_on_validation_rows_only() -> None:
     labeled = np.arange(10, 70)
-    tr, val = carve_validation(labeled, seed=0)
+    tr, val = carve_validation(labeled, None, VAL_FRACTION, seed=0)
     assert len(val) == 12 and set(tr) | set(val) == set(labeled) and not set(tr) & set(val)
     spec = spec_for("local_simsiam")
     data = prepare(spec, load_dataset("breast_cancer"))
-    tr, val = carve_validation(data.labeled, spec.seed)
+    tr, val = carve_validation(data.labeled, data.y_aligned, VAL_FRACTION, spec.seed)
     with open_parties(data.inits, LOCAL) as group:
         encoders = group.call_all("pretrained_encoder")
         ft = finetune(spec, data, encoders, group, LOCAL, ())

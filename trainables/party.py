@@ -29,6 +29,7 @@ class Labels:
 
     y_train: np.ndarray  # (n_train,) int64, aligned with the party's X_train rows
     y_test: np.ndarray  # (n_test,) int64
+    y_val: np.ndarray | None = None  # (n_val,) int64: the validation rows' (``val_ratio``)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ class PartyInit:
     # a trained bottom to start from (FedHSSL's pretrained encoder); None: a fresh one from
     # ``config.model``. The party trains a copy: the init stays as it was
     bottom: nn.Module | None = None
+    # (n_val, d_k) float32: the validation rows (``val_ratio``), in the same order at every
+    # party; None: the trial has none
+    X_val: np.ndarray | None = None
 
     @property
     def is_active(self) -> bool:
@@ -134,6 +138,11 @@ class Party(Endpoint):
         self.device = resolve_device(cfg.device)
         self.X_train = torch.from_numpy(np.array(init.X_train, dtype=np.float32)).to(self.device)
         self.X_test = torch.from_numpy(np.array(init.X_test, dtype=np.float32)).to(self.device)
+        self.X_val = (
+            None
+            if init.X_val is None
+            else torch.from_numpy(np.array(init.X_val, dtype=np.float32)).to(self.device)
+        )
         if init.bottom is not None:
             self.bottom = copy.deepcopy(init.bottom).to(self.device)
         else:
@@ -231,9 +240,10 @@ class Party(Endpoint):
 
     @torch.no_grad()
     def embed(self, split: str = "test") -> Message:
-        """H_k for every row of ``split`` (evaluation; no graph kept)."""
+        """H_k for every row of ``split`` (``test``, ``val`` or ``train``; evaluation, no
+        graph kept)."""
         self.bottom.eval()
-        x = self.X_test if split == "test" else self.X_train
+        x = rows_of(self, split)
         h = self.bottom(x).cpu().numpy()
         return self.send_out(Message.of(f"{split}_embedding", self.party_id, self.active_id, h))
 
@@ -256,6 +266,10 @@ class ActiveParty(Party):
             self.device
         )
         self.y_test = torch.from_numpy(np.array(init.labels.y_test, dtype=np.int64)).to(self.device)
+        y_val = init.labels.y_val
+        self.y_val = (
+            None if y_val is None else torch.from_numpy(y_val.astype(np.int64)).to(self.device)
+        )
         self.loss_fn = nn.CrossEntropyLoss()
         self.last_loss = float("nan")
         self._stash: tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]] | None = None
@@ -326,16 +340,28 @@ class ActiveParty(Party):
         self._stash = None
 
     @torch.no_grad()
-    def evaluate(self, test_embeddings: Sequence[Message]) -> float:
-        """Main-task performance on the test rows from every party's test embeddings:
-        accuracy, or AUC where ``config.metric`` says so."""
+    def evaluate(self, test_embeddings: Sequence[Message], split: str = "test") -> float:
+        """Main-task performance on the ``split`` rows (``test``, or ``val``: the validation
+        rows) from every party's embeddings of them: accuracy, or AUC where
+        ``config.metric`` says so."""
         self.bottom.eval()
         self.top.eval()
         h_passive = [as_tensor(self.receive_in(m).payload, self.device) for m in test_embeddings]
-        logits = self.top([*h_passive, self.bottom(self.X_test)])
+        logits = self.top([*h_passive, self.bottom(rows_of(self, split))])
+        y = self.y_val if split == "val" else self.y_test
+        assert y is not None, "val rows are evaluated only where the trial has them"
         if self.config.metric == "auc":
-            return binary_auc(logits, self.y_test)
-        return float((logits.argmax(dim=1) == self.y_test).double().mean())
+            return binary_auc(logits, y)
+        return float((logits.argmax(dim=1) == y).double().mean())
+
+
+def rows_of(party: Any, split: str) -> torch.Tensor:
+    """A party's (n, d_k) rows of ``split``: ``test``, ``val`` or ``train``; one stacked
+    party's (K, n, d_k) likewise (``VecStack``)."""
+    x = {"test": party.X_test, "val": party.X_val, "train": party.X_train}[split]
+    if x is None:
+        raise ValueError(f"no {split} rows here: the trial's val_ratio is 0")
+    return x
 
 
 def binary_auc(logits: torch.Tensor, y: torch.Tensor) -> float:

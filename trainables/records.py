@@ -59,6 +59,9 @@ RECORD_SCHEMA = pa.schema(
         ("attack_seconds", pa.float64()),
         ("epsilon", pa.float64()),
         ("rounds_to_target", pa.int64()),
+        ("val_ratio", pa.float64()),
+        ("val_mp", pa.float64()),
+        ("val_mp_se", pa.float64()),
         ("extra", pa.string()),
         ("status", pa.string()),
         ("error", pa.string()),
@@ -110,6 +113,11 @@ class Record:
     attack_seconds: float = 0.0
     epsilon: float | None = None  # DP privacy spent at delta=1e-5, where a defense accounts it
     rounds_to_target: int | None = None  # first round whose MP reached spec.target_mp
+    # the share of labeled rows held out for validation, and the MP on them with its SE:
+    # what selection reads (searches, best.json, "best" lines); null where there are none
+    val_ratio: float = 0.0
+    val_mp: float | None = None
+    val_mp_se: float | None = None
     extra: str = "{}"  # JSON: measurements particular to a model, protocol or defense
     # the column split: scheme, its α or β, and what a VertiBench split measured (the
     # passive parties' share of the Shapley importance; β of a correlation split)
@@ -145,6 +153,7 @@ class Record:
             model=str(spec.model),
             ssl_variant=spec.ssl_variant,
             aligned_ratio=spec.aligned_ratio,
+            val_ratio=spec.val_ratio,
             n_labeled=n_labeled,
             seed=spec.seed,
             spec_json=spec.model_dump_json(),
@@ -161,17 +170,23 @@ class Record:
         *,
         y_test: np.ndarray | None = None,
         metric: str = "accuracy",
+        y_val: np.ndarray | None = None,
         **fields: object,
     ) -> Record:
         """The clean record of a training of any kind, from its ``TrainResult``: MP with
         its sampling error over ``y_test`` (n_test,) by ``metric``, rounds and bytes as its
-        transport counted them, rounds to the target, seconds. ``fields`` add or override
+        transport counted them, rounds to the target, seconds; the validation rows' MP with
+        its error over ``y_val`` (n_val,) where the training has them. ``fields`` add or override
         (``extra``, ``epsilon`` and the DP fields, a kind's own ``rounds_to_target``)."""
         from trainables.attacks.chance import main_task_se  # numpy only; no torch here
 
         measured: dict[str, object] = {
             "mp": result.mp,
             "mp_se": main_task_se(result.mp, y_test, metric),
+            "val_mp": result.val_mp,
+            "val_mp_se": None
+            if result.val_mp is None
+            else main_task_se(result.val_mp, y_val, metric),
             "rounds": result.rounds,
             "comm_bytes": result.comm_bytes,
             "rounds_to_target": result.rounds_to_target,

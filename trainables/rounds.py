@@ -40,7 +40,9 @@ class TrainResult:
     bytes_down: int = 0  # active -> passive (gradients), as sent
     eval_bytes: int = 0  # evaluation traffic; never part of comm_bytes
     rounds_to_target: int | None = None  # first epoch-end round count with MP >= target
-    mp_by_epoch: tuple[float, ...] = ()  # test MP after each epoch (only with a target)
+    mp_by_epoch: tuple[float, ...] = ()  # MP after each epoch (only with a target): on the
+    # validation rows where the trial has them, else on the test rows
+    val_mp: float | None = None  # MP on the validation rows at the end (``val_ratio``)
     extra: dict[str, Any] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
 

@@ -143,7 +143,7 @@ class DefenseEntry(BaseModel):
 
 # Fields added after records existed: at their default they are left out of config_hash,
 # so a sweep started before them resumes and golden records keep their ids.
-NEW_AT_DEFAULT_UNHASHED = ("split_params",)
+NEW_AT_DEFAULT_UNHASHED = ("split_params", "val_ratio")
 
 
 class TrialSpec(BaseModel):
@@ -169,6 +169,9 @@ class TrialSpec(BaseModel):
     aligned_ratio: Float = Field(1.0, gt=0, le=1)
     n_labeled: Int | None = Field(None, ge=1)
     n_aligned: Int | None = Field(None, ge=1)  # overlapping rows by count (overrides the ratio)
+    # a share of the labeled aligned rows held out as validation rows (stratified, seeded by
+    # ``seed``): what searches, schedulers and "best" lines select on (``val_mp``); 0: none
+    val_ratio: Float = Field(0.0, ge=0, lt=1)
     ssl_variant: str = "none"
     defense: str = "none"  # a name in trainables.defenses.DEFENSES
     defense_param: Float | None = None  # its one strength; None -> the defense's default

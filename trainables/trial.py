@@ -58,6 +58,9 @@ def _checked(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> TrialKind:
     refuses (the planner drops those cells; a direct call must not run them either)."""
     kind = kind_of(spec)
     kind.check(spec)
+    reason = kind.validation_refusal(spec)
+    if reason is not None:
+        raise ConfigError(reason)
     for name, _ in attacks:
         reason = kind.attack_incompatibility(spec, name)
         if reason is not None:
@@ -130,7 +133,8 @@ def incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) -> str 
 
     A missing data file is not an incompatibility: it raises MissingDataError.
     """
-    return kind_of(spec).incompatibility(spec, data_dir)
+    kind = kind_of(spec)
+    return kind.validation_refusal(spec) or kind.incompatibility(spec, data_dir)
 
 
 def attack_incompatibility(spec: TrialSpec, attack: str) -> str | None:

@@ -17,6 +17,7 @@ from trainables.data.scaling import Scaler, default_scaler_kind
 from trainables.data.split import (
     SampleSplit,
     Split,
+    carve_validation,
     check_columns,
     columns_for,
     rows_for,
@@ -32,6 +33,7 @@ __all__ = [
     "SampleSplit",
     "Scaler",
     "Split",
+    "carve_validation",
     "check_columns",
     "columns_for",
     "default_data_dir",

@@ -9,7 +9,7 @@ do with MNIST).
 ``split_for(spec, ds)`` is the one place a trial's rows and columns are divided: every
 trial kind that splits (NN VFL, FedHSSL, FedCVT, trees, Paillier LR) takes its ``Split``
 from it, and every planner check its refusal from ``split_refusal``, so a spec field that
-decides the split (``aligned_ratio``, ``n_aligned``, ``n_labeled``, ``seed``,
+decides the split (``aligned_ratio``, ``n_aligned``, ``n_labeled``, ``val_ratio``, ``seed``,
 ``split_scheme`` / ``split_params``, ``n_parties``) is read here once and cannot be
 forgotten by one kind (``tests/test_split_conformance.py``).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -125,6 +125,7 @@ class RowSpecLike(SpecLike, Protocol):
     aligned_ratio: float
     n_aligned: int | None
     n_labeled: int | None
+    val_ratio: float
 
 
 def columns_for(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> list[np.ndarray]:
@@ -210,6 +211,9 @@ class SampleSplit:
     aligned: np.ndarray
     unaligned: np.ndarray
     labeled: np.ndarray
+    # validation rows (``val_ratio``): carved from the labeled aligned rows and then in
+    # neither ``aligned`` nor ``labeled``, so no training of any kind learns from them
+    val: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _pick_labeled(order: np.ndarray, n_labeled: int, y: np.ndarray | None) -> np.ndarray:
@@ -226,6 +230,38 @@ def _pick_labeled(order: np.ndarray, n_labeled: int, y: np.ndarray | None) -> np
     return np.concatenate([must, rest[: n_labeled - len(must)]])
 
 
+def carve_validation(
+    rows: np.ndarray, y: np.ndarray | None, fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, val): a seeded ``fraction`` of ``rows`` (at least one, at most all but one)
+    held out, stratified by ``y`` (indexed by the row numbers) when given: each class gets
+    its share, the rounding remainders going to the largest fractional parts.
+
+    The one carving function: the trial's validation rows (``split_samples``' ``val``) and
+    FedHSSL's fine-tuning lr choice (``ssl/hssl/finetune.py``) both come from it."""
+    rows = np.asarray(rows, dtype=np.int64)
+    n_val = max(1, math.floor(fraction * len(rows) + 0.5))
+    if n_val >= len(rows):
+        raise ConfigError(
+            f"val_ratio={fraction} leaves no training rows: {len(rows)} labeled aligned rows, "
+            f"{n_val} would be validation rows; lower val_ratio or label more rows"
+        )
+    order = np.random.default_rng([seed, 4049]).permutation(len(rows))
+    if y is None:
+        picked = order[:n_val]
+    else:
+        labels = np.asarray(y)[rows][order]
+        classes, counts = np.unique(labels, return_counts=True)
+        exact = counts * n_val / len(rows)
+        quota = np.floor(exact).astype(np.int64)
+        quota[np.argsort(-(exact - quota), kind="stable")[: n_val - int(quota.sum())]] += 1
+        picked = np.concatenate(
+            [order[labels == c][:q] for c, q in zip(classes, quota, strict=True)]
+        )
+    val = np.sort(rows[picked])
+    return np.sort(np.setdiff1d(rows, val)), val
+
+
 def split_samples(
     n_train: int,
     aligned_ratio: float = 1.0,
@@ -233,6 +269,7 @@ def split_samples(
     seed: int = 0,
     y: np.ndarray | None = None,
     n_aligned: int | None = None,
+    val_ratio: float = 0.0,
 ) -> SampleSplit:
     """Choose aligned / unaligned / labeled training rows, deterministically in ``seed``.
 
@@ -240,7 +277,9 @@ def split_samples(
     least 1); ``n_aligned``, when given, is that count directly (overrides the ratio).
     ``n_labeled`` (default: all aligned) of the aligned rows carry labels; with
     ``y`` given, every class present among the aligned rows gets a labeled row whenever
-    ``n_labeled`` is at least the number of such classes.
+    ``n_labeled`` is at least the number of such classes. ``val_ratio`` > 0 then holds
+    out that share of the labeled rows as validation rows (``carve_validation``), taken
+    out of ``aligned`` and ``labeled``.
     """
     if isinstance(n_train, bool) or not isinstance(n_train, int | np.integer) or n_train < 1:
         raise ConfigError(f"n_train={n_train!r} must be a positive integer")
@@ -271,7 +310,11 @@ def split_samples(
         order = aligned[rng.permutation(n_aligned)]
         labels = None if y is None else np.asarray(y)
         labeled = np.sort(_pick_labeled(order, int(n_labeled), labels)).astype(np.int64)
-    return SampleSplit(aligned=aligned, unaligned=unaligned, labeled=labeled)
+    if not val_ratio:
+        return SampleSplit(aligned=aligned, unaligned=unaligned, labeled=labeled)
+    labeled, val = carve_validation(labeled, y, val_ratio, seed)
+    aligned = np.setdiff1d(aligned, val).astype(np.int64)
+    return SampleSplit(aligned=aligned, unaligned=unaligned, labeled=labeled, val=val)
 
 
 @dataclass(frozen=True)
@@ -289,7 +332,7 @@ def rows_for(spec: RowSpecLike, ds: Dataset) -> SampleSplit:
     aligned / unaligned rows do not depend on them, and neither does a refusal."""
     return split_samples(
         len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
-        n_aligned=spec.n_aligned,
+        n_aligned=spec.n_aligned, val_ratio=spec.val_ratio,
     )  # fmt: skip
 
 

@@ -31,6 +31,9 @@ class TrialKind:
     # True when a pack of this kind opens its ``actors(spec)`` party actors first, as one
     # set: its Tune trial then starts them before it imports torch (``sweep_engine/entry.py``)
     prestart: ClassVar[bool] = False
+    # True when a training of this kind holds out ``val_ratio`` of its labeled rows and
+    # records ``val_mp`` on them; a kind without it refuses ``val_ratio`` > 0 (``refusal``)
+    validates: ClassVar[bool] = False
 
     def takes(self, spec: TrialSpec) -> bool:
         """Whether ``spec`` is this kind's (exactly one registered kind takes a valid spec)."""
@@ -44,6 +47,15 @@ class TrialKind:
 
     def check(self, spec: TrialSpec) -> None:
         """ConfigError for names or options this kind cannot run (no data is read)."""
+
+    def validation_refusal(self, spec: TrialSpec) -> str | None:
+        """Why ``spec``'s ``val_ratio`` cannot be honoured by this kind, or None."""
+        if spec.val_ratio > 0 and not self.validates:
+            return (
+                f"val_ratio={spec.val_ratio}: trial kind {self.name!r} records no validation "
+                "MP yet (only plain NN VFL does); leave val_ratio at 0 for it"
+            )
+        return None
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
         """Why ``spec`` cannot run or cannot mean what it says on its data (the planner drops

@@ -42,6 +42,7 @@ class NNKind(TrialKind):
     name = "nn"
     ssl_variants = ("none",)
     prestart = True  # every pack path opens its n_parties actors first (open_parties)
+    validates = True  # val_ratio: validation rows, val_mp (``vfl/training.py``)
 
     def takes(self, spec: TrialSpec) -> bool:
         return spec.ssl_variant == "none" and str(spec.model) in BOTTOMS
@@ -81,16 +82,17 @@ class NNKind(TrialKind):
         trained = train_prepared(prepared, int(spec.epochs), placement, bool(evaluated))  # type: ignore[arg-type]
         return records_of(
             spec, trained, prepared.n_labeled, evaluated,
-            y_test=prepared.y_test, metric=prepared.metric,
+            y_test=prepared.y_test, metric=prepared.metric, y_val=prepared.y_val,
         )  # fmt: skip
 
     def run_many(
         self, jobs: Sequence[Job], ds: Dataset, placement: Placement
     ) -> Iterator[tuple[int, Outcome]]:
         """Trainings that stack run vectorized (``vfl/vectorized.py``: one batched
-        step per round for all of them; records equal one-at-a-time's up to float
-        summation order and say ``vectorized``) unless the placement turns it off; the
-        rest run unstacked (``run_unstacked``)."""
+        step per round for all of them; a lone training is a stack of one; records equal
+        one-at-a-time's up to float summation order, and only those stacked with others
+        say ``vectorized``) unless the placement turns it off; the rest run unstacked
+        (``run_unstacked``)."""
         if placement.vectorize:
             yield from run_vectorized(jobs, ds, placement, self.run_unstacked)
         else:

@@ -104,25 +104,40 @@ class Protocol(Rounds[ActiveParty, Transport]):
         """The passive parties' answers to the last ``send``: this round's H."""
         return transport.gather(pending)
 
-    def evaluate(self, active: ActiveParty, transport: Transport) -> float:
-        test = transport.call("embed", [("test",)] * transport.n_peers, training=False)
-        return active.evaluate(test)
+    def evaluate(self, active: ActiveParty, transport: Transport, split: str = "test") -> float:
+        """MP on the ``split`` rows: ``test``, or ``val`` (the validation rows)."""
+        rows = transport.call("embed", [(split,)] * transport.n_peers, training=False)
+        return active.evaluate(rows, split)
+
+    def observe(self, active: ActiveParty, transport: Transport, done: int) -> None:
+        """An epoch end's curve point: MP on the validation rows where the trial has them
+        (what a target or a scheduler may read), else on the test rows."""
+        self.point(self.evaluate(active, transport, curve_split(active)), done)
 
     def result(
         self, active: ActiveParty, transport: Transport, seconds: float, total: int
     ) -> TrainResult:
-        """The test MP and the counters after ``total`` rounds."""
+        """The test MP (and the validation rows' MP where the trial has them) and the
+        counters after ``total`` rounds."""
         before = transport.stats.eval_bytes
         mp = self.evaluate(active, transport)
         test_bytes = transport.stats.eval_bytes - before if self.test_bytes_in_comm else 0
+        val_mp = self.evaluate(active, transport, "val") if curve_split(active) == "val" else None
         if self.target_mp is not None:
-            self.point(mp, total)
+            self.point(mp if val_mp is None else val_mp, total)
         return TrainResult.from_stats(
             transport.stats,
             comm_bytes=transport.stats.comm_bytes + test_bytes,
             mp=mp,
+            val_mp=val_mp,
             train_seconds=seconds,
             final_loss=float(active.last_loss),
             rounds_to_target=self.reached,
             mp_by_epoch=tuple(self.curve),
         )
+
+
+def curve_split(active: Any) -> str:
+    """Which rows an epoch end scores: ``val`` where the trial has validation rows (an
+    ``ActiveParty`` or an active ``VecStack`` with ``y_val``), else ``test``."""
+    return "test" if getattr(active, "y_val", None) is None else "val"

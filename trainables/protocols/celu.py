@@ -133,16 +133,16 @@ class StackedWorkset(StackedDefense):
     ) -> None:
         self.cache.append(CacheEntry(rows, own, tuple(received)))
         for _ in range(self.q - 1):
-            total = torch.zeros(())
+            sums: list[torch.Tensor] = []  # one per batch-size group, on the stack's device
             for index, entry in self._sample():
                 h_own, weights = self._fresh(stack, index, entry)
                 ks = stack.k if index is None else index[:, None]
                 y = stack.y_train[ks, entry.rows]  # (K', B)
                 logits = stack.logits([*entry.received, h_own], index=index)
                 losses = stack.objective(logits, y, list(entry.received), weights, index)
-                total = total + losses.sum()
+                sums.append(losses.sum())
             stack.optimizer.zero_grad()
-            total.backward(inputs=stack.params)
+            torch.stack(sums).sum().backward(inputs=stack.params)
             stack.optimizer.step()
 
 

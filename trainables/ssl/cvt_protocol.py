@@ -68,6 +68,10 @@ class CvtProtocol(Protocol):
             transport.call("round", [(self.grads, None, None)], training=True)
         self.grads = None
 
-    def evaluate(self, active: CvtActive, transport: Transport) -> float:  # type: ignore[override]
+    def evaluate(  # type: ignore[override]
+        self, active: CvtActive, transport: Transport, split: str = "test"
+    ) -> float:
+        """Test MP; FedCVT has no validation rows (its kind refuses ``val_ratio``)."""
+        assert split == "test", "FedCVT evaluates test rows only"
         test = transport.call("test_reps", [()], training=False)[0]
         return float(active.evaluate(test))

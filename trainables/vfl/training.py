@@ -54,6 +54,13 @@ class PreparedTrial:
         return labels.y_test
 
     @property
+    def y_val(self) -> np.ndarray | None:
+        """(n_val,) the validation rows' labels (``val_ratio``), or None."""
+        labels = self.inits[-1].labels
+        assert labels is not None, "the last party is the active one"
+        return labels.y_val
+
+    @property
     def metric(self) -> str:
         """What the MP is: ``accuracy``, or ``auc`` (``PartyConfig.metric``)."""
         return self.inits[-1].config.metric
@@ -110,9 +117,14 @@ def prepare_parties(
         sc.transform(ds.X_train[rows][:, cols]) for sc, cols in zip(scalers, columns, strict=True)
     ]
     X_test = [sc.transform(ds.X_test[:, cols]) for sc, cols in zip(scalers, columns, strict=True)]
+    val = split.rows.val  # validation rows (val_ratio): in no party's training rows
+    X_val = [
+        sc.transform(ds.X_train[val][:, cols]) for sc, cols in zip(scalers, columns, strict=True)
+    ]
+    labels = Labels(ds.y_train[rows], ds.y_test, ds.y_train[val] if len(val) else None)
     inits = party_inits(
-        spec, party_config(spec, ds.n_classes, protocol), X_train, X_test,
-        Labels(ds.y_train[rows], ds.y_test), columns, attacks, protocol, defenses,
+        spec, party_config(spec, ds.n_classes, protocol), X_train, X_test, labels, columns,
+        attacks, protocol, defenses, X_val if len(val) else None,
     )  # fmt: skip
     return PreparedTrial(inits, protocol, defenses, len(rows), spec.target_mp)
 
@@ -127,10 +139,12 @@ def party_inits(
     attacks: Sequence[AttackSpec],
     protocol: Protocol,
     defenses: DefenseStack,
+    X_val: Sequence[np.ndarray] | None = None,
 ) -> tuple[PartyInit, ...]:
     """One init per party from its scaled rows: the message log and training-time attacks
     the ``attacks`` need, the ``defenses``, and the protocol's codecs (last in every
-    stack: encode last, decode first). Labels go to the active party (the last) only."""
+    stack: encode last, decode first). Labels go to the active party (the last) only;
+    ``X_val``: each party's validation rows, where the trial has them."""
 
     record, install = attack_needs(spec, attacks_of(spec, attacks))
     defense_hooks = defenses.hook_entries()
@@ -152,6 +166,7 @@ def party_inits(
                     for name, params in install.get(k, ())
                 ),
                 hooks=(*defense_hooks.get(k, ()), *codecs),
+                X_val=None if X_val is None else X_val[k],
             )
         )
     return tuple(inits)
@@ -222,6 +237,7 @@ def records_of(
     extra: dict[str, Any] | None = None,
     y_test: np.ndarray | None = None,
     metric: str = "accuracy",
+    y_val: np.ndarray | None = None,
 ) -> list[Record]:
     """The clean record (unless a training-time attack ran) and one per attack outcome.
 
@@ -242,6 +258,7 @@ def records_of(
         trained.result,
         y_test=y_test,
         metric=metric,
+        y_val=y_val,
         **trained.defenses.record_fields(merged, sample_rate),
         extra=applied if not extra else merged_extra(applied, extra),
     )

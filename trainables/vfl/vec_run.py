@@ -14,6 +14,7 @@ from typing import Any
 
 from trainables.messages import BatchRef
 from trainables.protocols import Protocol, TrainResult
+from trainables.protocols.base import curve_split
 from trainables.transport.base import CommStats, Transport
 from trainables.vfl.vec_stack import Payload, VecStack
 
@@ -97,26 +98,31 @@ class VecRun(Protocol):
     def observe(self, active: VecStack, transport: Transport, done: int) -> None:  # type: ignore[override]
         """Only the trainings with a target evaluate (and count eval traffic) at epoch ends."""
         with_target = [j for j, t in enumerate(self.slot_targets) if t is not None]
-        self._curve(self._evaluate(active, transport, with_target), done)
+        self._curve(self._evaluate(active, transport, with_target, curve_split(active)), done)
 
     def _evaluate(
-        self, active: VecStack, transport: Transport, counted: Sequence[int]
+        self, active: VecStack, transport: Transport, counted: Sequence[int], split: str = "test"
     ) -> list[float]:
-        """Every training's MP; eval traffic counted for the ``counted`` ones."""
-        test = transport.call("vembed", [("test",)] * transport.n_peers, training=False)
-        self.counts.received(test, False, counted)
-        return active.evaluate(test)
+        """Every training's MP on its ``split`` rows; eval traffic counted for the
+        ``counted`` ones."""
+        rows = transport.call("vembed", [(split,)] * transport.n_peers, training=False)
+        self.counts.received(rows, False, counted)
+        return active.evaluate(rows, split)
 
     def result(  # type: ignore[override]
         self, active: VecStack, transport: Transport, seconds: float, total: int
     ) -> list[Any]:
         mps = self._evaluate(active, transport, range(self.k))
-        self._curve(mps, total)
+        vals: list[float | None] = [None] * self.k
+        if curve_split(active) == "val":
+            vals = list(self._evaluate(active, transport, range(self.k), "val"))
+        self._curve([m if v is None else v for m, v in zip(mps, vals, strict=True)], total)
         out: list[Any] = [None] * len(self.targets)
         for j, s in enumerate(self.slots):
             out[s] = TrainResult.from_stats(
                 self.counts.stats[j],
                 mp=mps[j],
+                val_mp=vals[j],
                 train_seconds=seconds / self.k,
                 final_loss=float(active.losses[j]),
                 rounds_to_target=self.reached_at[j],

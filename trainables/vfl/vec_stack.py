@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from trainables.defenses.stacked import Index, StackedDefense
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
-from trainables.party import ActiveParty, PartyInit, binary_auc
+from trainables.party import ActiveParty, PartyInit, binary_auc, rows_of
 from trainables.stacked import StackedMLP, StackedOptimizer, StackedSplitTop, agg_top
 
 # A stacked message: the (K, ...) array, or one ``Message`` per training where hooks act
@@ -97,6 +97,9 @@ class VecStack:
         self.k = torch.arange(len(ps), device=self.device).unsqueeze(1)  # (K, 1)
         self.X_train = torch.stack([p.X_train for p in ps])  # (K, n, d)
         self.X_test = torch.stack([p.X_test for p in ps])  # (K, n_test, d)
+        self.X_val = (
+            None if p0.X_val is None else torch.stack([p.X_val for p in ps])
+        )  # (K, n_val, d)
         self.members = ps
         self.logs = [next((h for h in p.hooks if isinstance(h, MessageLog)), None) for p in ps]
         # a hook on messages (not a log): every message goes through each training's stack
@@ -107,6 +110,7 @@ class VecStack:
         if self.is_active:
             self.y_train = torch.stack([p.y_train for p in ps])  # (K, n)
             self.y_test = torch.stack([p.y_test for p in ps])  # (K, n_test)
+            self.y_val = None if p0.y_val is None else torch.stack([p.y_val for p in ps])
             self.top = (
                 StackedSplitTop([p.top.base.fc for p in ps], self.device)
                 if getattr(p0.top.base, "trainable", False)
@@ -216,8 +220,7 @@ class VecStack:
 
     @torch.no_grad()
     def vembed(self, split: str = "test") -> Payload:
-        x = self.X_test if split == "test" else self.X_train
-        h = self.bottom.forward(x).cpu().numpy()  # (K, n, C)
+        h = self.bottom.forward(rows_of(self, split)).cpu().numpy()  # (K, n, C)
         return self._send(f"{split}_embedding", self.config_party_id, self.active_id, h, None)
 
     # -- the active party --------------------------------------------------------------
@@ -305,21 +308,24 @@ class VecStack:
             hook.after_update(self, rows, own, h_passive)
 
     @torch.no_grad()
-    def evaluate(self, test_embeddings: Sequence[Payload]) -> list[float]:
-        """Each training's test MP (accuracy, or AUC where ``config.metric`` says so)."""
+    def evaluate(self, test_embeddings: Sequence[Payload], split: str = "test") -> list[float]:
+        """Each training's MP on its ``split`` rows (``test``, or ``val``: its validation
+        rows): accuracy, or AUC where ``config.metric`` says so."""
         h = [
             torch.from_numpy(np.array(e, dtype=np.float32)).to(self.device)
             for e in (
-                self._receive("test_embedding", src, self.active_id, emb, None)
+                self._receive(f"{split}_embedding", src, self.active_id, emb, None)
                 for src, emb in enumerate(test_embeddings)
             )
         ]
-        logits = self.logits([*h, self.bottom.forward(self.X_test)], training=False)
+        logits = self.logits([*h, self.bottom.forward(rows_of(self, split))], training=False)
         for defense in self.stacked_hooks:
             logits = defense.decode(logits)  # (K, n_test, C): what the model releases
+        y = self.y_val if split == "val" else self.y_test  # (K, n)
+        assert y is not None, "val rows are evaluated only where the trainings have them"
         if self.config.metric == "auc":
-            return [binary_auc(logits[j], self.y_test[j]) for j in range(len(self.slots))]
-        hits = (logits.argmax(dim=2) == self.y_test).double().mean(dim=1)
+            return [binary_auc(logits[j], y[j]) for j in range(len(self.slots))]
+        hits = (logits.argmax(dim=2) == y).double().mean(dim=1)
         return [float(v) for v in hits]
 
     # -- after training ----------------------------------------------------------------

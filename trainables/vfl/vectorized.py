@@ -4,11 +4,12 @@
 stack (``stacks``, ``stack_key``: same model, data shapes, batch size, epochs, optimizer,
 partition, a protocol that declares it stacks, the same Q, the same defenses with model
 hooks), and
-trains each group of two or more on ``VecStack``s (``vec_stack.py``), local or one actor
-per party as the placement says; a lone training is a stack of one. What cannot stack
-(a bottom that is not a plain MLP, or starts pretrained) goes to ``fallback`` (one at a
-time), so a pack always runs whole. Vectorized records say so:
-``extra.vectorized`` is true (records of the other paths have no such key).
+trains every group on ``VecStack``s (``vec_stack.py``), local or one actor per party as
+the placement says; a lone training is a stack of one. What cannot stack (a bottom that
+is not a plain MLP, or starts pretrained) goes to ``fallback`` (one at a time), so a pack
+always runs whole. Records of a training stacked with others say so
+(``extra.vectorized`` is true); a stack of one has no such key, so its record equals
+the one-at-a-time record.
 
 Seeds, learning rates, aligned and labeled rows (the data of each training) may differ
 inside a group: each training keeps its own. Defenses and codecs that act on messages
@@ -77,8 +78,8 @@ def _stackable_bottom(model: str, hidden: tuple[int, ...] | None, dataset: str, 
 def stacks(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> bool:
     """Whether ``spec``, evaluating ``attacks``, may stack at all, from the spec alone (so a
     job that cannot is never prepared twice), by what each part declares: its protocol
-    (``Protocol.stacks``), every defense a stacked form (``Defense.stacked``), no
-    training-time attack, a stacked optimizer."""
+    (``Protocol.stacks``), every defense a stacked form (``Defense.stacked``), a
+    training-time attack only if it declares ``Attack.stacks``, a stacked optimizer."""
     if not PROTOCOLS.get(spec.protocol).stacks:
         return False
     if any(DEFENSES.get(e.name).stacked is None for e in entries(spec)):
@@ -93,22 +94,20 @@ def model_signature(prepared: PreparedTrial) -> tuple[Any, ...]:
     with model hooks (strengths may differ inside a stack; their shapes and arithmetic may
     not) and the protocol's such codecs (CELU-VFL's workset); message-only ones stack with
     any."""
-    defenses = tuple(
-        (e.name, json.dumps(e.params, sort_keys=True, default=str))
+    named: list[tuple[str, dict[str, Any]]] = [
+        (e.name, e.params)
         for e, d in zip(prepared.defenses.entries, prepared.defenses.defenses, strict=True)
         if d.stacked is not None and d.stacked.model
-    )
-    codecs = tuple(
-        (name, json.dumps(params, sort_keys=True, default=str))
+    ]
+    named += [
+        (name, params)
         for _, name, params in prepared.protocol.codec_hooks()
         if (form := getattr(CODECS.get(name), "stacked", None)) is not None and form.model
-    )
-    attacks = tuple(
-        (name, json.dumps(params, sort_keys=True, default=str))
-        for init in prepared.inits
-        for name, params, _ in init.install
-    )  # a training-time attack's parameters (its aux data may differ)
-    return defenses + codecs + attacks
+    ]
+    named += [  # a training-time attack's parameters (its aux data may differ)
+        (name, params) for init in prepared.inits for name, params, _ in init.install
+    ]
+    return tuple((name, json.dumps(params, sort_keys=True, default=str)) for name, params in named)
 
 
 def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
@@ -122,7 +121,10 @@ def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | Non
         for i in prepared.inits
     ):
         return None
-    shapes = tuple((i.X_train.shape, i.X_test.shape) for i in prepared.inits)
+    shapes = tuple(
+        (i.X_train.shape, i.X_test.shape, None if i.X_val is None else i.X_val.shape)
+        for i in prepared.inits
+    )
     return (
         cfg.model, cfg.hidden, cfg.partition, cfg.n_parties, cfg.n_classes, cfg.batch_size,
         cfg.optimizer, cfg.local_steps, cfg.device, cfg.metric, cfg.emb_dim, int(spec.epochs),  # type: ignore[arg-type]
@@ -197,6 +199,7 @@ def _run_chunk(
                     jobs[item.index].spec, trained, item.prepared.n_labeled, item.attacks,
                     extra={"vectorized": True} if len(chunk) > 1 else None,
                     y_test=item.prepared.y_test, metric=item.prepared.metric,
+                    y_val=item.prepared.y_val,
                 )  # fmt: skip
             except DETERMINISTIC as err:
                 yield item.index, err

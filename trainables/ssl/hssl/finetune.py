@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from trainables.data import carve_validation
 from trainables.jobs import AttackSpec
 from trainables.party import Labels
 from trainables.protocols import PROTOCOLS
@@ -90,14 +91,6 @@ class Frozen(nn.Module):
         return (self.encoder(x) - self.mu) / self.sd + 0.0 * self.anchor
 
 
-def carve_validation(labeled: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val) positions: a seeded VAL_FRACTION of the labeled rows (at least 1)."""
-    rng = np.random.default_rng([seed, 4049])
-    order = rng.permutation(np.asarray(labeled))
-    n_val = max(1, round(VAL_FRACTION * len(order)))
-    return np.sort(order[n_val:]), np.sort(order[:n_val])
-
-
 def prepared_for(
     spec: TrialSpec,
     data: HSSLData,
@@ -147,7 +140,7 @@ def finetune(
     val_mp: dict[float, float] = {}
     best = opt.lr
     if best is None:
-        tr, val = carve_validation(data.labeled, spec.seed)
+        tr, val = carve_validation(data.labeled, data.y_aligned, VAL_FRACTION, spec.seed)
         for lr in FT_LRS:
             prepared = prepared_for(spec, data, encoders, lr, tr, val, attacks)
             candidates.append(train_prepared(prepared, epochs, placement, False, group=group))
