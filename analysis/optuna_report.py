@@ -42,6 +42,12 @@ def study_from_summary(name: str, summary: dict[str, Any]) -> tuple[optuna.Study
     }
     notes: list[str] = []
     for trial in summary.get("trials", []):
+        if trial.get("stopped"):  # stopped early (a scheduler, a pruner): no final value
+            notes.append(
+                f"{name}: trial {trial['trial_id']} stopped early after "
+                f"{trial.get('epochs_run')} epochs (left out: it has no final value)"
+            )
+            continue
         values = trial["values"]
         if any(v is None or not math.isfinite(float(v)) for v in values):
             notes.append(f"{name}: trial {trial['trial_id']} has no value for every objective")

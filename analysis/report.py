@@ -151,6 +151,8 @@ def summarize(dcs: pd.DataFrame, beta: float, weights: dict[str, float]) -> dict
         "trainings": int(dcs["trial_id"].nunique()),
         "rows_not_ok_ignored": int((~ok).sum()),
         "trainings_not_ok": int(dcs.loc[~ok, "trial_id"].nunique()),
+        # stopped early by a scheduler or pruner: records, not failures, left out likewise
+        "trainings_stopped": int(dcs.loc[dcs["status"] == "stopped", "trial_id"].nunique()),
         "attack_rows": int(attack_rows.sum()),
         "attack_rows_scored": int(dcs["dcs"].notna().sum()),
         "attack_rows_without_mp_star": int((attack_rows & dcs["mp_star"].isna()).sum()),

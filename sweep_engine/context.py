@@ -23,3 +23,4 @@ class SweepContext:
     cell: dict[str, Any] = field(default_factory=dict)  # a search cell's fixed fields
     attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks
     prestart: int = 0  # a search cell's party actors to start first (``entry.start_one``)
+    early_stop: bool = False  # epoch ends reported to Tune (a scheduler or a pruner decides)

@@ -335,17 +335,25 @@ def search_lines(plan: Plan, studies: list[dict[str, Any]], max_studies: int = 4
             break
         label = labels[training.trial_id]
         name = f"study {i + 1}/{len(studies)}" + (f" {label}" if label else "")
-        trials = [t for t in study.get("trials", []) if None not in t["values"]]
+        trials = [t for t in study.get("trials", []) if None not in t.get("values", [None])]
+        stopped = study.get("n_stopped", 0)
+        if stopped:
+            lines.append(f"{name}: {plural(stopped, 'trial')} stopped early (no test MP)")
         if not trials:
             lines.append(f"{name}: no trial finished ok")
             continue
         for k, objective in enumerate(study["objectives"]):
             pick = max if objective["mode"] == "max" else min
             best = pick(trials, key=lambda t, k=k: float(t["values"][k]))
-            value = float(best["values"][k])
+            value, at = float(best["values"][k]), params_text(best["params"])
+            if objective["metric"] == "mp":  # chosen on the validation rows (search.selected)
+                lines.append(
+                    f"{name}: best validation MP {value:.4g} at {at}; its test MP "
+                    f"{float(best['test_mp']):.4f}"
+                )
+                continue
             lines.append(
-                f"{name}: best {objective['metric']} ({objective['mode']}) {value:.4g} "
-                f"at {params_text(best['params'])}"
+                f"{name}: best {objective['metric']} ({objective['mode']}) {value:.4g} at {at}"
             )
     return lines
 

@@ -95,15 +95,26 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
     spec = spec_of(config, ctx)
     attacks = list(ctx.attacks)
     trial_id = spec.config_hash
-    try:
-        records = run_trial(
+
+    def run(placement: Placement) -> list[Record]:
+        return run_trial(
             spec,
-            ctx.placement,
+            placement,
             data_dir=ctx.data_dir,
             sweep=ctx.sweep,
             trial_id=trial_id,
             attacks=attacks,  # type: ignore[arg-type]
         )
+
+    try:
+        if ctx.early_stop:  # each epoch end to Tune as it happens (early_stop.py)
+            from sweep_engine.early_stop import train_reporting
+
+            names = [name for name, _ in attacks]
+            also = {k: v for k, v in _result(trial_id, [], names).items() if k in _ALSO}
+            records = train_reporting(run, ctx.placement, spec, ctx.sweep, also, ctx.data_dir)
+        else:
+            records = run(ctx.placement)
     except MissingDataError:
         raise  # this node lacks a data file: a fault of the node, retried (maybe elsewhere)
     except (ConfigError, DefenseNeverApplied) as err:  # deterministic: same spec, same error
@@ -111,14 +122,25 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
     tune.report(_result(trial_id, records, [name for name, _ in attacks]))
 
 
+# the metrics a search may select on, NaN in every epoch-end result (Tune wants them in all)
+_ALSO = ("mp", "comm_bytes", "train_seconds")
+
+
 def _result(trial_id: str, records: list[Record], attacks: list[str]) -> dict[str, Any]:
-    """What Tune sees of a training. An error record reports NaN metrics, so a search's
-    Optuna study marks the trial failed instead of taking 0 bytes or 0 s as a result."""
-    clean = records[0]
+    """What Tune sees of a training (``final``: its last result; epoch ends report before
+    it, ``early_stop.py``). An error record reports NaN metrics, so a search's Optuna
+    study marks the trial failed instead of taking 0 bytes or 0 s as a result; without
+    records, NaN everywhere (the shape of an epoch-end result's other metrics)."""
     nan = float("nan")
+    if not records:
+        return {k: nan for k in _ALSO} | {f"ap:{name}": nan for name in attacks}
+    clean = records[0]
     ok = clean.status == "ok"
+    spec = TrialSpec.model_validate_json(clean.spec_json)
     return {
         "config_hash": trial_id,
+        "final": True,
+        "epoch": spec.epochs,
         "status": clean.status,
         "mp": nan if clean.mp is None else clean.mp,
         "val_mp": nan if clean.val_mp is None or not ok else clean.val_mp,
@@ -160,11 +182,13 @@ class Progress(tune.Callback):
         self.repeats = 0  # trainings a retried pack reported again (written once)
         self.start = time.perf_counter()
         self.trace = memtrace.from_env()  # VFLSWEEP_TRACEMALLOC: memory by trainings done
+        self.stopped_by = ""  # the scheduler or pruner that may stop trainings (early_stop)
+        self.stopped: set[str] = set()
 
     @property
     def seen(self) -> set[str]:
-        """Trainings this run has written (finished or with their error record)."""
-        return self.written | set(self.failed)
+        """Trainings this run has written (finished, stopped or with their error record)."""
+        return self.written | set(self.failed) | self.stopped
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **_: Any
@@ -193,7 +217,7 @@ class Progress(tune.Callback):
             return
         self.sink.write_many([item for item, _ in fresh])
         for (trial_id, records), name in fresh:
-            self.tracker.training_finished(trial_id, records[0].status == "ok")
+            self.tracker.training_finished(trial_id, records[0].status in ("ok", "stopped"))
             self.line(trial_id, records, name)
         self.sink.maybe_compact(COMPACT_AT)
         if self.trace is not None:
@@ -201,6 +225,14 @@ class Progress(tune.Callback):
 
     def line(self, trial_id: str, records: list[Record], name: str) -> None:
         clean = records[0]
+        if clean.status == "stopped":  # early stopping: a record, not a failure
+            self.stopped.add(trial_id)
+            extra = json.loads(clean.extra)
+            say(
+                f"[stopped] {self.label}{name} after {plural(extra['epochs_run'], 'epoch')} "
+                f"at val_mp={clean.val_mp:.4f} by {extra['stopped_by']} (id {trial_id[:8]})"
+            )
+            return
         if clean.status != "ok":  # a ConfigError: recorded at once, not retried
             self.failed[trial_id] = clean.error or ""
             say(
@@ -230,6 +262,14 @@ class Progress(tune.Callback):
         self.tracker.trial_started(trial.trial_id, "pack", f"pack {cell['pack_id']}", pack)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
+        """A trial Tune stopped at an epoch end (a scheduler, a pruner) gets its record
+        here, ``status: stopped``, from its last report: it never reported records."""
+        last = trial.last_result or {}
+        if last.get("final") is False and self.stopped_by:
+            from sweep_engine.early_stop import stopped_record
+
+            record = stopped_record(last, self.stopped_by)
+            self.finished([(record.trial_id, [record])], [self.describe(trial.config)])
         self.tracker.trial_ended(trial.trial_id)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **_: Any) -> None:
@@ -310,6 +350,8 @@ def context(
         data_dir=data_dir,
         cell=cell or {},
         attacks=attacks,
+        early_stop=run.scheduler is not None
+        or (plan.space.search is not None and plan.space.search.pruner != "none"),
     )
 
 

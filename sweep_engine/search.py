@@ -22,9 +22,8 @@ from typing import Any
 
 import optuna
 from ray import tune
-from ray.tune.search.optuna import OptunaSearch
 
-from sweep_engine import progress, quiet, runner
+from sweep_engine import early_stop, progress, quiet, runner
 from sweep_engine.context import SweepContext
 from sweep_engine.entry import start_one
 from sweep_engine.heartbeat import Tracker, say
@@ -86,16 +85,17 @@ def study_trials(sink: RecordSink, cell: Training, search: SearchBlock) -> list[
     trials = []
     for row in sorted(table, key=lambda r: r["created_at"]):  # trial order: when it finished
         spec = json.loads(row["spec_json"])
-        if row["status"] != "ok" or row["attack"] != "none" or cell_id(spec, searched) != target:
+        done = row["status"] in ("ok", "stopped")  # stopped early: a trial, never the best
+        if not done or row["attack"] != "none" or cell_id(spec, searched) != target:
             continue
-        trials.append(
-            {
-                "trial_id": row["trial_id"],
-                "params": {k: _value(spec, k) for k in searched},
-                "values": [_metric(row, rows_by_trial, o.metric) for o in search.objectives],
-                "test_mp": row["mp"],  # reported beside, never selected on
-            }
-        )
+        trial = {"trial_id": row["trial_id"], "params": {k: _value(spec, k) for k in searched}}
+        if row["status"] == "stopped":
+            extra = json.loads(row["extra"] or "{}")
+            trial.update(stopped=True, epochs_run=extra.get("epochs_run"), val_mp=row["val_mp"])
+        else:
+            trial["values"] = [_metric(row, rows_by_trial, o.metric) for o in search.objectives]
+            trial["test_mp"] = row["mp"]  # reported beside, never selected on
+        trials.append(trial)
     return trials
 
 
@@ -136,21 +136,23 @@ def pareto(trials: list[dict[str, Any]], modes: list[str]) -> list[dict[str, Any
 
 def write_summary(sweep_dir: Path, cell: Training, search: SearchBlock, sink: RecordSink) -> Path:
     trials = study_trials(sink, cell, search)
+    finished = [t for t in trials if not t.get("stopped")]
     modes = [o.mode for o in search.objectives]
     summary: dict[str, Any] = {
         "cell": cell.cell,
         "objectives": [o.model_dump() for o in search.objectives],
         "n_trials": len(trials),
+        "n_stopped": len(trials) - len(finished),
         "trials": trials,
-        "pareto": pareto(trials, modes),
+        "pareto": pareto(finished, modes),
         "distributions": {
             k: optuna.distributions.distribution_to_json(distribution(p))
             for k, p in search.params.items()
         },
     }
-    if len(modes) == 1 and trials:
+    if len(modes) == 1 and finished:
         pick = max if modes[0] == "max" else min
-        summary["best"] = pick(trials, key=lambda t: t["values"][0])
+        summary["best"] = pick(finished, key=lambda t: t["values"][0])
     summary["selected_on"] = [selected(o.metric) for o in search.objectives]
     path = study_path(sweep_dir, cell.spec.model_dump(mode="json"), list(search.params))
     return write_json_atomic(path, summary)
@@ -207,11 +209,13 @@ def _run_study(
     metrics = [selected(o.metric) for o in search.objectives]
     modes = [o.mode for o in search.objectives]
     single = len(metrics) == 1
-    searcher = OptunaSearch(
+    epochs = int(cell.spec.epochs)  # type: ignore[arg-type]
+    searcher = early_stop.PrunedSearch(
         space={k: distribution(p) for k, p in search.params.items()},
         metric=metrics[0] if single else metrics,
         mode=modes[0] if single else modes,
         sampler=sampler(search, offset),
+        pruner=early_stop.optuna_pruner(plan.space, epochs),
     )
     ctx = dataclasses.replace(
         runner.context(plan, data_dir, cell.spec.model_dump(mode="json"), cell.attacks),
@@ -219,10 +223,14 @@ def _run_study(
     )
     sink = RecordSink(sweep_dir)
     callback = runner.Progress(sink, n, label, tracker=tracker)
+    stopper = early_stop.scheduler(plan.space, searcher, epochs)
+    if ctx.early_stop:
+        callback.stopped_by = early_stop.stopped_by(plan.space)
     tuner = tune.Tuner(
         trainable(plan, ctx, n_parties=actor_count(cell.spec)),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
+            scheduler=stopper,
             num_samples=n,
             max_concurrent_trials=plan.space.run.max_concurrent_trials,
             reuse_actors=plan.space.run.reuse_actors,
@@ -238,4 +246,4 @@ def _run_study(
             spec = runner.spec_of(params, ctx)
             failures.append((spec.config_hash, spec, runner.error_text(r.error)))
     failed = len(callback.failed) + runner.record_failures(sink, failures, plan.space.name)
-    return len(callback.written), failed
+    return len(callback.written) + len(callback.stopped), failed  # stopped: recorded too

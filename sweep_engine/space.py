@@ -59,8 +59,22 @@ class Resources(_Strict):
     cpu_per_trial: Float = Field(0.1, ge=0)  # the trainable mostly waits on its parties
 
 
+class SchedulerBlock(_Strict):
+    """``run.scheduler``: a Tune scheduler stopping trainings early on their validation MP
+    at epoch ends (``sweep_engine/early_stop.py``)."""
+
+    name: Literal["asha", "hyperband", "median"]
+    metric: Literal["val_mp"] = "val_mp"  # never the test MP: that is what gets reported
+    mode: Literal["max"] = "max"
+    grace_epochs: Int = Field(1, ge=1)  # no training stops before this many epochs
+    reduction_factor: Int = Field(3, ge=2)  # asha / hyperband: 1/this goes on at each rung
+    max_epochs: Int | None = Field(None, ge=1)  # asha / hyperband: the last rung (None: epochs)
+
+
 class RunSettings(_Strict):
     max_concurrent_trials: Int | None = Field(None, ge=1)
+    # stop trainings early on their validation MP (one Tune trial per training: a search)
+    scheduler: SchedulerBlock | None = None
     max_failures: Int = Field(1, ge=0)
     transport: Literal["ray", "local"] = "ray"
     reuse_actors: Bool = True
@@ -134,6 +148,19 @@ class SearchBlock(_Strict):
     n_trials: Int = Field(8, ge=1)
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
     seed: Int = 0
+    # an Optuna pruner on each trial's epoch-end validation MP (single objective only)
+    pruner: Literal["none", "median", "hyperband", "successive_halving"] = "none"
+    pruner_grace: Int = Field(1, ge=1)  # epochs before the pruner may stop a trial
+
+    @model_validator(mode="after")
+    def _pruner_single_objective(self) -> SearchBlock:
+        if self.pruner != "none" and len(self.objectives) > 1:
+            raise ValueError(
+                f"pruner={self.pruner!r} with {len(self.objectives)} objectives: Optuna "
+                "prunes single-objective studies only; allowed: pruner: none, or one "
+                "objective (run.scheduler stops trainings of a multi-objective search)"
+            )
+        return self
 
 
 class AnalysisBlock(_Strict):
@@ -261,12 +288,23 @@ class Space(_Strict):
         params = search.get("params") if isinstance(search.get("params"), dict) else {}
         objectives = search.get("objectives") if isinstance(search.get("objectives"), list) else []
         on_mp = any(isinstance(o, dict) and o.get("metric") == "mp" for o in objectives)
-        if not on_mp or not isinstance(base, dict) or "val_ratio" in {*base, *grid, *params}:
+        run = data.get("run") if isinstance(data.get("run"), dict) else {}
+        stops = run.get("scheduler") is not None or search.get("pruner", "none") != "none"
+        if not (on_mp or stops) or not isinstance(base, dict):
+            return data
+        if "val_ratio" in {*base, *grid, *params}:
             return data
         return {**data, "base": {**base, "val_ratio": SEARCH_VAL_RATIO}}
 
     @model_validator(mode="after")
-    def _mp_searches_have_validation_rows(self) -> Space:
+    def _selection_has_validation_rows(self) -> Space:
+        """What selects (a search on MP, a scheduler, a pruner) reads validation rows."""
+        if self.run.scheduler is not None and self.search is None:
+            raise ValueError(
+                "run.scheduler without a search: block: early stopping runs one Tune trial per "
+                "training, and a grid runs packs of trainings; allowed: a search: block "
+                "(in-pack halving of grids is not built yet)"
+            )
         if self.search is None or self.base.get("val_ratio", 0) != 0:
             return self
         for i, obj in enumerate(self.search.objectives):
@@ -277,6 +315,12 @@ class Space(_Strict):
                     "allowed: base.val_ratio > 0 (the default for a search is "
                     f"{SEARCH_VAL_RATIO}), or an objective other than MP"
                 )
+        if self.run.scheduler is not None or self.search.pruner != "none":
+            raise ValueError(
+                "run.scheduler / search.pruner with base.val_ratio=0: early stopping decides on "
+                "the validation MP; allowed: base.val_ratio > 0 (the default with a scheduler or "
+                f"a pruner is {SEARCH_VAL_RATIO})"
+            )
         return self
 
     @model_validator(mode="after")

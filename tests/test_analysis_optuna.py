@@ -81,7 +81,8 @@ def test_search_report_has_importances_history_and_pareto(
     trial_lines = [line for line in out.splitlines() if re.match(r"\[\d/5\] study 1/1 ", line)]
     assert len(trial_lines) == 5, out
     assert all(re.search(r"lr=\S+ batch_size=(32|128) mp=", line) for line in trial_lines)
-    assert re.search(r"study 1/1: best mp \(max\) \S+ at lr=\S+ batch_size=", out), out
+    pattern = r"study 1/1: best validation MP \S+ at lr=\S+ batch_size=\S+; its test MP 0\.\d{4}"
+    assert re.search(pattern, out), out
     assert re.search(r"study 1/1: best rounds \(min\) \S+ at lr=", out), out
     assert f"mlflow: {vflsweep_command()} ui --results {results}" in out
 

@@ -109,7 +109,10 @@ def test_optuna_search_of_lr_records_its_trials_and_best(tmp_path: Path, ray_ses
     (summary_file,) = (results / "lrsearch" / "search").glob("*.json")
     summary = json.loads(summary_file.read_text())
     assert summary["n_trials"] == 8
-    assert summary["best"]["values"][0] == max(r["mp"] for r in rows)
+    # chosen on the validation rows (val_ratio 0.2 by default in a search), test MP beside
+    best = max(rows, key=lambda r: r["val_mp"])
+    assert summary["best"]["values"][0] == best["val_mp"] and summary["selected_on"] == ["val_mp"]
+    assert summary["best"]["test_mp"] == best["mp"] and rows[0]["val_ratio"] == 0.2
     assert summary["best"]["trial_id"] in {r["trial_id"] for r in rows}
 
 

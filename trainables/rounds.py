@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from trainables.transport.base import CommStats
 
@@ -64,6 +64,15 @@ class TrainResult:
         )
 
 
+class EpochListener(Protocol):
+    """Told of each observed epoch end of one training (a Tune scheduler or an Optuna
+    pruner deciding whether it goes on): ``epoch`` epochs done, ``mp`` on the validation
+    rows where the training has them, ``rounds`` done. It may block (until the decision
+    is taken); a training that is stopped never returns from it."""
+
+    def epoch_end(self, epoch: int, mp: float, rounds: int) -> None: ...
+
+
 class Rounds(Generic[A, T]):
     """The one round loop (Flower's ``Strategy`` idea): ``run`` owns the rounds, the clock,
     the epoch-end evaluations and the curve; a kind fills small hooks.
@@ -81,8 +90,9 @@ class Rounds(Generic[A, T]):
     """
 
     target_mp: float | None = None
-    curve: list[float]  # test MP at each observed epoch end (and the end, with a target)
+    curve: list[float]  # MP at each observed epoch end (and the end, with a target)
     reached: int | None = None  # rounds done when the curve first reached the target
+    listener: EpochListener | None = None  # told of every epoch end (early stopping)
 
     def run(self, active: A, transport: T, epochs: int, target_mp: float | None = None) -> Any:
         """Train for ``epochs``, then ``result``: the one loop every kind's training runs.
@@ -125,8 +135,8 @@ class Rounds(Generic[A, T]):
         raise NotImplementedError
 
     def pauses(self) -> bool:
-        """Whether epoch ends are observed (by default: with a target MP)."""
-        return self.target_mp is not None
+        """Whether epoch ends are observed (by default: with a target MP, or a listener)."""
+        return self.target_mp is not None or self.listener is not None
 
     def pause(self, active: A, transport: T) -> None:
         """Training's part of an observed epoch end, before the evaluation (FedCVT sends A
@@ -136,11 +146,15 @@ class Rounds(Generic[A, T]):
         """At a paused epoch end, ``done`` rounds in: the curve's point."""
         self.point(self.evaluate(active, transport), done)
 
-    def point(self, mp: float, done: int) -> None:
-        """One point of the curve; the first reaching the target gives ``reached``."""
+    def point(self, mp: float, done: int, last: bool = False) -> None:
+        """One point of the curve; the first reaching the target gives ``reached``; the
+        ``listener`` hears of every point but the ``last`` (after the last round: the
+        training's result says it) and may stop the training there."""
         self.curve.append(mp)
         if self.reached is None and self.target_mp is not None and mp >= self.target_mp:
             self.reached = done
+        if self.listener is not None and not last:
+            self.listener.epoch_end(len(self.curve), mp, done)
 
     def finish(self, active: A, transport: T) -> None:
         """After the last round, before the clock stops (the last pending messages)."""

@@ -90,7 +90,7 @@ class FedSSLRounds(Rounds[PartyGroup, None]):
 
     def result(self, group: PartyGroup, transport: None, seconds: float, total: int) -> TrainResult:
         if total:
-            self.point(self.evaluate(group, transport), total)
+            self.point(self.evaluate(group, transport), total, last=True)
         stats = [w.stats for w in self.wires.values()]
         return TrainResult(
             mp=self.curve[-1] if self.curve else float("nan"),

@@ -124,7 +124,7 @@ class Protocol(Rounds[ActiveParty, Transport]):
         test_bytes = transport.stats.eval_bytes - before if self.test_bytes_in_comm else 0
         val_mp = self.evaluate(active, transport, "val") if curve_split(active) == "val" else None
         if self.target_mp is not None:
-            self.point(mp if val_mp is None else val_mp, total)
+            self.point(mp if val_mp is None else val_mp, total, last=True)
         return TrainResult.from_stats(
             transport.stats,
             comm_bytes=transport.stats.comm_bytes + test_bytes,

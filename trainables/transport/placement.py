@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from trainables.errors import ConfigError
 
@@ -29,6 +30,9 @@ class Placement:
     reuse_actors: bool = False
     # stack a pack's same-shape NN trainings into one batched training (``vfl/vectorized.py``)
     vectorize: bool = True
+    # told of each epoch end of the one training placed here (``rounds.EpochListener``:
+    # a Tune scheduler's or an Optuna pruner's relay, ``sweep_engine/early_stop.py``)
+    listener: Any = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:

@@ -205,6 +205,7 @@ def train_prepared(
     the objects themselves; actors: copies) for the attack harness. ``group``: parties
     already open (a later phase of the same trial, e.g. FedHSSL fine-tuning on the
     pretraining actors) are rebuilt from ``prepared.inits`` and trained there."""
+    prepared.protocol.listener = placement.listener  # early stopping, where a sweep asks
     if group is not None:
         group.load(prepared.inits)
         return _train_on(group, prepared, epochs, keep or not placement.remote)

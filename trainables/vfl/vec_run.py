@@ -73,6 +73,9 @@ class VecRun(Protocol):
         self.counts = _Counts([CommStats() for _ in self.slots])
         self.slot_targets = [self.targets[s] for s in self.slots]
         self.curves: list[list[float]] = [[] for _ in self.slots]
+        self.epochs_seen = 0
+        if self.listener is not None and self.k != 1:
+            raise ValueError("an epoch listener follows one training; this stack holds more")
         self.reached_at: list[int | None] = [None] * self.k
 
     def epoch_steps(self, active: VecStack, epoch: int) -> Sequence[BatchRef]:  # type: ignore[override]
@@ -93,12 +96,18 @@ class VecRun(Protocol):
         return embeddings
 
     def pauses(self) -> bool:
-        return any(t is not None for t in self.slot_targets)
+        return self.listener is not None or any(t is not None for t in self.slot_targets)
 
     def observe(self, active: VecStack, transport: Transport, done: int) -> None:  # type: ignore[override]
-        """Only the trainings with a target evaluate (and count eval traffic) at epoch ends."""
-        with_target = [j for j, t in enumerate(self.slot_targets) if t is not None]
-        self._curve(self._evaluate(active, transport, with_target, curve_split(active)), done)
+        """Only the trainings with a target evaluate (and count eval traffic) at epoch ends;
+        a lone training with a listener (early stopping) always, and tells it."""
+        listened = self.listener is not None
+        with_target = [j for j, t in enumerate(self.slot_targets) if t is not None or listened]
+        mps = self._evaluate(active, transport, with_target, curve_split(active))
+        self._curve(mps, done)
+        if self.listener is not None:
+            self.epochs_seen += 1
+            self.listener.epoch_end(self.epochs_seen, mps[0], done)
 
     def _evaluate(
         self, active: VecStack, transport: Transport, counted: Sequence[int], split: str = "test"

@@ -218,6 +218,7 @@ def _train_stacked(
         if slots:
             group.call_all("stack", slots)
             run = VecRun(targets=[r.prepared.target_mp for r in ready], slots=slots)
+            run.listener = placement.listener  # early stopping: one training only
             epochs = int(jobs[ready[0].index].spec.epochs)  # type: ignore[arg-type]
             results = group.train(run, epochs)
         return collect_trained(group, ready, results, errors)
