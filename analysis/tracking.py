@@ -28,6 +28,7 @@ import pandas as pd
 
 from analysis.load import attack_labels
 from trainables.results.checks import read_checked
+from trainables.results.layout import training_status
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -147,16 +148,16 @@ def training_payload(rows: pd.DataFrame) -> tuple[dict[str, str], dict[str, floa
             metrics[metric_key("ap", attack.attack)] = float(attack.ap)
         if _finite(attack.mp):
             metrics[metric_key("mp", attack.attack)] = float(attack.mp)
-    ok = bool((rows["status"] == "ok").all())
+    status = training_status(set(rows["status"].astype(str)))  # ok, stopped or error
     tags = {
         "trial_id": str(head["trial_id"]),
         "config_hash": str(head["config_hash"]),
         "setting_hash": str(head["setting_hash"]),
-        "status": "ok" if ok else "error",
+        "status": status,
         "defense": str(head["defense"]),
         "attacks": ",".join(str(a) for a in rows["attack"] if a != "none"),
     }
-    if not ok:
+    if status == "error":
         tags["error"] = str(rows["error"].iloc[0])[:5000]
     return params, metrics, tags
 
@@ -189,7 +190,8 @@ def log_child(
         for key, value in tags.items():
             client.set_tag(run_id, key, value)
     client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in metrics.items()])
-    client.set_terminated(run_id, "FINISHED" if tags["status"] == "ok" else "FAILED")
+    # a training stopped early (a scheduler, a pruner, halving) finished: it did not fail
+    client.set_terminated(run_id, "FAILED" if tags["status"] == "error" else "FINISHED")
     return run_id
 
 
@@ -206,18 +208,20 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     records = attack_labels(read_checked(sweep_dir / "records")).to_pandas()
     statuses = {}
     for trial_id, rows in records.groupby("trial_id", sort=False):
-        ok = bool((rows["status"] == "ok").all())
-        statuses[trial_id] = ok
+        statuses[trial_id] = training_status(set(rows["status"].astype(str)))
+        ok = statuses[trial_id] != "error"
         known = existing.get(str(trial_id))
         if known is None:
             result.children[str(trial_id)] = log_child(client, exp_id, parent, rows, None)
             result.created += 1
-        elif ok and known[1] != "ok":  # a re-run fixed a failed training
+        elif ok and known[1] == "error":  # a re-run fixed a failed training
             log_child(client, exp_id, parent, rows, known[0])
             result.updated += 1
-    n_ok = sum(statuses.values())
+    n_ok = sum(s == "ok" for s in statuses.values())
+    n_stopped = sum(s == "stopped" for s in statuses.values())
     counts = {"trainings": len(statuses), "trainings_ok": n_ok, "records": len(records)}
-    counts["trainings_error"] = len(statuses) - n_ok
+    counts["trainings_error"] = len(statuses) - n_ok - n_stopped
+    counts["trainings_stopped"] = n_stopped
     client.log_batch(parent, metrics=[Metric(k, float(v), _now(), 0) for k, v in counts.items()])
     client.set_terminated(parent, "FINISHED")
     return result

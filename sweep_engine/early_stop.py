@@ -26,9 +26,11 @@ objective: Optuna does not prune multi-objective studies.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import queue
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -56,18 +58,39 @@ STOP = "stop"  # on the down queue: Tune stopped the trial
 
 @ray.remote(num_cpus=0)
 class _Queues:
-    """Two queues in one actor, for a round loop that runs in a party's actor."""
+    """Named queues in one actor, for round loops that run in party actors: one actor per
+    trial process (``_queues``), two queues per training (an actor start costs about a
+    second here, more than a stopped training's epochs)."""
 
     def __init__(self) -> None:
         import asyncio
 
-        self.q = {"up": asyncio.Queue(), "down": asyncio.Queue()}
+        self.q: dict[str, asyncio.Queue] = {}
+        self.new = asyncio.Queue
+
+    def _queue(self, name: str) -> Any:
+        if name not in self.q:
+            self.q[name] = self.new()
+        return self.q[name]
 
     async def put(self, name: str, item: Any) -> None:
-        await self.q[name].put(item)
+        await self._queue(name).put(item)
 
     async def get(self, name: str) -> Any:
-        return await self.q[name].get()
+        item = await self._queue(name).get()
+        if item is END or item == STOP:  # the training's last word: its queues go
+            self.q.pop(name, None)
+        return item
+
+    def drop(self, names: list[str]) -> None:
+        for name in names:
+            self.q.pop(name, None)
+
+
+@functools.cache
+def _queues() -> Any:
+    """This trial process's queue actor, started on first use."""
+    return _Queues.remote()
 
 
 class EpochRelay:
@@ -77,25 +100,31 @@ class EpochRelay:
     party's actor (the relay is pickled there with the protocol)."""
 
     def __init__(self, remote: bool) -> None:
-        self.actor = _Queues.remote() if remote else None
+        self.actor = _queues() if remote else None
         self.local = None if remote else {"up": queue.Queue(), "down": queue.Queue()}
+        self.key = uuid.uuid4().hex  # this training's queues in the shared actor
 
     def __getstate__(self) -> dict[str, Any]:
         assert self.actor is not None, "only a relay through an actor leaves this process"
-        return {"actor": self.actor, "local": None}
+        return {"actor": self.actor, "local": None, "key": self.key}
 
     def put(self, name: str, item: Any) -> None:
         if self.actor is not None:
-            ray.get(self.actor.put.remote(name, item))
+            ray.get(self.actor.put.remote(f"{self.key}:{name}", item))
         else:
             assert self.local is not None
             self.local[name].put(item)
 
     def get(self, name: str) -> Any:
         if self.actor is not None:
-            return ray.get(self.actor.get.remote(name))
+            return ray.get(self.actor.get.remote(f"{self.key}:{name}"))
         assert self.local is not None
         return self.local[name].get()
+
+    def close(self) -> None:
+        """The training's queues, gone from the shared actor."""
+        if self.actor is not None:
+            ray.get(self.actor.drop.remote([f"{self.key}:up", f"{self.key}:down"]))
 
     def epoch_end(self, epoch: int, mp: float, rounds: int) -> None:
         """At the training's epoch end: report it and wait for the go-ahead; a stop
@@ -144,9 +173,11 @@ def train_reporting(
         except SystemExit:  # Tune stopped the trial: the training unwinds, parties close
             relay.put("down", STOP)
             thread.join(timeout=60)
+            relay.close()
             raise
         relay.put("down", "go")
     thread.join()
+    relay.close()
     if "error" in out:
         raise out["error"]
     return out["records"]

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweep_engine.costs import Costs, attack_key, load, train_key
-from sweep_engine.packs import cost, make_packs, slots
+from sweep_engine.packs import cost, make_packs, pack_size, slots
 from trainables.attacks.tuning import split_adapt, without_adapt
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
@@ -254,7 +254,14 @@ def estimate(
     elif known:  # each pack starts its processes: the trial's, and its party actors on ray
         run = plan.space.run
         packs = make_packs(
-            known, run.pack, fit, run.pack_seconds, remote, data_dir, vectorize=run.vectorize
+            known,
+            pack_size(run),
+            fit,
+            run.pack_seconds,
+            remote,
+            data_dir,
+            vectorize=run.vectorize,
+            halving=run.halving is not None,
         )
         total += sum(PROCESS_S * (1 + (p.n_parties if remote else 0)) for p in packs)
     concurrency = max(1, min(fit, cpus))

@@ -22,7 +22,7 @@ from sweep_engine import progress
 from sweep_engine.context import SweepContext
 from sweep_engine.entry import start_pack
 from sweep_engine.heartbeat import Tracker, say
-from sweep_engine.packs import Pack, make_packs, slots
+from sweep_engine.packs import Pack, make_packs, pack_size, slots
 from sweep_engine.plan import Plan, Training
 from sweep_engine.runner import (
     Progress,
@@ -65,7 +65,14 @@ def plan_packs(plan: Plan, todo: list[Training], data_dir: str | None) -> list[P
     fit = slots(plan, n, available.get("CPU", 1.0), available.get("GPU", 0.0))
     remote = run.transport == "ray"
     return make_packs(
-        todo, run.pack, fit, run.pack_seconds, remote, data_dir, vectorize=run.vectorize
+        todo,
+        pack_size(run),
+        fit,
+        run.pack_seconds,
+        remote,
+        data_dir,
+        vectorize=run.vectorize,
+        halving=run.halving is not None,
     )
 
 
@@ -132,4 +139,4 @@ def run_grid(
     failed = len(callback.failed) + record_failures(sink, failures, plan.space.name)
     if callback.repeats:
         say(f"{plural(callback.repeats, 'training')} ran twice (a retried pack); each written once")
-    return len(callback.written), failed
+    return len(callback.written) + len(callback.stopped), failed  # stopped: recorded too

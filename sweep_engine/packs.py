@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainables.attacks.tuning import runs
 from trainables.data import load_dataset
@@ -148,6 +148,23 @@ def slots(plan: Plan, n_parties: int, cpus: float, gpus: float | None = None) ->
     return max(1, fit)
 
 
+def pack_size(run: Any) -> int | str:
+    """``run.pack``, except that ``auto`` under ``run.halving`` is every training of a
+    stack in one pack (``make_packs``' ``halving``): successive halving decides among the
+    trainings of one stack."""
+    if run.halving is not None and run.pack == "auto":
+        return 10**9
+    return run.pack
+
+
+def stack_group(spec: TrialSpec) -> str:
+    """``shape_key`` and what the trainings of one stack share besides (epochs, optimizer,
+    model, protocol, defenses by name...): under halving, one pack per such group, so
+    packs of different stacks still run side by side."""
+    bare = spec.model_copy(update={"lr": 1.0, "seed": 0, "defense_param": None})
+    return f"{shape_key(spec)}|{bare.config_hash}"
+
+
 def make_packs(
     trainings: Sequence[Training],
     size: int | str,
@@ -156,16 +173,19 @@ def make_packs(
     remote: bool = True,
     data_dir: str | None = None,
     vectorize: bool = False,
+    halving: bool = False,
 ) -> list[Pack]:
     """Group ``trainings`` by shape and cut each group into packs (plan order kept inside).
 
     ``size``: an int, or ``auto``: as many trainings as fit ``target_s`` by the cost model,
     but no more than the group spread evenly over ``slots`` concurrent trials; with
     ``vectorize``, plain NN trainings count ``STACKED_SPEEDUP`` times cheaper (they stack).
+    ``halving``: groups are stacks (``stack_group``), whose cells halving compares.
     """
     groups: dict[str, list[Training]] = {}
     for training in trainings:
-        groups.setdefault(shape_key(training.spec), []).append(training)
+        key = stack_group if halving else shape_key
+        groups.setdefault(key(training.spec), []).append(training)
     packs: list[Pack] = []
     for group in groups.values():
         n = (

@@ -221,6 +221,7 @@ def scenario_lines(
     the attack never had."""
     scenarios = scenarios if scenarios is not None else plan_scenarios(plan)
     ok = [r for r in rows if r["status"] == "ok" and r["trial_id"] in scenarios]
+    stopped = [r for r in rows if r["status"] == "stopped" and r["trial_id"] in scenarios]
     if not any(r["attack"] == "none" for r in ok):
         return {"": ["no training finished ok: nothing to summarize"]}
     chance = {}
@@ -234,8 +235,12 @@ def scenario_lines(
         axes = [a for a in varying_axes([t.cell for t in trainings]) if a != "seed"]
         labels = {t.trial_id: cell_text(t.cell, axes) or "(one cell)" for t in trainings}
         mine = [r for r in ok if r["trial_id"] in labels]
-        if mine:
-            lines = _scenario_lines(mine, labels, max_attacks, chance, scenario)
+        lines = _scenario_lines(mine, labels, max_attacks, chance, scenario) if mine else []
+        cut = sorted({labels[r["trial_id"]] for r in stopped if r["trial_id"] in labels})
+        if cut:  # early stopping: no test MP, so in no line above
+            shown = ", ".join(cut[:4]) + (f" and {len(cut) - 4} more" if len(cut) > 4 else "")
+            lines.append(f"stopped early (no test MP): {plural(len(cut), 'cell')}: {shown}")
+        if lines:
             blocks[scenario] = [f"{scenario}: {line}" for line in lines]
     return blocks
 

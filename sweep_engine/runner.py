@@ -54,6 +54,7 @@ from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.trial import actor_count, run_trial
+from trainables.vfl.halving import Halving
 
 quiet.configure(quiet.VERBOSE)  # what Ray, Tune and MLflow print: quiet.py (--verbose: all)
 tune_state.install()  # Tune's state snapshots wait for their upload: tune_state.py
@@ -346,6 +347,9 @@ def context(
             res.gpu_per_party,
             reuse_actors=run.reuse_actors,
             vectorize=run.vectorize,
+            halving=None
+            if run.halving is None
+            else Halving(run.halving.grace_epochs, run.halving.reduction_factor),
         ),
         data_dir=data_dir,
         cell=cell or {},

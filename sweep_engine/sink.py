@@ -48,6 +48,7 @@ from trainables.results.layout import (
     load_manifest,
     part_statuses,
     scan,
+    training_status,
 )
 
 QUARANTINE = "records_quarantine"
@@ -232,7 +233,8 @@ class RecordSink:
         return moved
 
     def statuses(self) -> dict[str, str]:
-        """trial_id -> status of every training with a valid file ("ok" or "error")."""
+        """trial_id -> status of every training with a valid file ("ok", "stopped" or
+        "error")."""
         for attempt in range(2):
             layout = scan(self.records_dir)
             present = [(p, e) for p, e in layout.part_files() if p.exists()]
@@ -256,13 +258,13 @@ class RecordSink:
                 if isinstance(err, FileNotFoundError):
                     raise Vanished(path) from err
                 continue  # a bad file is not a finished training
-            statuses = set(table.column("status").to_pylist())
-            out[tid] = "ok" if statuses == {"ok"} else "error"
+            out[tid] = training_status(set(table.column("status").to_pylist()))
         return out
 
     def done(self) -> set[str]:
-        """Trainings that finished; an errored training is retried by the next run."""
-        return {tid for tid, status in self.statuses().items() if status == "ok"}
+        """Trainings that finished (stopped early included); an errored training is
+        retried by the next run."""
+        return {tid for tid, status in self.statuses().items() if status in ("ok", "stopped")}
 
     def clean_temporaries(self) -> int:
         """Remove what a killed driver left that never holds a result: temporary files,

@@ -71,10 +71,21 @@ class SchedulerBlock(_Strict):
     max_epochs: Int | None = Field(None, ge=1)  # asha / hyperband: the last rung (None: epochs)
 
 
+class HalvingBlock(_Strict):
+    """``run.halving``: successive halving inside a grid's stacked packs
+    (``trainables/vfl/halving.py``): at ``grace_epochs``, x ``reduction_factor``, ... the
+    cells outside the best 1/``reduction_factor`` by validation MP stop."""
+
+    grace_epochs: Int = Field(1, ge=1)
+    reduction_factor: Int = Field(3, ge=2)
+
+
 class RunSettings(_Strict):
     max_concurrent_trials: Int | None = Field(None, ge=1)
     # stop trainings early on their validation MP (one Tune trial per training: a search)
     scheduler: SchedulerBlock | None = None
+    # successive halving inside a grid's packs (each shape's trainings in one pack)
+    halving: HalvingBlock | None = None
     max_failures: Int = Field(1, ge=0)
     transport: Literal["ray", "local"] = "ray"
     reuse_actors: Bool = True
@@ -279,18 +290,21 @@ class Space(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _search_holds_out_rows(cls, data: Any) -> Any:
-        """A search on MP selects on validation rows: ``base.val_ratio`` defaults to
-        ``SEARCH_VAL_RATIO`` there (a grid keeps the paper's 0: all labeled rows train)."""
-        if not isinstance(data, dict) or not isinstance(data.get("search"), dict):
+    def _selection_holds_out_rows(cls, data: Any) -> Any:
+        """What selects holds out validation rows: ``base.val_ratio`` defaults to
+        ``SEARCH_VAL_RATIO`` in a search on MP and with a scheduler, a pruner or halving
+        (a plain grid keeps the paper's 0: all labeled rows train)."""
+        if not isinstance(data, dict):
             return data
-        search, base, grid = data["search"], data.get("base") or {}, data.get("grid") or {}
+        search = data.get("search") if isinstance(data.get("search"), dict) else {}
+        base, grid = data.get("base") or {}, data.get("grid") or {}
         params = search.get("params") if isinstance(search.get("params"), dict) else {}
         objectives = search.get("objectives") if isinstance(search.get("objectives"), list) else []
         on_mp = any(isinstance(o, dict) and o.get("metric") == "mp" for o in objectives)
         run = data.get("run") if isinstance(data.get("run"), dict) else {}
         stops = run.get("scheduler") is not None or search.get("pruner", "none") != "none"
-        if not (on_mp or stops) or not isinstance(base, dict):
+        stops = stops or run.get("halving") is not None
+        if not (on_mp or stops) or not isinstance(base, dict) or not isinstance(grid, dict):
             return data
         if "val_ratio" in {*base, *grid, *params}:
             return data
@@ -301,10 +315,27 @@ class Space(_Strict):
         """What selects (a search on MP, a scheduler, a pruner) reads validation rows."""
         if self.run.scheduler is not None and self.search is None:
             raise ValueError(
-                "run.scheduler without a search: block: early stopping runs one Tune trial per "
-                "training, and a grid runs packs of trainings; allowed: a search: block "
-                "(in-pack halving of grids is not built yet)"
+                "run.scheduler without a search: block: a Tune scheduler stops Tune trials, "
+                "and a grid runs packs of trainings per trial; allowed: a search: block, or "
+                "run.halving (successive halving inside a grid's packs)"
             )
+        if self.run.halving is not None:
+            if self.search is not None or self.run.scheduler is not None:
+                raise ValueError(
+                    "run.halving with a search: block or run.scheduler: halving cuts a grid's "
+                    "stacked packs, a search runs one training per trial; allowed: run.halving "
+                    "on a grid, run.scheduler or search.pruner on a search"
+                )
+            if not self.run.vectorize:
+                raise ValueError(
+                    "run.halving with run.vectorize=false: halving cuts the stacks a vectorized "
+                    "pack trains; allowed: run.vectorize: true"
+                )
+            if self.base.get("val_ratio", 0) == 0:
+                raise ValueError(
+                    "run.halving with base.val_ratio=0: halving decides on the validation MP; "
+                    f"allowed: base.val_ratio > 0 (the default with halving is {SEARCH_VAL_RATIO})"
+                )
         if self.search is None or self.base.get("val_ratio", 0) != 0:
             return self
         for i, obj in enumerate(self.search.objectives):

@@ -120,7 +120,7 @@ def status(sweep_dir: Path) -> dict[str, Any]:
     manifest = read_manifest(sweep_dir) or {}
     progress = read_progress(sweep_dir) or {}
     statuses = RecordSink(sweep_dir).statuses()
-    done = sum(1 for s in statuses.values() if s == "ok")
+    done = sum(1 for s in statuses.values() if s in ("ok", "stopped"))  # stopped: finished
     failed = len(statuses) - done
     planned = (manifest.get("plan") or {}).get("trainings", progress.get("planned"))
     left = None if planned is None else max(int(planned) - done - failed, 0)

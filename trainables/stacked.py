@@ -101,6 +101,15 @@ class StackedOptimizer:
         self.steps = 0
         self.state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in self.params]
 
+    @torch.no_grad()
+    def keep(self, index: Sequence[int]) -> None:
+        """Go on with the trainings at ``index`` only (successive halving): their moments
+        and rates; the parameters themselves are cut by their owner (``VecStack.keep``)."""
+        idx = torch.tensor(list(index), device=self.params[0].device)
+        self.state = [(avg[idx], avg_sq[idx]) for avg, avg_sq in self.state]
+        self.lrs = [self.lrs[j] for j in index]
+        self.uniform = len(set(self.lrs)) == 1
+
     def _lr(self, p: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
         lr = torch.tensor(self.lrs, dtype=p.dtype, device=p.device) * scale
         return lr.view(-1, *([1] * (p.dim() - 1)))  # (K, 1, ...)

@@ -33,6 +33,8 @@ class Placement:
     # told of each epoch end of the one training placed here (``rounds.EpochListener``:
     # a Tune scheduler's or an Optuna pruner's relay, ``sweep_engine/early_stop.py``)
     listener: Any = dataclasses.field(default=None, compare=False)
+    # successive halving of a pack's stacks (``vfl/halving.py``'s ``Halving``), or None
+    halving: Any = None
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:

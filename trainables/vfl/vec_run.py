@@ -8,6 +8,8 @@ training exactly as its one-at-a-time transport counts them (``_Counts``).
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,7 @@ from trainables.messages import BatchRef
 from trainables.protocols import Protocol, TrainResult
 from trainables.protocols.base import curve_split
 from trainables.transport.base import CommStats, Transport
+from trainables.vfl.halving import Halving, survivors
 from trainables.vfl.vec_stack import Payload, VecStack
 
 
@@ -53,6 +56,21 @@ class _Counts:
                     self.stats[j].eval_bytes += n[j]
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """The next round's H, gathered at a cut and cut to the trainings that go on."""
+
+    payloads: list[Any]
+
+
+def _kept(payload: Any, keep: Sequence[int]) -> Any:
+    """A stacked message (one array (K, ...), or one ``Message`` per training) of the
+    trainings at ``keep`` only."""
+    if isinstance(payload, list):
+        return [payload[j] for j in keep]
+    return payload[list(keep)]
+
+
 class VecRun(Protocol):
     """What ``PartyGroup.train`` runs at the active ``VecStack``: the base protocol's rounds
     for every stacked training at once (``Rounds.run``'s loop). Returns one ``TrainResult``
@@ -62,10 +80,21 @@ class VecRun(Protocol):
 
     name = "vectorized"
 
-    def __init__(self, targets: list[float | None], slots: list[int]) -> None:
+    def __init__(
+        self,
+        targets: list[float | None],
+        slots: list[int],
+        halving: Halving | None = None,
+        cells: Sequence[str] = (),
+        epochs: int = 0,
+    ) -> None:
         super().__init__()
         self.targets = targets  # per slot of the pack
         self.slots = slots
+        # successive halving (``halving.py``): each slot's cell (its spec but its seed) and
+        # the rungs of these ``epochs``
+        self.halving, self.cells = halving, list(cells)
+        self.rungs = [] if halving is None else halving.rungs(epochs)
 
     def setup(self, active: VecStack, transport: Transport) -> None:  # type: ignore[override]
         super().setup(active, transport)  # type: ignore[arg-type]
@@ -77,6 +106,8 @@ class VecRun(Protocol):
         if self.listener is not None and self.k != 1:
             raise ValueError("an epoch listener follows one training; this stack holds more")
         self.reached_at: list[int | None] = [None] * self.k
+        self.stopped: dict[int, TrainResult] = {}  # slot -> what it left (halving)
+        self.clock, self.spent = time.perf_counter(), [0.0] * self.k
 
     def epoch_steps(self, active: VecStack, epoch: int) -> Sequence[BatchRef]:  # type: ignore[override]
         return active.parties[self.slots[0]].schedule.refs(epoch)  # every slot's count
@@ -91,23 +122,68 @@ class VecRun(Protocol):
         return transport.submit("vstep", [(g, nxt) for g in grads], training=False, new_round=False)
 
     def receive(self, transport: Transport, pending: Any) -> list[Any]:
-        embeddings = transport.gather(pending)
+        embeddings = pending.payloads if isinstance(pending, _Cut) else transport.gather(pending)
         self.counts.received(embeddings, True, range(self.k))
         return embeddings
 
     def pauses(self) -> bool:
-        return self.listener is not None or any(t is not None for t in self.slot_targets)
+        return (
+            self.listener is not None
+            or bool(self.rungs)
+            or any(t is not None for t in self.slot_targets)
+        )
 
     def observe(self, active: VecStack, transport: Transport, done: int) -> None:  # type: ignore[override]
         """Only the trainings with a target evaluate (and count eval traffic) at epoch ends;
-        a lone training with a listener (early stopping) always, and tells it."""
+        a lone training with a listener (early stopping) always, and tells it; at a rung
+        of successive halving every training, and the losers leave the stack (``_cut``)."""
+        self.epochs_seen += 1
         listened = self.listener is not None
-        with_target = [j for j, t in enumerate(self.slot_targets) if t is not None or listened]
-        mps = self._evaluate(active, transport, with_target, curve_split(active))
+        cut = self.epochs_seen in self.rungs and self.k > 1
+        counted = [j for j, t in enumerate(self.slot_targets) if t is not None or listened or cut]
+        if not counted:
+            return
+        mps = self._evaluate(active, transport, counted, curve_split(active))
         self._curve(mps, done)
         if self.listener is not None:
-            self.epochs_seen += 1
             self.listener.epoch_end(self.epochs_seen, mps[0], done)
+        if cut:
+            self._cut(active, transport, mps)
+
+    def _cut(self, active: VecStack, transport: Transport, scores: list[float]) -> None:
+        """Successive halving at a rung: the trainings of the best cells by validation MP
+        (``halving.survivors``) go on; the others' results are kept as stopped, and their
+        slices leave every party's stack and the H already sent for the next round."""
+        assert self.halving is not None
+        keep = survivors([self.cells[s] for s in self.slots], scores, self.halving.reduction_factor)
+        self._charge()
+        if len(keep) == self.k:
+            return
+        for j in set(range(self.k)) - set(keep):
+            self.stopped[self.slots[j]] = TrainResult.from_stats(
+                self.counts.stats[j],
+                val_mp=scores[j],
+                train_seconds=self.spent[j],
+                final_loss=float(active.losses[j]),
+                extra={"stopped": {"epochs_run": self.epochs_seen, "by": self.halving.label()}},
+            )
+        if self.pending is not None:  # the next round's H, sent before this epoch end
+            payloads = transport.gather(self.pending)
+            self.pending = _Cut([_kept(p, keep) for p in payloads])
+        transport.call("keep", [(keep,)] * transport.n_peers, training=False)
+        active.keep(keep)
+        self.slots = [self.slots[j] for j in keep]
+        self.k = len(keep)
+        for name in ("slot_targets", "curves", "reached_at", "spent"):
+            setattr(self, name, [getattr(self, name)[j] for j in keep])
+        self.counts.stats = [self.counts.stats[j] for j in keep]
+
+    def _charge(self) -> None:
+        """Each training in the stack its share of the wall time since the last charge."""
+        now = time.perf_counter()
+        share = (now - self.clock) / self.k
+        self.spent = [s + share for s in self.spent]
+        self.clock = now
 
     def _evaluate(
         self, active: VecStack, transport: Transport, counted: Sequence[int], split: str = "test"
@@ -127,12 +203,19 @@ class VecRun(Protocol):
             vals = list(self._evaluate(active, transport, range(self.k), "val"))
         self._curve([m if v is None else v for m, v in zip(mps, vals, strict=True)], total)
         out: list[Any] = [None] * len(self.targets)
+        if self.stopped:  # halving: each its share of the stack while in it, scaled to
+            self._charge()  # the loop's training seconds (evaluations left out)
+            shares = self.spent + [r.train_seconds for r in self.stopped.values()]
+            scale = seconds / max(sum(shares), 1e-12)
+            self.spent = [x * scale for x in self.spent]
+            for s, stopped in self.stopped.items():
+                out[s] = dataclasses.replace(stopped, train_seconds=stopped.train_seconds * scale)
         for j, s in enumerate(self.slots):
             out[s] = TrainResult.from_stats(
                 self.counts.stats[j],
                 mp=mps[j],
                 val_mp=vals[j],
-                train_seconds=seconds / self.k,
+                train_seconds=self.spent[j] if self.stopped else seconds / self.k,
                 final_loss=float(active.losses[j]),
                 rounds_to_target=self.reached_at[j],
                 mp_by_epoch=tuple(self.curves[j]),

@@ -136,6 +136,40 @@ class VecStack:
         self._stash: tuple[Any, ...] | None = None
         return True
 
+    @torch.no_grad()
+    def keep(self, index: Sequence[int]) -> None:
+        """Go on with the trainings at ``index`` (positions in the stack) only: successive
+        halving (``vfl/halving.py``) stopped the rest. Every stacked tensor keeps their
+        slices, the optimizer their moments; an H computed for the next round (sent
+        already: the active party cuts its copy) is computed again from the kept slices,
+        so its graph reaches the kept parameters. Only a stack without model hooks is cut
+        (their state is theirs to cut; the executor does not halve such stacks)."""
+        assert not self.stacked_hooks, "successive halving cuts stacks without model hooks"
+        idx = torch.tensor(list(index), device=self.device)
+        self.slots = [self.slots[j] for j in index]
+        self.members = [self.members[j] for j in index]
+        self.logs = [self.logs[j] for j in index]
+        self.k = torch.arange(len(index), device=self.device).unsqueeze(1)
+        for name in ("X_train", "X_test", "X_val", "y_train", "y_test", "y_val"):
+            if getattr(self, name, None) is not None:
+                setattr(self, name, getattr(self, name)[idx])
+        # (K, ...) every one, as new leaves (autograd keeps a leaf's shape for good), swapped
+        # in wherever the old ones are held: the bottom, the top, the optimizer
+        new = {id(p): p.detach()[idx].clone().requires_grad_() for p in self.params}
+        owners = [self.params, self.bottom.params, self.optimizer.params]
+        if self.is_active and self.top is not None:
+            owners.append(self.top.params)
+        for held in owners:
+            held[:] = [new[id(p)] for p in held]
+        self.optimizer.keep(index)
+        if self.is_active:
+            self.losses = self.losses[idx.cpu()]
+        if self._pending is not None:
+            ref, _, rows = self._pending
+            rows = rows[idx]
+            with torch.enable_grad():
+                self._pending = (ref, self.bottom.forward(self.X_train[self.k, rows]), rows)
+
     def rows(self, ref: BatchRef) -> torch.Tensor:
         """(K, B) each training's row positions of ``ref`` (its own schedule)."""
         rows = np.stack([self.parties[s].schedule.rows(ref) for s in self.slots])

@@ -38,11 +38,13 @@ from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.models import build_bottom
 from trainables.protocols import CODECS, PROTOCOLS
+from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.stacked import stackable_module
 from trainables.transport.group import PartyGroup
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
+from trainables.vfl.halving import Halving
 from trainables.vfl.training import PreparedTrial, Trained, attacks_of, prepare_parties
 from trainables.vfl.training import records_of as nn_records_of
 from trainables.vfl.vec_run import VecRun
@@ -192,12 +194,18 @@ def _run_chunk(
             yield item.index, error
         elif error is not None:
             faults.append(error)
+        elif stopped(trained.result):  # successive halving: a record, no attacks
+            yield item.index, [stopped_record(jobs[item.index].spec, item.prepared, trained)]
         else:
             assert trained is not None
             try:
+                extra: dict[str, Any] = {"vectorized": True} if len(chunk) > 1 else {}
+                skipped = None if placement.halving is None else halving_skipped(item.prepared)
+                if skipped is not None:  # asked for, and not done: say why
+                    extra["halving_skipped"] = skipped
                 yield item.index, nn_records_of(
                     jobs[item.index].spec, trained, item.prepared.n_labeled, item.attacks,
-                    extra={"vectorized": True} if len(chunk) > 1 else None,
+                    extra=extra or None,
                     y_test=item.prepared.y_test, metric=item.prepared.metric,
                     y_val=item.prepared.y_val,
                 )  # fmt: skip
@@ -217,11 +225,40 @@ def _train_stacked(
         results: list[Any] = [None] * len(ready)
         if slots:
             group.call_all("stack", slots)
-            run = VecRun(targets=[r.prepared.target_mp for r in ready], slots=slots)
-            run.listener = placement.listener  # early stopping: one training only
             epochs = int(jobs[ready[0].index].spec.epochs)  # type: ignore[arg-type]
+            run = VecRun(
+                targets=[r.prepared.target_mp for r in ready], slots=slots,
+                halving=halving_of(placement, ready), epochs=epochs,
+                cells=[cell_of(jobs[r.index].spec) for r in ready],
+            )  # fmt: skip
+            run.listener = placement.listener  # early stopping: one training only
             results = group.train(run, epochs)
         return collect_trained(group, ready, results, errors)
+
+
+def halving_of(placement: Placement, ready: Sequence[_Prepared]) -> Halving | None:
+    """The placement's successive halving, for a stack it can cut: one whose parties have
+    no hooks past the messages (no MID, CAE, DCAE, dCor, GPer, CELU-VFL workset or
+    training-time attack: their stacked state is theirs to cut) and trains on validation
+    rows (``HALVING_SKIPPED`` says why another is not cut)."""
+    if placement.halving is None or halving_skipped(ready[0].prepared) is not None:
+        return None
+    return placement.halving
+
+
+def halving_skipped(prepared: PreparedTrial) -> str | None:
+    """Why successive halving leaves this training's stack whole, or None."""
+    if model_signature(prepared):
+        return "model hooks (a defense, codec or attack with stacked state) are not cut"
+    if prepared.y_val is None:
+        return "no validation rows (val_ratio 0)"
+    return None
+
+
+def cell_of(spec: TrialSpec) -> str:
+    """What successive halving judges a training by together with its seeds: its spec but
+    its seed."""
+    return spec.model_copy(update={"seed": 0}).config_hash
 
 
 def stack_errors(group: PartyGroup, n: int) -> tuple[dict[int, BaseException], list[int]]:
@@ -243,7 +280,7 @@ def collect_trained(
     each party's defense reports, read back before the stacks are emptied."""
     trained = [s for s in range(len(ready)) if s not in errors]
     reports = group.call_all("defense_applied")  # per party: one report per slot
-    attacked = [s for s in trained if ready[s].attacks]
+    attacked = [s for s in trained if ready[s].attacks and not stopped(results[s])]
     parties = group.call_all("parties_of", attacked) if attacked else []
     out: list[tuple[Trained | None, BaseException | None]] = []
     for s in range(len(ready)):
@@ -254,3 +291,19 @@ def collect_trained(
         defenses = ready[s].prepared.defenses
         out.append((Trained(results[s], own, [r[s] for r in reports], defenses), None))
     return out
+
+
+def stopped(result: Any) -> bool:
+    """Whether a training's result is one successive halving stopped."""
+    return result is not None and "stopped" in result.extra
+
+
+def stopped_record(spec: TrialSpec, prepared: PreparedTrial, trained: Trained) -> Record:
+    """A training successive halving stopped: ``status: stopped``, its validation MP at
+    the rung, the epochs it ran (``extra.epochs_run``, ``extra.stopped_by``); no test MP."""
+    info = trained.result.extra["stopped"]
+    extra = {"epochs_run": info["epochs_run"], "stopped_by": info["by"]}
+    return Record.trained(
+        spec, prepared.n_labeled, trained.result, y_val=prepared.y_val, metric=prepared.metric,
+        mp=None, mp_se=None, status="stopped", extra=json.dumps(extra, sort_keys=True),
+    )  # fmt: skip
