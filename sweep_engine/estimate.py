@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweep_engine.costs import Costs, attack_key, load, train_key
-from sweep_engine.packs import cost, make_packs, pack_size, slots
+from sweep_engine.packs import cost, packs_for, slots
 from trainables.attacks.tuning import split_adapt, without_adapt
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
@@ -252,17 +252,7 @@ def estimate(
         total = total * plan.space.search.n_trials * left / max(1, trials)
         total += left * SEARCH_TRIAL_S
     elif known:  # each pack starts its processes: the trial's, and its party actors on ray
-        run = plan.space.run
-        packs = make_packs(
-            known,
-            pack_size(run),
-            fit,
-            run.pack_seconds,
-            remote,
-            data_dir,
-            vectorize=run.vectorize,
-            halving=run.halving is not None,
-        )
+        packs = packs_for(known, plan.space.run, fit, data_dir)
         total += sum(PROCESS_S * (1 + (p.n_parties if remote else 0)) for p in packs)
     concurrency = max(1, min(fit, cpus))
     seconds = STARTUP_S + total / concurrency if known else 0.0

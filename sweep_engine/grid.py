@@ -22,7 +22,7 @@ from sweep_engine import progress
 from sweep_engine.context import SweepContext
 from sweep_engine.entry import start_pack
 from sweep_engine.heartbeat import Tracker, say
-from sweep_engine.packs import Pack, make_packs, pack_size, slots
+from sweep_engine.packs import Pack, packs_for, slots
 from sweep_engine.plan import Plan, Training
 from sweep_engine.runner import (
     Progress,
@@ -63,17 +63,7 @@ def plan_packs(plan: Plan, todo: list[Training], data_dir: str | None) -> list[P
     run, available = plan.space.run, ray.cluster_resources()
     n = max((actor_count(t.spec) for t in todo), default=2)
     fit = slots(plan, n, available.get("CPU", 1.0), available.get("GPU", 0.0))
-    remote = run.transport == "ray"
-    return make_packs(
-        todo,
-        pack_size(run),
-        fit,
-        run.pack_seconds,
-        remote,
-        data_dir,
-        vectorize=run.vectorize,
-        halving=run.halving is not None,
-    )
+    return packs_for(todo, run, fit, data_dir)
 
 
 def _trainable(plan: Plan, ctx: SweepContext, packs: list[Pack]) -> Any:

@@ -148,6 +148,17 @@ def slots(plan: Plan, n_parties: int, cpus: float, gpus: float | None = None) ->
     return max(1, fit)
 
 
+def packs_for(
+    trainings: Sequence[Training], run: Any, slots: int, data_dir: str | None
+) -> list[Pack]:
+    """``make_packs`` as a space's ``run`` settings ask (size, seconds, transport,
+    vectorize, halving): what the grid runs and what the estimate counts."""
+    return make_packs(
+        trainings, pack_size(run), slots, run.pack_seconds, run.transport == "ray", data_dir,
+        vectorize=run.vectorize, halving=run.halving is not None,
+    )  # fmt: skip
+
+
 def pack_size(run: Any) -> int | str:
     """``run.pack``, except that ``auto`` under ``run.halving`` is every training of a
     stack in one pack (``make_packs``' ``halving``): successive halving decides among the

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -20,6 +18,14 @@ from pydantic import (
     model_validator,
 )
 
+from sweep_engine.space_run import (  # noqa: F401  (re-exported: the space's schema)
+    MAX_CELLS,
+    HalvingBlock,
+    Resources,
+    RunSettings,
+    SchedulerBlock,
+    _Strict,
+)
 from sweep_engine.yaml_read import load_yaml
 from trainables.errors import ConfigError, did_you_mean
 from trainables.results.manifest import NESTED_FIELDS  # grid axes may be dotted into these
@@ -28,10 +34,8 @@ from trainables.spec import (
     Float,
     Int,
     Params,
-    Quoted,
     TrialSpec,
     format_validation_error,
-    quoted_error,
 )
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
@@ -39,76 +43,11 @@ METRICS = ("mp", "val_mp", "rounds", "comm_bytes", "train_seconds")
 # a search that maximizes MP holds out this share of the labeled rows unless the space sets
 # val_ratio itself: it selects on the validation rows (``val_mp``) and reports the test MP
 SEARCH_VAL_RATIO = 0.2
-MAX_CELLS = 100_000  # default of run.max_cells
 MAX_NAME = 100  # characters of a space's name (a file name, with room for suffixes)
 
 
 class SpaceError(ConfigError):
     """A space file that cannot be run; the message names file, key path, value, allowed."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Resources(_Strict):
-    """What one trial reserves: a bundle for the trial itself and one per party."""
-
-    cpu_per_party: Float = Field(1.0, gt=0)
-    gpu_per_party: Float = Field(0.0, ge=0, le=1)  # a party uses one device; fractions share
-    cpu_per_trial: Float = Field(0.1, ge=0)  # the trainable mostly waits on its parties
-
-
-class SchedulerBlock(_Strict):
-    """``run.scheduler``: a Tune scheduler stopping trainings early on their validation MP
-    at epoch ends (``sweep_engine/early_stop.py``)."""
-
-    name: Literal["asha", "hyperband", "median"]
-    metric: Literal["val_mp"] = "val_mp"  # never the test MP: that is what gets reported
-    mode: Literal["max"] = "max"
-    grace_epochs: Int = Field(1, ge=1)  # no training stops before this many epochs
-    reduction_factor: Int = Field(3, ge=2)  # asha / hyperband: 1/this goes on at each rung
-    max_epochs: Int | None = Field(None, ge=1)  # asha / hyperband: the last rung (None: epochs)
-
-
-class HalvingBlock(_Strict):
-    """``run.halving``: successive halving inside a grid's stacked packs
-    (``trainables/vfl/halving.py``): at ``grace_epochs``, x ``reduction_factor``, ... the
-    cells outside the best 1/``reduction_factor`` by validation MP stop."""
-
-    grace_epochs: Int = Field(1, ge=1)
-    reduction_factor: Int = Field(3, ge=2)
-
-
-class RunSettings(_Strict):
-    max_concurrent_trials: Int | None = Field(None, ge=1)
-    # stop trainings early on their validation MP (one Tune trial per training: a search)
-    scheduler: SchedulerBlock | None = None
-    # successive halving inside a grid's packs (each shape's trainings in one pack)
-    halving: HalvingBlock | None = None
-    max_failures: Int = Field(1, ge=0)
-    transport: Literal["ray", "local"] = "ray"
-    reuse_actors: Bool = True
-    # trainings per Tune trial (``sweep_engine/packs.py``): an int, or auto (about
-    # pack_seconds each by the cost model); searches keep one training per trial
-    pack: Any = "auto"
-    pack_seconds: Float = Field(5.0, gt=0)
-    # a pack's same-shape NN trainings as one stacked training (``vfl/vectorized.py``);
-    # records say which ran (``extra.vectorized``)
-    vectorize: Bool = True
-
-    @field_validator("pack", mode="before")
-    @classmethod
-    def _pack(cls, value: Any) -> int | str:
-        allowed = "a whole number >= 1, or auto"
-        if isinstance(value, Quoted):  # pack: "4"
-            raise quoted_error(value, allowed, ("int",))
-        if value == "auto" or (type(value) is int and value >= 1):
-            return value
-        raise ValueError(f"allowed: {allowed}")
-
-    # grid cells a space may expand into; a bigger grid is refused before it is expanded
-    max_cells: Int = Field(MAX_CELLS, ge=1)
 
 
 class SearchParam(_Strict):
