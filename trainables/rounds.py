@@ -68,7 +68,8 @@ class EpochListener(Protocol):
     """Told of each observed epoch end of one training (a Tune scheduler or an Optuna
     pruner deciding whether it goes on): ``epoch`` epochs done, ``mp`` on the validation
     rows where the training has them, ``rounds`` done. It may block (until the decision
-    is taken); a training that is stopped never returns from it."""
+    is taken); to stop the training it raises, and the training unwinds as after an
+    error (``sweep_engine/early_stop.py``'s ``TrainingStopped``)."""
 
     def epoch_end(self, epoch: int, mp: float, rounds: int) -> None: ...
 

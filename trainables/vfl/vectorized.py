@@ -240,7 +240,7 @@ def halving_of(placement: Placement, ready: Sequence[_Prepared]) -> Halving | No
     """The placement's successive halving, for a stack it can cut: one whose parties have
     no hooks past the messages (no MID, CAE, DCAE, dCor, GPer, CELU-VFL workset or
     training-time attack: their stacked state is theirs to cut) and trains on validation
-    rows (``HALVING_SKIPPED`` says why another is not cut)."""
+    rows (``halving_skipped`` says why another is not cut)."""
     if placement.halving is None or halving_skipped(ready[0].prepared) is not None:
         return None
     return placement.halving
