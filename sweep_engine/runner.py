@@ -111,8 +111,7 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
         if ctx.early_stop:  # each epoch end to Tune as it happens (early_stop.py)
             from sweep_engine.early_stop import train_reporting
 
-            names = [name for name, _ in attacks]
-            also = {k: v for k, v in _result(trial_id, [], names).items() if k in _ALSO}
+            also = epoch_fields([name for name, _ in attacks])
             records = train_reporting(run, ctx.placement, spec, ctx.sweep, also, ctx.data_dir)
         else:
             records = run(ctx.placement)
@@ -123,8 +122,15 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
     tune.report(_result(trial_id, records, [name for name, _ in attacks]))
 
 
-# the metrics a search may select on, NaN in every epoch-end result (Tune wants them in all)
+# the metrics a search may select on (with each attack's ``ap:<name>``), NaN in every
+# epoch-end result: Tune wants the searcher's metrics in every result
 _ALSO = ("mp", "comm_bytes", "train_seconds")
+
+
+def epoch_fields(attacks: list[str]) -> dict[str, float]:
+    """What an epoch-end result carries besides its own fields (``early_stop``): every
+    metric a search may select on, NaN (Tune refuses a result without its searcher's)."""
+    return _result("", [], attacks)
 
 
 def _result(trial_id: str, records: list[Record], attacks: list[str]) -> dict[str, Any]:

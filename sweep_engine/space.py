@@ -258,6 +258,11 @@ class Space(_Strict):
                 "and a grid runs packs of trainings per trial; allowed: a search: block, or "
                 "run.halving (successive halving inside a grid's packs)"
             )
+        if self.run.scheduler is not None and self.search and self.search.pruner != "none":
+            raise ValueError(
+                f"run.scheduler with search.pruner={self.search.pruner!r}: both would stop "
+                "trainings, and only one may decide; allowed: one of the two"
+            )
         if self.run.halving is not None:
             if self.search is not None or self.run.scheduler is not None:
                 raise ValueError(

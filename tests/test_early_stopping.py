@@ -72,6 +72,21 @@ def test_asha_stops_trainings_on_validation_mp_and_records_them(
     assert "6 trials recorded, 0 to run" in capsys.readouterr().out
 
 
+def test_an_epoch_report_carries_every_metric_a_search_selects_on() -> None:
+    """Tune refuses a result without its searcher's and scheduler's metrics: an epoch end
+    of a search on every objective (one attack's AP among them) carries them all."""
+    from sweep_engine.early_stop import METRIC, TIME_ATTR, epoch_result
+    from sweep_engine.runner import epoch_fields
+    from sweep_engine.search import selected
+    from sweep_engine.space import METRICS
+    from trainables.spec import TrialSpec
+
+    spec = TrialSpec.build(dataset="digits", val_ratio=0.2)
+    report = {**epoch_fields(["dli"]), **epoch_result(spec, "s", 1, 0.5, 5)}
+    wanted = {selected(m) for m in (*METRICS, "ap:dli")} | {METRIC, TIME_ATTR}
+    assert wanted <= set(report), wanted - set(report)
+
+
 def test_an_optuna_pruner_stops_a_trial_as_a_tune_scheduler() -> None:
     """Real Optuna study and pruner; the Tune trial stand-in carries only its id."""
     searcher = PrunedSearch(
