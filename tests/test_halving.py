@@ -19,7 +19,6 @@ import pytest
 
 from trainables.data import load_dataset
 from trainables.jobs import Job
-from trainables.kinds.nn import NNKind
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.vfl.halving import Halving, survivors
@@ -48,7 +47,7 @@ def _run(halving: Halving | None, defense: str = "none") -> dict[int, list]:
     ]  # fmt: skip
     placement = Placement("local", halving=halving)
     ds = load_dataset("digits")
-    return dict(run_vectorized(jobs, ds, placement, NNKind().run_unstacked))
+    return dict(run_vectorized(jobs, ds, placement))
 
 
 def test_a_cut_stack_stops_the_halving_budget_and_leaves_the_rest_as_they_were() -> None:

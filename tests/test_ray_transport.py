@@ -7,11 +7,13 @@ import pytest
 import ray
 
 from trainables.data import load_dataset
-from trainables.protocols import PROTOCOLS
+from trainables.protocols import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.transport.ray_actors import PartyResources, RayParties, release_warm_actors
-from trainables.trial import prepare_parties, run_trial, train_local
+from trainables.trial import PreparedTrial, prepare_parties, run_trial, train_local
+from trainables.vfl.vec_run import VecRun
+from trainables.vfl.vec_stack import VecStackInit
 
 pytestmark = pytest.mark.ray
 
@@ -46,24 +48,35 @@ def test_passive_actor_state_never_contains_labels(ray_session: None) -> None:
     prepared = prepare_parties(spec, load_dataset("breast_cancer"))
     labels = prepared.inits[-1].labels
     assert labels is not None
-    with RayParties(prepared.inits, PartyResources(cpu=0.5)) as group:
-        group.train(PROTOCOLS.create("fedsgd"), 2)
+    with RayParties(_stacks(prepared), PartyResources(cpu=0.5)) as group:
+        _train(group, 2)
         active_state = ray.get(group.active.arrays.remote())
-        assert np.array_equal(active_state["y_train"], labels.y_train)  # the probe can see labels
+        assert np.array_equal(active_state["y_train"][0], labels.y_train)  # the probe can see
         for actor in group.passives:
-            state = ray.get(actor.arrays.remote())
-            assert "y_train" not in state and "y_test" not in state
+            state = ray.get(actor.reachable_arrays.remote())  # the stack and its members
+            assert not any(name.endswith(("y_train", "y_test")) for name in state)
             for name, arr in state.items():
                 for y in (labels.y_train, labels.y_test):
-                    assert not (arr.shape == y.shape and np.array_equal(arr, y)), name
+                    assert not (arr.size == y.size and np.array_equal(arr.reshape(-1), y)), name
+
+
+def _stacks(prepared: PreparedTrial) -> list[VecStackInit]:
+    """Each party of ``prepared`` as a stack of one (what every training runs on)."""
+    return [VecStackInit((init,)) for init in prepared.inits]
+
+
+def _train(group: RayParties, epochs: int) -> TrainResult:
+    group.call_all("stack", [0])
+    (result,) = group.train(VecRun(targets=[None], slots=[0]), epochs)
+    return result
 
 
 def test_local_transport_matches_prepared_parties(ray_session: None) -> None:
     spec = TrialSpec.build(dataset="breast_cancer", epochs=3, protocol="fedbcd")
     prepared = prepare_parties(spec, load_dataset("breast_cancer"))
     local = train_local(prepared, 3)
-    with RayParties(prepared.inits, PartyResources(cpu=0.5)) as group:
-        remote = group.train(PROTOCOLS.create("fedbcd"), 3)
+    with RayParties(_stacks(prepared), PartyResources(cpu=0.5)) as group:
+        remote = _train(group, 3)
     assert local.mp == remote.mp and local.final_loss == remote.final_loss
 
 
@@ -73,16 +86,16 @@ def test_reused_actors_are_emptied_between_trials(ray_session: None) -> None:
     expected = train_local(prepared, 2)
     release_warm_actors()  # earlier tests in this process may have left warm actors
     try:
-        with RayParties(prepared.inits, PartyResources(cpu=0.5), reuse=True) as first:
+        with RayParties(_stacks(prepared), PartyResources(cpu=0.5), reuse=True) as first:
             assert not first.reused
-            first.train(PROTOCOLS.create("fedsgd"), 2)
+            _train(first, 2)
             actors = list(first.actors)
         for actor in actors:  # back in the pool: no party, no arrays, labels gone
             assert ray.get(actor.where.remote())["party_id"] is None
             assert ray.get(actor.arrays.remote()) == {}
-        with RayParties(prepared.inits, PartyResources(cpu=0.5), reuse=True) as second:
+        with RayParties(_stacks(prepared), PartyResources(cpu=0.5), reuse=True) as second:
             assert second.reused and second.actors == actors
-            again = second.train(PROTOCOLS.create("fedsgd"), 2)
+            again = _train(second, 2)
         assert again.mp == expected.mp and again.final_loss == expected.final_loss
     finally:
         assert release_warm_actors() == 3

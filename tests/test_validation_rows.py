@@ -26,6 +26,7 @@ from sweep_engine.sink import RecordSink
 from sweep_engine.space import SEARCH_VAL_RATIO, SpaceError, load_space
 from trainables.data import carve_validation, load_dataset, split_for, split_samples
 from trainables.errors import ConfigError
+from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
@@ -68,21 +69,24 @@ def test_validation_rows_are_in_no_training_and_not_test_rows() -> None:
     assert not any(tuple(r) in train_rows for r in ds.X_train[split.rows.val])
 
 
-def test_a_training_records_val_mp_the_same_on_the_stack_and_on_party_objects() -> None:
+def test_a_training_records_val_mp_the_same_alone_and_stacked_with_another() -> None:
     plain = TrialSpec.build(dataset="digits", epochs=2, seed=1)
     assert (
         plain.config_hash
         == TrialSpec.build(dataset="digits", epochs=2, seed=1, val_ratio=0).config_hash
     )
     spec = TrialSpec.build(dataset="digits", epochs=2, seed=1, val_ratio=0.2, target_mp=0.3)
-    (stacked,) = run_trial(spec)
-    (alone,) = NNKind().run_alone(spec, load_dataset("digits"), LOCAL, ())
-    assert stacked.val_ratio == 0.2 and stacked.val_mp is not None and 0 < stacked.val_mp <= 1
-    assert stacked.val_mp_se is not None and stacked.val_mp_se > 0
+    (alone,) = run_trial(spec)
+    other = spec.model_copy(update={"seed": 2})
+    packed = dict(NNKind().run_many([Job(spec, ()), Job(other, ())], load_dataset("digits"), LOCAL))
+    (stacked,) = packed[0]  # type: ignore[misc]
+    assert json.loads(stacked.extra or "{}").get("vectorized") is True
+    assert alone.val_ratio == 0.2 and alone.val_mp is not None and 0 < alone.val_mp <= 1
+    assert alone.val_mp_se is not None and alone.val_mp_se > 0
     fields = ("mp", "val_mp", "rounds", "comm_bytes", "rounds_to_target", "n_labeled")
     assert [getattr(stacked, f) for f in fields] == [getattr(alone, f) for f in fields]
     (base,) = run_trial(plain)
-    assert base.val_mp is None and base.n_labeled > stacked.n_labeled
+    assert base.val_mp is None and base.n_labeled > alone.n_labeled
 
 
 def test_kinds_without_validation_refuse_it_at_plan_time() -> None:

@@ -20,9 +20,9 @@ from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer
 from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
-from trainables.vfl.training import attacks_of, prepare_parties, train_local_parties
+from trainables.vfl.training import attacks_of, prepare_parties, train_local_parties, train_stacked
 from trainables.vfl.vec_stack import VecStack, VecStackInit
-from trainables.vfl.vectorized import _Prepared, _train_stacked, stack_key, stacks
+from trainables.vfl.vectorized import stack_key, stacks
 
 WARM = Placement("ray", cpu_per_party=0.5, reuse_actors=True)
 TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None, "extra": ""}
@@ -105,11 +105,8 @@ def test_turned_off_nothing_stacks(data: Dataset) -> None:
 
 def _trained(jobs: list[Job], data: Dataset) -> tuple[list[list], list[list]]:
     """Each job's trained parties: stacked, and alone."""
-    ready = []
-    for i, job in enumerate(jobs):
-        evaluated = attacks_of(job.spec, [PMC])
-        ready.append(_Prepared(i, prepare_parties(job.spec, data, evaluated), evaluated))
-    out = _train_stacked(jobs, ready, LOCAL)
+    ready = [prepare_parties(job.spec, data, attacks_of(job.spec, [PMC])) for job in jobs]
+    out = train_stacked(ready, int(jobs[0].spec.epochs), LOCAL, [True] * len(jobs))  # type: ignore[arg-type]
     assert all(err is None for _, err in out), out
     stacked = [t.parties for t, _ in out]  # type: ignore[union-attr]
     alone = [

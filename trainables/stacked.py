@@ -61,9 +61,12 @@ class StackedMLP:
     def depth(self) -> int:
         return len(self.params) // 2
 
-    def forward(self, x: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, index: torch.Tensor | None = None, training: bool = True
+    ) -> torch.Tensor:
         """``index`` (K',): only those trainings' models, x (K', B, in) (CELU-VFL's cached
-        steps, whose trainings drew batches of different sizes)."""
+        steps, whose trainings drew batches of different sizes). ``training``: unused (a
+        Linear-ReLU stack has no mode); ``ModuleStack`` takes it."""
         for i in range(self.depth):
             w, b = self.params[2 * i], self.params[2 * i + 1]  # (K, out, in), (K, out)
             if index is not None:
@@ -80,6 +83,44 @@ class StackedMLP:
             for depth, linear in enumerate(_linears(modules[slot])):
                 linear.weight.copy_(self.params[2 * depth][j])
                 linear.bias.copy_(self.params[2 * depth + 1][j])
+
+
+class ModuleStack:
+    """One training's bottom of any architecture as a stack of K = 1: what cannot stack
+    (a bottom that is not a Linear-ReLU stack, or a pretrained encoder) runs through the
+    same stacked party code (``vfl/vec_stack.py``) as the MLPs do.
+
+    ``params`` are the module's own parameters (no leading axis: the optimizer steps them
+    in place, so ``write_back`` has nothing to copy). ``forward``: x (1, B, in) ->
+    (1, B, out), the module in train mode, or eval mode where ``training`` is False
+    (dropout, batch norm: as ``Party`` set them). The one place that says a model cannot
+    stack: ``stackable_module``.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module], device: torch.device) -> None:
+        if len(modules) != 1:
+            raise ValueError(
+                f"a bottom that is not a Linear-ReLU stack stacks alone, not {len(modules)}"
+            )
+        self.module = modules[0].to(device)
+        self.params: list[torch.Tensor] = list(self.module.parameters())
+
+    def forward(
+        self, x: torch.Tensor, index: torch.Tensor | None = None, training: bool = True
+    ) -> torch.Tensor:
+        self.module.train(training)
+        return self.module(x[0]).unsqueeze(0)  # (1, B, in) -> (1, B, out)
+
+    def write_back(self, modules: Sequence[nn.Module], slots: Sequence[int]) -> None:
+        """Nothing to copy: the module trained in place."""
+
+
+def stack_modules(modules: Sequence[nn.Module], device: torch.device) -> StackedMLP | ModuleStack:
+    """K models as one: a ``StackedMLP`` where every one is a Linear-ReLU stack, else the
+    one model itself (``ModuleStack``, K = 1)."""
+    if all(stackable_module(m) for m in modules):
+        return StackedMLP(modules, device)
+    return ModuleStack(modules, device)
 
 
 class StackedOptimizer:

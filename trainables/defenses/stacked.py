@@ -8,8 +8,9 @@ GPer) must then act on the stack, which only the defense knows how to do. So eac
 ``Defense`` class names its stacked form (``Defense.stacked``): this base, for a defense
 that acts on messages only (the stack sends each training's slice through that
 training's own hook stack, nothing else is needed), a subclass in the defense's own file
-for one with model hooks, or None for one that cannot stack (the executor then trains it
-alone). No executor inspects a defense's methods.
+for one with model hooks, or None for one that does not stack with other trainings (a
+plugin's): it then trains as a stack of one, through its own single-training hooks
+(``LoopedDefense``). No executor inspects a defense's methods.
 
 What stays per training: its own strength, random stream and application counts (the
 members, ``Defense`` objects built at each training's party, are used for all three), so
@@ -121,3 +122,52 @@ def scatter(values: torch.Tensor, index: Sequence[int], k: int) -> torch.Tensor:
     the trainings outside ``index`` get a term of exactly 0 with no gradient at all."""
     idx = torch.tensor(list(index), dtype=torch.long, device=values.device)
     return torch.zeros(k, dtype=values.dtype, device=values.device).index_add(0, idx, values)
+
+
+class LoopedDefense(StackedDefense):
+    """A defense that declares no stacked form (``stacked = None``: a plugin's) at a stack
+    of one training: its own hooks (``Defense.loss_term``, ``soft_targets``,
+    ``gradients``, ``on_send`` / ``on_receive``) on the training's slice, (1, B, C) as
+    (B, C). What it does not see: transforms or a decoder it would add to the top in
+    ``attach`` and parameters of its own (a defense that trains some declares a stacked
+    form, as MID and CAE do)."""
+
+    messages = True
+    model = True
+
+    def __init__(self, members: Sequence[Any], device: torch.device) -> None:
+        if len(members) != 1:
+            raise ValueError(f"a defense without a stacked form trains alone, not {len(members)}")
+        super().__init__(members, device)
+        self.defense = members[0]
+
+    def loss_terms(
+        self, h_passive: list[torch.Tensor], y: torch.Tensor, index: Index = None
+    ) -> torch.Tensor | None:
+        term = self.defense.loss_term([h[0] for h in h_passive], y[0])
+        return None if term is None else term.reshape(1)
+
+    def soft_targets(self, y: torch.Tensor, index: Index = None) -> torch.Tensor | None:
+        soft = self.defense.soft_targets(y[0])
+        return None if soft is None else soft.unsqueeze(0)
+
+    def gradients(
+        self,
+        grads: list[torch.Tensor],
+        logits: torch.Tensor,
+        h_passive: list[torch.Tensor],
+        y: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        out = self.defense.gradients(
+            [g[0] for g in grads], logits[0], [h[0] for h in h_passive], y[0]
+        )
+        return [g.unsqueeze(0) for g in out]
+
+
+def stacked_form(hook: Any) -> type[StackedDefense] | None:
+    """The stacked form of a party's hook: what its class declares (``stacked``); for a
+    defense that declares None, ``LoopedDefense``; None for a hook with no such
+    declaration (a message log, a plugin attack's message hook): it acts on messages."""
+    if not hasattr(type(hook), "stacked"):
+        return None
+    return type(hook).stacked or LoopedDefense

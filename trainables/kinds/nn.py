@@ -2,8 +2,8 @@
 
 The kind is the thin part: which specs it takes, how it checks them, and how a pack runs.
 The training itself is the NN-VFL library below the kinds (``trainables/vfl/``):
-``vectorized.py``: every training that stacks, a pack's or a lone one, as a stack of
-trainings; ``prepare_parties``, ``train_prepared`` and ``records_of`` for one that does not.
+``vectorized.py``: every training, a pack's together where they stack, the others as
+stacks of one.
 """
 
 from __future__ import annotations
@@ -21,13 +21,7 @@ from trainables.protocols import PROTOCOLS
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
-from trainables.vfl.training import (
-    attacks_of,
-    prepare_parties,
-    records_of,
-    train_prepared,
-)
-from trainables.vfl.vectorized import DETERMINISTIC, run_vectorized
+from trainables.vfl.vectorized import run_vectorized
 
 
 def plain_nn(specs: Sequence[Any]) -> bool:
@@ -62,48 +56,19 @@ class NNKind(TrialKind):
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
     ) -> list[Record]:
-        """One training: a stack of one (``vfl/vectorized.py``, the code every pack runs)
-        where it stacks and the placement vectorizes, else the party objects alone."""
-        if not placement.vectorize:
-            return self.run_alone(spec, ds, placement, attacks)
+        """One training: a stack of one (``vfl/vectorized.py``, the code every pack runs)."""
         job = Job(spec, tuple(attacks))
-        ((_, outcome),) = run_vectorized([job], ds, placement, self.run_unstacked)
+        ((_, outcome),) = run_vectorized([job], ds, placement)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def run_alone(
-        self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
-    ) -> list[Record]:
-        """One training on party objects (``Party``, ``ActiveParty``): what does not stack
-        (a bottom that is not a plain MLP, or starts pretrained)."""
-        evaluated = attacks_of(spec, attacks)
-        prepared = prepare_parties(spec, ds, evaluated)
-        trained = train_prepared(prepared, int(spec.epochs), placement, bool(evaluated))  # type: ignore[arg-type]
-        return records_of(
-            spec, trained, prepared.n_labeled, evaluated,
-            y_test=prepared.y_test, metric=prepared.metric, y_val=prepared.y_val,
-        )  # fmt: skip
-
     def run_many(
         self, jobs: Sequence[Job], ds: Dataset, placement: Placement
     ) -> Iterator[tuple[int, Outcome]]:
-        """Trainings that stack run vectorized (``vfl/vectorized.py``: one batched
-        step per round for all of them; a lone training is a stack of one; records equal
-        one-at-a-time's up to float summation order, and only those stacked with others
-        say ``vectorized``) unless the placement turns it off; the rest run unstacked
-        (``run_unstacked``)."""
-        if placement.vectorize:
-            yield from run_vectorized(jobs, ds, placement, self.run_unstacked)
-        else:
-            yield from self.run_unstacked(jobs, ds, placement)
-
-    def run_unstacked(
-        self, jobs: Sequence[Job], ds: Dataset, placement: Placement
-    ) -> Iterator[tuple[int, Outcome]]:
-        """One training after another on party objects (``run_alone``)."""
-        for i, job in enumerate(jobs):
-            try:
-                yield i, self.run_alone(job.spec, ds, placement, job.attacks)
-            except DETERMINISTIC as err:
-                yield i, err
+        """Trainings that stack together run as one stacked training (``vfl/vectorized.py``:
+        one batched step per round for all of them; each record equal to the training's
+        alone up to float summation order, those stacked with others saying
+        ``vectorized``) unless the placement turns it off; every other one as a stack of
+        one."""
+        yield from run_vectorized(jobs, ds, placement)

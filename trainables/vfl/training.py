@@ -36,6 +36,9 @@ from trainables.spec import TrialSpec
 from trainables.transport.group import PartyGroup
 from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
+from trainables.vfl.halving import Halving
+from trainables.vfl.vec_run import VecRun
+from trainables.vfl.vec_stack import VecStackInit
 
 
 @dataclass(frozen=True)
@@ -201,22 +204,100 @@ def train_prepared(
     keep: bool = True,
     group: PartyGroup | None = None,
 ) -> Trained:
-    """Run the protocol at the active party; ``keep``: bring the trained parties back (local:
-    the objects themselves; actors: copies) for the attack harness. ``group``: parties
-    already open (a later phase of the same trial, e.g. FedHSSL fine-tuning on the
-    pretraining actors) are rebuilt from ``prepared.inits`` and trained there."""
-    prepared.protocol.listener = placement.listener  # early stopping, where a sweep asks
+    """One training, as a stack of one (``train_stacked``: the code every pack runs);
+    ``keep``: bring the trained parties back (local: the objects themselves; actors:
+    copies) for the attack harness. ``group``: parties already open (a later phase of the
+    same trial, e.g. FedHSSL fine-tuning on the pretraining actors), rebuilt there.
+    Raises what its build or training raised."""
+    ((trained, error),) = train_stacked(
+        [prepared], epochs, placement, [keep or not placement.remote], group=group
+    )
+    if error is not None:
+        raise error
+    assert trained is not None
+    return trained
+
+
+def train_stacked(
+    ready: Sequence[PreparedTrial],
+    epochs: int,
+    placement: Placement,
+    keep: Sequence[bool],
+    *,
+    halving: Halving | None = None,
+    cells: Sequence[str] = (),
+    group: PartyGroup | None = None,
+) -> list[tuple[Trained | None, BaseException | None]]:
+    """Every ``ready`` training as one stack per party (``vfl/vec_stack.py``), trained by
+    ``VecRun`` at the active stack, on ``group`` or on parties opened for it: per
+    training, what it left (its parties where ``keep`` says so) or the error its build or
+    training raised. ``halving``: successive halving over the ``cells`` (each training's
+    spec but its seed). A lost actor is raised."""
+    stacks = [VecStackInit(tuple(r.inits[k] for r in ready)) for k in range(len(ready[0].inits))]
     if group is not None:
-        group.load(prepared.inits)
-        return _train_on(group, prepared, epochs, keep or not placement.remote)
-    with open_parties(prepared.inits, placement) as opened:
-        return _train_on(opened, prepared, epochs, keep or not placement.remote)
+        group.load(stacks)
+        return _train_on(group, ready, epochs, placement, keep, halving, cells)
+    with open_parties(stacks, placement) as opened:
+        return _train_on(opened, ready, epochs, placement, keep, halving, cells)
 
 
-def _train_on(group: PartyGroup, prepared: PreparedTrial, epochs: int, keep: bool) -> Trained:
-    result = group.train(prepared.protocol, epochs, prepared.target_mp)
-    parties = group.snapshot() if keep else []
-    return Trained(result, parties, group.call_all("defense_applied"), prepared.defenses)
+def _train_on(
+    group: PartyGroup,
+    ready: Sequence[PreparedTrial],
+    epochs: int,
+    placement: Placement,
+    keep: Sequence[bool],
+    halving: Halving | None,
+    cells: Sequence[str],
+) -> list[tuple[Trained | None, BaseException | None]]:
+    errors, slots = stack_errors(group, len(ready))
+    results: list[Any] = [None] * len(ready)
+    if slots:
+        group.call_all("stack", slots)
+        run = VecRun(
+            targets=[r.target_mp for r in ready], slots=slots, halving=halving,
+            epochs=epochs, cells=cells,
+        )  # fmt: skip
+        run.listener = placement.listener  # early stopping: one training only
+        results = group.train(run, epochs)
+    return collect_trained(group, ready, results, errors, keep)
+
+
+def stack_errors(group: PartyGroup, n: int) -> tuple[dict[int, BaseException], list[int]]:
+    """The slots whose build raised at some party (the first error each), and the rest."""
+    errors: dict[int, BaseException] = {}
+    for per_stack in group.call_all("build_errors"):
+        for slot, err in per_stack.items():
+            errors.setdefault(slot, err)
+    return errors, [s for s in range(n) if s not in errors]
+
+
+def collect_trained(
+    group: PartyGroup,
+    ready: Sequence[PreparedTrial],
+    results: list[Any],
+    errors: dict[int, BaseException],
+    keep: Sequence[bool],
+) -> list[tuple[Trained | None, BaseException | None]]:
+    """Per slot: its result, its parties (copies, only where ``keep`` says so) and each
+    party's defense reports, read back before the stacks are emptied."""
+    trained = [s for s in range(len(ready)) if s not in errors]
+    reports = group.call_all("defense_applied")  # per party: one report per slot
+    kept = [s for s in trained if keep[s] and not stopped(results[s])]
+    parties = group.call_all("parties_of", kept) if kept else []
+    out: list[tuple[Trained | None, BaseException | None]] = []
+    for s, prepared in enumerate(ready):
+        if s in errors:
+            out.append((None, errors[s]))
+            continue
+        own = [stack[kept.index(s)] for stack in parties] if s in kept else []
+        out.append((Trained(results[s], own, [r[s] for r in reports], prepared.defenses), None))
+    return out
+
+
+def stopped(result: Any) -> bool:
+    """Whether a training's result is one successive halving stopped."""
+    return result is not None and "stopped" in result.extra
 
 
 def train_local_parties(prepared: PreparedTrial, epochs: int) -> tuple[TrainResult, list[Party]]:

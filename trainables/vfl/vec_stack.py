@@ -29,11 +29,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables.defenses.stacked import Index, StackedDefense
+from trainables.defenses.stacked import Index, StackedDefense, stacked_form
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty, PartyInit, binary_auc, rows_of
-from trainables.stacked import StackedMLP, StackedOptimizer, StackedSplitTop, agg_top
+from trainables.stacked import StackedOptimizer, StackedSplitTop, agg_top, stack_modules
 
 # A stacked message: the (K, ...) array, or one ``Message`` per training where hooks act
 Payload = np.ndarray | list[Message]
@@ -54,14 +54,14 @@ def on_messages(hook: Any) -> bool:
     stacked form says so (MID, dCor, GPer and CAE act on the model only); not a log."""
     if isinstance(hook, MessageLog):
         return False
-    stacked = getattr(type(hook), "stacked", None)
-    return stacked is None or bool(stacked.messages)
+    form = stacked_form(hook)
+    return form is None or bool(form.messages)
 
 
 def model_hooks(party: Any) -> list[Any]:
     """``party``'s hooks whose stacked form reaches past the messages (defenses with model
     hooks, CELU-VFL's workset), in stack order."""
-    return [h for h in party.hooks if (f := getattr(type(h), "stacked", None)) and f.model]
+    return [h for h in party.hooks if (f := stacked_form(h)) and f.model]
 
 
 class VecStack:
@@ -105,7 +105,7 @@ class VecStack:
         # a hook on messages (not a log): every message goes through each training's stack
         self.hooked = any(on_messages(h) for p in ps for h in p.hooks)
         self.stacked_hooks: list[StackedDefense] = []  # built in ``stack``
-        self.bottom = StackedMLP([p.bottom for p in ps], self.device)
+        self.bottom = stack_modules([p.bottom for p in ps], self.device)  # any model: K = 1
         params = list(self.bottom.params)
         if self.is_active:
             self.y_train = torch.stack([p.y_train for p in ps])  # (K, n)
@@ -121,7 +121,7 @@ class VecStack:
         # each model hook's stacked form over the K trainings' own hooks (the same classes
         # in the same order at every training: the stack key says so)
         self.stacked_hooks = [
-            type(hs[0]).stacked(hs, self.device)
+            stacked_form(hs[0])(hs, self.device)  # type: ignore[misc]
             for hs in zip(*(model_hooks(p) for p in ps), strict=True)
         ]
         params += [q for d in self.stacked_hooks for q in d.params]
@@ -254,7 +254,7 @@ class VecStack:
 
     @torch.no_grad()
     def vembed(self, split: str = "test") -> Payload:
-        h = self.bottom.forward(rows_of(self, split)).cpu().numpy()  # (K, n, C)
+        h = self.bottom.forward(rows_of(self, split), training=False).cpu().numpy()  # (K, n, C)
         return self._send(f"{split}_embedding", self.config_party_id, self.active_id, h, None)
 
     # -- the active party --------------------------------------------------------------
@@ -352,7 +352,8 @@ class VecStack:
                 for src, emb in enumerate(test_embeddings)
             )
         ]
-        logits = self.logits([*h, self.bottom.forward(rows_of(self, split))], training=False)
+        own = self.bottom.forward(rows_of(self, split), training=False)  # (K, n, C)
+        logits = self.logits([*h, own], training=False)
         for defense in self.stacked_hooks:
             logits = defense.decode(logits)  # (K, n_test, C): what the model releases
         y = self.y_val if split == "val" else self.y_test  # (K, n)

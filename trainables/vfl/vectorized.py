@@ -3,13 +3,12 @@
 ``run_vectorized`` prepares every job as ``NNKind.run`` would, groups the jobs that can
 stack (``stacks``, ``stack_key``: same model, data shapes, batch size, epochs, optimizer,
 partition, a protocol that declares it stacks, the same Q, the same defenses with model
-hooks), and
-trains every group on ``VecStack``s (``vec_stack.py``), local or one actor per party as
-the placement says; a lone training is a stack of one. What cannot stack (a bottom that
-is not a plain MLP, or starts pretrained) goes to ``fallback`` (one at a time), so a pack
-always runs whole. Records of a training stacked with others say so
-(``extra.vectorized`` is true); a stack of one has no such key, so its record equals
-the one-at-a-time record.
+hooks), and trains every group on ``VecStack``s (``vec_stack.py``, through
+``training.train_stacked``), local or one actor per party as the placement says. Every
+other training is a stack of one of the same code: a bottom that is not a plain MLP or
+starts pretrained (``stacked.ModuleStack``), a plugin's defense or training-time attack
+without a stacked form. Records of a training stacked with others say so
+(``extra.vectorized`` is true); a stack of one has no such key.
 
 Seeds, learning rates, aligned and labeled rows (the data of each training) may differ
 inside a group: each training keeps its own. Defenses and codecs that act on messages
@@ -24,7 +23,7 @@ declare ``Attack.stacks`` (LRB, AMC), each training with its own aux data.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -41,16 +40,18 @@ from trainables.protocols import CODECS, PROTOCOLS
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.stacked import stackable_module
-from trainables.transport.group import PartyGroup
-from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.vfl.halving import Halving
-from trainables.vfl.training import PreparedTrial, Trained, attacks_of, prepare_parties
+from trainables.vfl.training import (
+    PreparedTrial,
+    Trained,
+    attacks_of,
+    prepare_parties,
+    stopped,
+    train_stacked,
+)
 from trainables.vfl.training import records_of as nn_records_of
-from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStackInit
 
-Fallback = Callable[[Sequence[Job], Dataset, Placement], Iterator[tuple[int, Outcome]]]
 OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
 DETERMINISTIC = (ConfigError, DefenseNeverApplied)  # the same spec raises them every time
 # The most party data (features of every party) one stacked run holds
@@ -78,10 +79,11 @@ def _stackable_bottom(model: str, hidden: tuple[int, ...] | None, dataset: str, 
 
 
 def stacks(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> bool:
-    """Whether ``spec``, evaluating ``attacks``, may stack at all, from the spec alone (so a
-    job that cannot is never prepared twice), by what each part declares: its protocol
-    (``Protocol.stacks``), every defense a stacked form (``Defense.stacked``), a
-    training-time attack only if it declares ``Attack.stacks``, a stacked optimizer."""
+    """Whether ``spec``, evaluating ``attacks``, may share a stack with other trainings,
+    from the spec alone, by what each part declares: its protocol (``Protocol.stacks``),
+    every defense a stacked form (``Defense.stacked``), a training-time attack only if it
+    declares ``Attack.stacks``, a stacked optimizer. One that may not trains alone, as a
+    stack of one."""
     if not PROTOCOLS.get(spec.protocol).stacks:
         return False
     if any(DEFENSES.get(e.name).stacked is None for e in entries(spec)):
@@ -114,7 +116,8 @@ def model_signature(prepared: PreparedTrial) -> tuple[Any, ...]:
 
 def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | None:
     """What the trainings of one stacked run share (given ``stacks``), or None when the
-    prepared parties cannot stack (a pretrained bottom, one that is not a plain MLP)."""
+    prepared parties stack with no other (a pretrained bottom, one that is not a plain
+    MLP: ``ModuleStack``)."""
     if any(i.bottom is not None for i in prepared.inits):
         return None
     cfg = prepared.inits[-1].config
@@ -135,38 +138,30 @@ def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | Non
 
 
 def run_vectorized(
-    jobs: Sequence[Job], ds: Dataset, placement: Placement, fallback: Fallback
+    jobs: Sequence[Job], ds: Dataset, placement: Placement
 ) -> Iterator[tuple[int, Outcome]]:
-    """Train ``jobs``: groups that stack as stacked runs, the rest through ``fallback``;
-    yield ``(index, records or deterministic error)``; a fault is raised at the end."""
+    """Train ``jobs``: those that stack together as one stacked run, each other one as a
+    stack of one (a bottom that is not a plain MLP or starts pretrained, a plugin's
+    defense or training-time attack without a stacked form; every one where the
+    placement does not vectorize); yield ``(index, records or deterministic error)``; a
+    fault is raised at the end."""
     faults: list[BaseException] = []
     groups: dict[tuple[Any, ...], list[_Prepared]] = {}
-    rest: list[int] = []
     for i, job in enumerate(jobs):
         evaluated = attacks_of(job.spec, job.attacks)
-        if not stacks(job.spec, evaluated):
-            rest.append(i)
-            continue
         try:
             prepared = prepare_parties(job.spec, ds, evaluated)
         except DETERMINISTIC as err:
             yield i, err
             continue
-        key = stack_key(job.spec, prepared)
-        if key is None:
-            rest.append(i)
-        else:
-            groups.setdefault(key, []).append(_Prepared(i, prepared, evaluated))
+        together = placement.vectorize and stacks(job.spec, evaluated)
+        key = stack_key(job.spec, prepared) if together else None
+        groups.setdefault(("alone", i) if key is None else key, []).append(
+            _Prepared(i, prepared, evaluated)
+        )
     for group in groups.values():  # a lone training too: K = 1 of the same code
         for chunk in _chunks(group):
             yield from _run_chunk(jobs, chunk, placement, faults)
-    if rest:
-        rest.sort()
-        try:
-            for j, outcome in fallback([jobs[i] for i in rest], ds, placement):
-                yield rest[j], outcome
-        except Exception as err:  # a fault of the unstacked rest: after the stacked ones
-            faults.append(err)
     if faults:
         raise faults[0]
 
@@ -189,7 +184,13 @@ def _run_chunk(
     placement: Placement,
     faults: list[BaseException],
 ) -> Iterator[tuple[int, Outcome]]:
-    for item, (trained, error) in zip(chunk, _train_stacked(jobs, chunk, placement), strict=True):
+    ready = [c.prepared for c in chunk]
+    epochs = int(jobs[chunk[0].index].spec.epochs)  # type: ignore[arg-type]
+    trained_all = train_stacked(
+        ready, epochs, placement, [bool(c.attacks) for c in chunk],
+        halving=halving_of(placement, ready), cells=[cell_of(jobs[c.index].spec) for c in chunk],
+    )  # fmt: skip
+    for item, (trained, error) in zip(chunk, trained_all, strict=True):
         if isinstance(error, DETERMINISTIC):
             yield item.index, error
         elif error is not None:
@@ -213,35 +214,12 @@ def _run_chunk(
                 yield item.index, err
 
 
-def _train_stacked(
-    jobs: Sequence[Job], ready: Sequence[_Prepared], placement: Placement
-) -> list[tuple[Trained | None, BaseException | None]]:
-    """Every ready job trained as one stack per party: per job, what it left or the error
-    its build or training raised. A lost actor is raised."""
-    n_parties = len(ready[0].prepared.inits)
-    stacks = [VecStackInit(tuple(r.prepared.inits[k] for r in ready)) for k in range(n_parties)]
-    with open_parties(stacks, placement) as group:
-        errors, slots = stack_errors(group, len(ready))
-        results: list[Any] = [None] * len(ready)
-        if slots:
-            group.call_all("stack", slots)
-            epochs = int(jobs[ready[0].index].spec.epochs)  # type: ignore[arg-type]
-            run = VecRun(
-                targets=[r.prepared.target_mp for r in ready], slots=slots,
-                halving=halving_of(placement, ready), epochs=epochs,
-                cells=[cell_of(jobs[r.index].spec) for r in ready],
-            )  # fmt: skip
-            run.listener = placement.listener  # early stopping: one training only
-            results = group.train(run, epochs)
-        return collect_trained(group, ready, results, errors)
-
-
-def halving_of(placement: Placement, ready: Sequence[_Prepared]) -> Halving | None:
+def halving_of(placement: Placement, ready: Sequence[PreparedTrial]) -> Halving | None:
     """The placement's successive halving, for a stack it can cut: one whose parties have
     no hooks past the messages (no MID, CAE, DCAE, dCor, GPer, CELU-VFL workset or
     training-time attack: their stacked state is theirs to cut) and trains on validation
     rows (``halving_skipped`` says why another is not cut)."""
-    if placement.halving is None or halving_skipped(ready[0].prepared) is not None:
+    if placement.halving is None or halving_skipped(ready[0]) is not None:
         return None
     return placement.halving
 
@@ -259,43 +237,6 @@ def cell_of(spec: TrialSpec) -> str:
     """What successive halving judges a training by together with its seeds: its spec but
     its seed."""
     return spec.model_copy(update={"seed": 0}).config_hash
-
-
-def stack_errors(group: PartyGroup, n: int) -> tuple[dict[int, BaseException], list[int]]:
-    """The slots whose build raised at some party (the first error each), and the rest."""
-    errors: dict[int, BaseException] = {}
-    for per_stack in group.call_all("build_errors"):
-        for slot, err in per_stack.items():
-            errors.setdefault(slot, err)
-    return errors, [s for s in range(n) if s not in errors]
-
-
-def collect_trained(
-    group: PartyGroup,
-    ready: Sequence[_Prepared],
-    results: list[Any],
-    errors: dict[int, BaseException],
-) -> list[tuple[Trained | None, BaseException | None]]:
-    """Per slot: its result, its parties (copies, only where it evaluates attacks) and
-    each party's defense reports, read back before the stacks are emptied."""
-    trained = [s for s in range(len(ready)) if s not in errors]
-    reports = group.call_all("defense_applied")  # per party: one report per slot
-    attacked = [s for s in trained if ready[s].attacks and not stopped(results[s])]
-    parties = group.call_all("parties_of", attacked) if attacked else []
-    out: list[tuple[Trained | None, BaseException | None]] = []
-    for s in range(len(ready)):
-        if s in errors:
-            out.append((None, errors[s]))
-            continue
-        own = [stack[attacked.index(s)] for stack in parties] if s in attacked else []
-        defenses = ready[s].prepared.defenses
-        out.append((Trained(results[s], own, [r[s] for r in reports], defenses), None))
-    return out
-
-
-def stopped(result: Any) -> bool:
-    """Whether a training's result is one successive halving stopped."""
-    return result is not None and "stopped" in result.extra
 
 
 def stopped_record(spec: TrialSpec, prepared: PreparedTrial, trained: Trained) -> Record:

@@ -96,7 +96,8 @@ class PartyActor:
             "pid": os.getpid(),
             "placement_group": None if pg is None else pg.id.hex(),
             "party_id": None if self.party is None else self.party.party_id,
-            "active": isinstance(self.party, ActiveParty),
+            "active": isinstance(self.party, ActiveParty)
+            or bool(getattr(self.party, "is_active", False)),  # an active stack
         }
 
     def call_peer_rtt(self, peer: Any, n: int) -> float:
