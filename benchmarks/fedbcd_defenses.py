@@ -40,38 +40,92 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from trainables.attacks import chance
 from trainables.attacks.base import LabelGuess
 from trainables.attacks.harness import run_attacks
 from trainables.data import load_dataset
-from trainables.messages import BatchRef, Message
-from trainables.party import ActiveParty, as_tensor
+from trainables.defenses.stacked import StackedDefense
+from trainables.messages import Message
 from trainables.protocols.base import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.group import LocalGroup
 from trainables.trial import prepare_parties
+from trainables.vfl.vec_run import VecRun
+from trainables.vfl.vec_stack import VecStackInit
 
 ATTACKS = [("ns", {}), ("ds", {})]
 
 
+class ProbeForm(StackedDefense):
+    """The probe at the active stack of one training: at each exchange, before any
+    gradient leaves, the objective's and the label loss's gradients w.r.t. the passive
+    embeddings, from the logits the exchange computed (MID's bottleneck with its
+    parameters and noise draw of the exchange), and each row's fit. Changes nothing:
+    the gradients go on as they came, the defenses' counts are restored."""
+
+    messages = True  # the gradient messages pass its member (``ExchangeProbe.on_send``)
+    model = True
+
+    def install(self, stack: Any) -> None:
+        self.stack = stack
+
+    def on_forward(
+        self, stack: Any, rows: torch.Tensor, h: torch.Tensor, payload: Any
+    ) -> tuple[torch.Tensor, Any]:
+        self.rows = rows[0]  # (B,) the exchange's rows (a stack of one)
+        return h, payload
+
+    def gradients(
+        self,
+        grads: list[torch.Tensor],
+        logits: torch.Tensor,
+        h_passive: list[torch.Tensor],
+        y: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        probe, stack = self.members[0], self.stack
+        probe.steps.append(stack.optimizer.steps)  # before this exchange's updates
+        defenses = stack.members[0].defenses
+        counts = [dict(d.applied) for d in defenses]
+        fit = torch.softmax(logits[0].detach(), dim=1).gather(1, y[0][:, None])[:, 0]  # (B,)
+        probe.residual[self.rows.cpu().numpy()] = (1.0 - fit).double().cpu().numpy()
+        soft = next(
+            (t for d in stack.stacked_hooks if (t := d.soft_targets(y)) is not None), None
+        )  # (1, B, C) or None
+        if soft is None:
+            label_loss = F.cross_entropy(logits[0], y[0])
+        else:
+            label_loss = -(soft[0] * torch.log_softmax(logits[0], dim=1)).sum(dim=1).mean()
+        objective = stack.objective(logits, y, h_passive).sum()
+        total = torch.autograd.grad(objective, h_passive, retain_graph=True)
+        label = torch.autograd.grad(label_loss, h_passive, retain_graph=True)
+        for d, applied in zip(defenses, counts, strict=True):
+            d.applied = applied
+        probe.parts = {
+            k: (t[0].detach().double().cpu().numpy(), g[0].detach().double().cpu().numpy())
+            for k, (t, g) in enumerate(zip(total, label, strict=True))
+        }
+        return grads
+
+
 class ExchangeProbe:
-    """A message hook at the active party: at each exchange, the gradient each passive
+    """A hook at the active party that records, at every exchange, the gradient each passive
     party is sent, split into its label part and its defenses' loss-term part.
 
     Why a hook and not a second model: the split must use exactly the state the gradient
     was computed from (MID's parameters before the Q local updates, the same noise draw).
-    ``on_receive`` of a passive embedding sees that state as it arrives (it keeps H and
-    the defenses' random-generator states); ``on_send`` of the gradient runs before the
-    active party's local updates, so the parameters are still those of the exchange. The
-    probe recomputes the objective from them with the saved noise, differentiates the
-    label loss and the whole objective separately, then restores the generators and the
-    defenses' application counts: training and records are unchanged by it.
+    Its stacked form (``ProbeForm``) differentiates the label loss and the whole objective
+    separately from the exchange's own logits, before any gradient leaves and before the
+    active party's local updates; ``on_send`` then files each passive party's parts with
+    the gradient as it went out. Training and records are unchanged by it.
 
     Per passive party (by id), per training row, the last exchange's ``sent`` (what went
     out, after any message hook before this one), ``total`` (d objective / dH, as
     recomputed), ``label`` and ``defense`` = total - label. ``exchanges``: gradients sent.
     """
+
+    stacked = ProbeForm
 
     def __init__(self, n_rows: int, width: int, passive: list[int]) -> None:
         def zeros() -> dict[int, np.ndarray]:
@@ -81,67 +135,26 @@ class ExchangeProbe:
         self.residual = np.zeros(n_rows)  # 1 - p(y) of each row at its last exchange
         self.h_norm = {k: np.zeros(n_rows) for k in passive}  # |H| sent, last exchange
         self.exchanges = 0
-        self._embeddings: dict[int, torch.Tensor] = {}  # src -> H of this exchange
-        self._noise: list[torch.Tensor] = []  # the defenses' generator states at the exchange
-        self._parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # dst -> (total, label)
+        self.parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # dst -> (total, label)
+        self.steps: list[int] = []  # the active stack's optimizer steps as each exchange sent
 
-    def on_receive(self, party: ActiveParty, msg: Message) -> Message:
-        if msg.kind == "embedding":
-            if not self._embeddings:  # the exchange's first passive embedding
-                self._noise = [d.generator.get_state() for d in party.defenses]
-            self._embeddings[msg.src] = as_tensor(msg.payload, party.device)
-            if msg.batch is not None:
-                rows = party.schedule.rows(msg.batch)
-                self.h_norm[msg.src][rows] = np.linalg.norm(np.asarray(msg.payload), axis=1)
+    def on_receive(self, party: Any, msg: Message) -> Message:
+        if msg.kind == "embedding" and msg.batch is not None:
+            rows = party.schedule.rows(msg.batch)
+            self.h_norm[msg.src][rows] = np.linalg.norm(np.asarray(msg.payload), axis=1)
         return msg
 
-    def on_send(self, party: ActiveParty, msg: Message) -> Message:
+    def on_send(self, party: Any, msg: Message) -> Message:
         if msg.kind != "gradient" or msg.batch is None:
             return msg
-        if not self._parts:
-            self._parts = self._split(party, msg.batch)
         rows = party.schedule.rows(msg.batch)
-        total, label = self._parts.pop(msg.dst)
+        total, label = self.parts.pop(msg.dst)
         self.sent[msg.dst][rows] = np.asarray(msg.payload, dtype=np.float64)
         self.total[msg.dst][rows] = total
         self.label[msg.dst][rows] = label
         self.defense[msg.dst][rows] = total - label
         self.exchanges += 1
-        if not self._parts:
-            self._embeddings = {}
         return msg
-
-    def _split(self, party: ActiveParty, ref: BatchRef) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """{passive id: (d objective / dH, d label loss / dH)}, each (B, C), at the exchange."""
-        srcs = sorted(self._embeddings)
-        hs = [self._embeddings[k].clone().requires_grad_() for k in srcs]
-        rows = torch.from_numpy(party.schedule.rows(ref)).to(party.device)
-        y = party.y_train[rows]
-        now = [d.generator.get_state() for d in party.defenses]
-        counts = [dict(d.applied) for d in party.defenses]
-        try:
-            for d, state in zip(party.defenses, self._noise, strict=True):
-                d.generator.set_state(state)
-            with torch.no_grad():
-                h_own = party.bottom(party.X_train[rows])  # unchanged since its forward
-            logits = party.top.logits([*hs, h_own])
-            fit = torch.softmax(logits.detach(), dim=1).gather(1, y[:, None])[:, 0]  # (B,)
-            self.residual[rows.cpu().numpy()] = (1.0 - fit).double().cpu().numpy()
-            soft = next((t for d in party.defenses if (t := d.soft_targets(y)) is not None), None)
-            if soft is None:
-                label_loss = party.loss_fn(logits, y)
-            else:
-                label_loss = -(soft * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
-            total = torch.autograd.grad(party.objective(logits, y, hs), hs, retain_graph=True)
-            label = torch.autograd.grad(label_loss, hs)
-        finally:
-            for d, state, applied in zip(party.defenses, now, counts, strict=True):
-                d.generator.set_state(state)
-                d.applied = applied
-        return {
-            k: (t.detach().double().cpu().numpy(), g.detach().double().cpu().numpy())
-            for k, t, g in zip(srcs, total, label, strict=True)
-        }
 
 
 def norm_scoring(grads: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -186,21 +199,24 @@ def train_probed(
         for k, init in enumerate(inits[:-1]):
             config = dataclasses.replace(init.config, local_steps=passive_steps)
             inits[k] = dataclasses.replace(init, config=config)
-    group = LocalGroup(inits)
-    active = group.parties[-1]
+    group = LocalGroup([VecStackInit((init,)) for init in inits])  # stacks of one
+    active = group.parties[-1].parties[0]
     passive = list(range(len(group.parties) - 1))
     probe = ExchangeProbe(active.X_train.shape[0], active.config.emb_width, passive)
     active.hooks.append(probe)
-    result = group.train(prepared.protocol, int(spec.epochs))  # type: ignore[arg-type]
+    group.call_all("stack", [0])
+    probe.stacks = group.parties  # type: ignore[attr-defined]  # (tests read their optimizers)
+    (result,) = group.train(VecRun(targets=[None], slots=[0]), int(spec.epochs))  # type: ignore[arg-type]
+    parties = [stack.parties_of([0])[0] for stack in group.parties]
     attacked = {
         out.name: {
             "auc": out.score.ap,
             "advantage": out.score.advantage,
             "collapse": out.score.collapse,
         }
-        for out in run_attacks(group.parties, ATTACKS, spec.seed)
+        for out in run_attacks(parties, ATTACKS, spec.seed)
     }
-    return result, group.parties, probe, attacked
+    return result, parties, probe, attacked
 
 
 @torch.no_grad()

@@ -26,7 +26,6 @@ import ray
 import torch
 
 from trainables.data import load_dataset
-from trainables.protocols import PROTOCOLS
 from trainables.spec import TrialSpec
 from trainables.transport.ray_actors import (
     PartyResources,
@@ -35,6 +34,8 @@ from trainables.transport.ray_actors import (
     release_warm_actors,
 )
 from trainables.trial import PreparedTrial, prepare_parties, train_local
+from trainables.vfl.vec_run import VecRun
+from trainables.vfl.vec_stack import VecStackInit
 
 
 def _rtt_ms(actor: Any, n: int = 200) -> float:
@@ -49,8 +50,10 @@ def _rtt_ms(actor: Any, n: int = 200) -> float:
 
 def _ray_trial(prepared: PreparedTrial, epochs: int, reuse: bool) -> dict[str, float]:
     start = time.perf_counter()
-    with RayParties(prepared.inits, PartyResources(cpu=1.0), reuse=reuse) as group:
-        result = group.train(PROTOCOLS.create("fedsgd"), epochs)
+    stacks = [VecStackInit((init,)) for init in prepared.inits]  # each a stack of one
+    with RayParties(stacks, PartyResources(cpu=1.0), reuse=reuse) as group:
+        group.call_all("stack", [0])
+        (result,) = group.train(VecRun(targets=[None], slots=[0]), epochs)
         wall = time.perf_counter() - start
         return {
             "wall": wall,

@@ -6,9 +6,9 @@ and record the pack (no attacks), medians over ``--repeats``, all in this proces
 
 - ``vectorized_s``: ``NNKind.run_many`` on warm Ray actors (one per party, 0.5 CPU
   each), stacked (``vfl/vectorized.py``);
-- ``unstacked_s``: the same call with ``vectorize`` off: one training after another on
-  party objects, on the same warm actors (the lockstep packs that this measured before
-  2026-12-03 are gone);
+- ``unstacked_s``: the same call with ``vectorize`` off: one training after another, each
+  a stack of one, on the same warm actors (party objects before 2026-12-03, lockstep
+  packs before that);
 - ``loop_s``: ``NNKind.run`` per training in this process (``transport: local``), the
   plain loop;
 - ``local_vectorized_s``: the stacked pack in this process.

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainables.attacks import ATTACKS
-from trainables.attacks.amc import MaliciousOptimizer
+from trainables.attacks.amc import MaliciousOptimizer, MaliciousScaling
 from trainables.data import load_dataset
 from trainables.errors import ConfigError
 from trainables.records import Record
@@ -101,9 +101,9 @@ def test_amc_changes_training_and_records_mp_under_attack(
         prepared = prepare_parties(spec, load_dataset("digits"))
         _, parties = train_local_parties(prepared, 3)
         weights.append(torch.cat([p.detach().flatten() for p in parties[0].bottom.parameters()]))
-        is_malicious = isinstance(parties[0].optimizer, MaliciousOptimizer)
-        assert is_malicious == (train_attack == "amc")
-        assert not isinstance(parties[1].optimizer, MaliciousOptimizer)  # only the attacker
+        marked = any(isinstance(h, MaliciousScaling) for h in parties[0].hooks)
+        assert marked == (train_attack == "amc")  # its stack wrapped its optimizer
+        assert not any(isinstance(h, MaliciousScaling) for h in parties[1].hooks)
     assert not torch.allclose(weights[0], weights[1])
 
 

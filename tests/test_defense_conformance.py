@@ -17,6 +17,7 @@ import torch
 
 from trainables.data import load_dataset
 from trainables.defenses import DEFENSES, MODULES
+from trainables.defenses.stacked import stacked_form
 from trainables.errors import ConfigError
 from trainables.messages import BatchRef, Message
 from trainables.spec import TrialSpec
@@ -99,12 +100,15 @@ def _gs_kept(strength: float) -> float:
 
 def _gper_shift(strength: float) -> float:
     defense = DEFENSES.create("gper", strength=strength)
-    h = torch.randn(64, 10, requires_grad=True)
+    h = torch.randn(1, 64, 10, requires_grad=True)  # a stack of one training
     logits = h * 2.0
-    y = torch.randint(10, (64,))
-    g = torch.autograd.grad(torch.nn.functional.cross_entropy(logits, y), h, retain_graph=True)
-    out = defense.gradients(list(g), logits, [h], y)  # type: ignore[attr-defined]
-    return float((out[0] - g[0]).norm())
+    y = torch.randint(10, (1, 64))
+    (g,) = torch.autograd.grad(
+        torch.nn.functional.cross_entropy(logits[0], y[0]), h, retain_graph=True
+    )
+    form = stacked_form(defense)([defense], torch.device("cpu"))  # type: ignore[misc]
+    (out,) = form.gradients([g], logits, [h], y)
+    return float((out - g).norm())
 
 
 def _loss_weight(name: str, strength: float) -> float:
@@ -115,10 +119,12 @@ def _loss_weight(name: str, strength: float) -> float:
     gen = torch.Generator().manual_seed(0)  # the same probe batch for every strength
     h = [torch.randn(128, 10, generator=gen)]
     y = torch.randint(10, (128,), generator=gen)
-    active.top.train()
-    active.top.logits([*h, torch.randn(128, 10, generator=gen)])  # MID: fills its KL
-    term = active.defenses[0].loss_term(h, y)
-    return 0.0 if term is None else float(term.detach())
+    defense = active.defenses[0]  # its trained state, written back after training
+    form = stacked_form(defense)([defense], torch.device("cpu"))  # type: ignore[misc]
+    stacked = [x[None] for x in h]  # a stack of one: (1, 128, 10)
+    form.transform(stacked, True)  # MID: its bottlenecks' codes and their KL
+    term = form.loss_terms(stacked, y[None])
+    return 0.0 if term is None else float(term.detach()[0])
 
 
 def _cae_entropy(name: str, strength: float) -> float:

@@ -29,19 +29,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 from benchmarks.fedbcd_defenses import norm_scoring, one, spec_of, train_probed
 from trainables.attacks import ATTACKS
 from trainables.attacks.harness import draw_aux, make_view
 from trainables.attacks.ns import last_gradients
-from trainables.data import load_dataset
 from trainables.defenses import DEFENSES
+from trainables.defenses.mid import StackedMID
 from trainables.messages import Message
-from trainables.party import ActiveParty, Party
+from trainables.party import Party
 from trainables.spec import TrialSpec
-from trainables.transport.group import LocalGroup
-from trainables.trial import prepare_parties
 
 Q = 5
 # 455 breast_cancer training rows in batches of 128: 4 exchanges per epoch
@@ -53,13 +50,8 @@ def _spec(protocol: str = "fedbcd", **fields: Any) -> TrialSpec:
     return TrialSpec.build(**{**BASE, "protocol": protocol, "protocol_params": params, **fields})
 
 
-def _adam_steps(party: Party, params: list[torch.nn.Parameter]) -> set[int]:
-    """The optimizer steps each of ``params`` has taken (Adam keeps the count per tensor)."""
-    return {int(party.optimizer.state[p]["step"]) for p in params}
-
-
-def _mid_params(active: ActiveParty) -> list[torch.nn.Parameter]:
-    return list(active.defenses[0].module.parameters())
+def _mid_form(stack: Any) -> StackedMID:
+    return next(h for h in stack.stacked_hooks if isinstance(h, StackedMID))
 
 
 def _received(party: Party) -> list[Message]:
@@ -68,27 +60,10 @@ def _received(party: Party) -> list[Message]:
     return [m for m in log.received if m.kind == "gradient"]
 
 
-class StepsAtSend:
-    """A message hook at the active party: how many optimizer steps MID's parameters had
-    taken when each gradient left (0, Q, 2Q, ...: computed before the exchange's updates)."""
-
-    def __init__(self) -> None:
-        self.steps: list[int] = []
-
-    def on_send(self, party: ActiveParty, msg: Message) -> Message:
-        if msg.kind == "gradient":
-            state = party.optimizer.state.get(_mid_params(party)[0], {})
-            self.steps.append(int(state.get("step", 0)))
-        return msg
-
-    def on_receive(self, party: ActiveParty, msg: Message) -> Message:
-        return msg
-
-
 # -- FedBCD + MID: what is sent, how often, and which state it comes from ----------------
 @pytest.mark.parametrize("protocol", ["fedsgd", "fedbcd"])
 def test_one_gradient_per_exchange_and_q_local_steps_on_it(protocol: str) -> None:
-    result, parties, _, _ = train_probed(_spec(protocol, defense="mid", defense_param=0.01))
+    result, parties, probe, _ = train_probed(_spec(protocol, defense="mid", defense_param=0.01))
     passive, active = parties
     q = Q if protocol == "fedbcd" else 1
     rounds = result.rounds
@@ -96,10 +71,13 @@ def test_one_gradient_per_exchange_and_q_local_steps_on_it(protocol: str) -> Non
     got = _received(passive)
     schedule = [ref for epoch in range(2) for ref in passive.schedule.refs(epoch)]
     assert [m.batch for m in got] == schedule  # one gradient per exchange, in order
-    # every party stepped Q times per exchange: the passive one reusing the one gradient
-    assert _adam_steps(passive, list(passive.bottom.parameters())) == {q * rounds}
-    assert _adam_steps(active, _mid_params(active)) == {q * rounds}
-    assert _adam_steps(active, list(active.bottom.parameters())) == {q * rounds}
+    # every party stepped Q times per exchange: the passive one reusing the one gradient;
+    # the active one's steps move its bottom, its top and MID's bottlenecks
+    passive_stack, active_stack = probe.stacks  # type: ignore[attr-defined]
+    assert passive_stack.optimizer.steps == active_stack.optimizer.steps == q * rounds
+    stepped = {id(p) for p in active_stack.optimizer.params}
+    assert {id(p) for p in _mid_form(active_stack).params} <= stepped
+    assert {id(p) for p in active_stack.bottom.params} <= stepped
     # MID's count is those forward passes through the bottleneck, not messages
     assert active.defense_applied()[0]["counts"] == {"bottleneck": q * rounds}
     # FedSGD's bytes: per epoch every row's H (2 float32) up and its dL/dH down
@@ -132,13 +110,8 @@ def test_the_gradient_sent_is_the_exchange_gradient_through_the_bottleneck(lam: 
 
 
 def test_each_gradient_leaves_before_its_exchanges_local_steps() -> None:
-    spec = _spec(defense="mid", defense_param=0.01)
-    prepared = prepare_parties(spec, load_dataset(spec.dataset))
-    group = LocalGroup(prepared.inits)
-    hook = StepsAtSend()
-    group.parties[-1].hooks.append(hook)
-    result = group.train(prepared.protocol, 2)
-    assert hook.steps == [Q * t for t in range(result.rounds)]
+    result, _, probe, _ = train_probed(_spec(defense="mid", defense_param=0.01))
+    assert probe.steps == [Q * t for t in range(result.rounds)]
 
 
 # -- why NS and DS fall to chance: the passive party's side of the model collapses --------

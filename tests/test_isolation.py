@@ -20,7 +20,7 @@ from trainables.attacks.judge import QueryModel
 from trainables.data import load_dataset
 from trainables.party import Party
 from trainables.spec import TrialSpec
-from trainables.trial import prepare_parties, train_local_parties
+from trainables.trial import prepare_parties, train_local_parties, train_prepared
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELISH = re.compile(r"(^|[._])(y|y_train|y_test|labels?|targets?)($|[._])", re.IGNORECASE)
@@ -75,7 +75,7 @@ def test_passive_party_actors_hold_no_labels_anywhere(ray_session: None) -> None
     y_test = prepared.inits[-1].labels.y_test  # type: ignore[union-attr]
     assert all(init.labels is None for init in prepared.inits[:-1])
     with RayParties(prepared.inits, PartyResources(cpu=0.5)) as group:
-        group.train(prepared.protocol, int(SPEC.epochs))  # type: ignore[arg-type]
+        train_prepared(prepared, int(SPEC.epochs), group=group)  # type: ignore[arg-type]
         import ray
 
         states = ray.get([a.reachable_arrays.remote() for a in group.actors])

@@ -13,6 +13,8 @@ from trainables.party import Party
 from trainables.spec import TrialSpec
 from trainables.transport import LocalTransport
 from trainables.trial import PreparedTrial, prepare_parties
+from trainables.vfl.vec_run import VecRun
+from trainables.vfl.vec_stack import VecStack, VecStackInit
 
 
 def _prepared(**fields: object) -> tuple[TrialSpec, PreparedTrial]:
@@ -20,12 +22,21 @@ def _prepared(**fields: object) -> tuple[TrialSpec, PreparedTrial]:
     return spec, prepare_parties(spec, load_dataset("digits"))
 
 
+def _stacks(prepared: PreparedTrial, *hooks: list) -> list[VecStack]:
+    """Each party as a stack of one, with ``hooks`` added to its member first."""
+    stacks = [VecStackInit((init,)).build() for init in prepared.inits]
+    for stack, extra in zip(stacks, hooks, strict=False):
+        stack.parties[0].hooks += extra
+    for stack in stacks:
+        stack.stack([0])
+    return stacks
+
+
 def test_passive_party_receives_only_gradients_of_its_own_embeddings() -> None:
     _, prepared = _prepared()
-    passive, active = (init.build() for init in prepared.inits)
     log = MessageLog()
-    passive.hooks.append(log)
-    prepared.protocol.run(active, LocalTransport([passive]), 2)  # type: ignore[arg-type]
+    passive, active = _stacks(prepared, [log])
+    VecRun(targets=[None], slots=[0]).run(active, LocalTransport([passive]), 2)
     n_classes = 10
     assert log.received and all(m.kind == "gradient" for m in log.received)
     assert {m.kind for m in log.sent} == {"embedding", "test_embedding"}
@@ -51,15 +62,16 @@ class _AddConstant:
 
 def test_hooks_stack_like_middleware() -> None:
     _, prepared = _prepared()
-    passive = prepared.inits[0].build()
-    plain = prepared.inits[0].build()
     trace: list[str] = []
-    passive.hooks += [_AddConstant(1.0, trace, "a"), _AddConstant(10.0, trace, "b")]
-    ref = passive.schedule.refs(0)[0]
-    out = passive.forward(ref)
-    np.testing.assert_allclose(out.payload, plain.forward(ref).payload + 11.0, rtol=1e-6)
+    (passive, _) = _stacks(
+        prepared, [_AddConstant(1.0, trace, "a"), _AddConstant(10.0, trace, "b")]
+    )
+    (plain, _) = _stacks(prepared)
+    ref = passive.parties[0].schedule.refs(0)[0]
+    (out,) = passive.forward(ref)  # one message per training of the stack
+    np.testing.assert_allclose(out.payload, plain.forward(ref)[0] + 11.0, rtol=1e-6)
     grad = Message.of("gradient", 1, 0, np.zeros_like(out.payload), ref)
-    passive.backward(grad)
+    passive.backward([grad])
     assert trace == ["send:a", "send:b", "recv:b", "recv:a"]
 
 

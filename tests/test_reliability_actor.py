@@ -113,10 +113,9 @@ def test_a_pooled_actor_killed_while_idle_is_evicted_and_the_next_trial_runs_onc
     import ray
 
     from trainables.data import load_dataset
-    from trainables.protocols import PROTOCOLS
     from trainables.spec import TrialSpec
     from trainables.transport.ray_actors import PartyResources, RayParties, release_warm_actors
-    from trainables.trial import prepare_parties, train_local
+    from trainables.trial import prepare_parties, train_local, train_prepared
 
     spec = TrialSpec.build(dataset="breast_cancer", epochs=2)
     prepared = prepare_parties(spec, load_dataset("breast_cancer"))
@@ -130,7 +129,7 @@ def test_a_pooled_actor_killed_while_idle_is_evicted_and_the_next_trial_runs_onc
         _wait_until_dead(first.actors[0])  # ray.kill is asynchronous: let the death land
         with RayParties(prepared.inits, PartyResources(cpu=0.5), reuse=True) as second:
             attempts += 1
-            result = second.train(PROTOCOLS.create("fedsgd"), 2)
+            result = train_prepared(prepared, 2, group=second).result
             assert second.evicted == 1 and not second.reused
             assert not {a._actor_id for a in second.actors} & set(pooled)  # a fresh set
         assert attempts == 1 and result.mp == expected.mp

@@ -80,18 +80,6 @@ def test_a_stacked_pack_in_process_never_imports_dynamo() -> None:
     assert control.stdout.strip() == "True"  # the probe can tell: a torch optimizer imports it
 
 
-def test_a_party_builds_its_optimizer_when_asked_or_first_used() -> None:
-    spec = TrialSpec.build(dataset="breast_cancer", epochs=1, optimizer="adam")
-    init = prepare_parties(spec, load_dataset("breast_cancer")).inits[-1]
-    eager = init.build()
-    assert eager._optimizer is not None
-    lazy = init.build(optimizer=False)
-    assert lazy._optimizer is None
-    steps = {id(p) for g in lazy.optimizer.param_groups for p in g["params"]}
-    assert steps == {id(p) for p in lazy.trainable_parameters()}  # bottom and top
-    assert type(lazy.optimizer).__name__ == "Adam" and lazy.optimizer is lazy.optimizer
-
-
 def _pack(**fields: object) -> Pack:
     spec = TrialSpec.build(dataset="breast_cancer", **fields)  # type: ignore[arg-type]
     return Pack((Training(spec=spec, cell={}),))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,13 @@ from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer
 from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
-from trainables.vfl.training import attacks_of, prepare_parties, train_local_parties, train_stacked
+from trainables.vfl.training import (
+    attacks_of,
+    prepare_parties,
+    train_local_parties,
+    train_prepared,
+    train_stacked,
+)
 from trainables.vfl.vec_stack import VecStack, VecStackInit
 from trainables.vfl.vectorized import stack_key, stacks
 
@@ -334,3 +341,85 @@ def test_training_time_attacks_stack_with_each_trainings_own_tampering(
     got = _compare(jobs, data, LOCAL)
     assert all(_vectorized(got[i]) for i in range(len(jobs)))
     assert {r.attack for i in range(len(jobs)) for r in got[i]} >= {attack}  # type: ignore[union-attr]
+
+
+def _dropout_bottom(in_dim: int, out_dim: int, hidden: Sequence[int]) -> torch.nn.Module:
+    """A bottom that is not a Linear-ReLU stack: dropout makes train and eval modes differ."""
+    return torch.nn.Sequential(
+        torch.nn.Linear(in_dim, 16), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+        torch.nn.Linear(16, out_dim),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def dropout_model() -> Iterator[str]:
+    from trainables.models import BOTTOMS
+
+    BOTTOMS.register("dropout_mlp", _dropout_bottom)
+    yield "dropout_mlp"
+    del BOTTOMS._entries["dropout_mlp"]
+
+
+def test_a_bottom_that_is_not_an_mlp_trains_alone_through_the_stack_in_its_modes(
+    data: Dataset, dropout_model: str
+) -> None:
+    """A plugin model trains as a stack of one (``ModuleStack``): two such trainings in one
+    pack do not stack together, each trains in train mode and is scored in eval mode (the
+    record's MP is the trained parties' deterministic test accuracy)."""
+    jobs = [_job(s, model=dropout_model, epochs=2) for s in (0, 1)]
+    got = dict(NNKind().run_many(jobs, data, LOCAL))
+    assert not any(_vectorized(got[i]) for i in (0, 1))
+    prepared = prepare_parties(jobs[0].spec, data)
+    trained = train_prepared(prepared, 2)
+    passive, active = trained.parties
+    with torch.no_grad():
+        for p in trained.parties:
+            p.bottom.eval()
+        logits = active.top([passive.bottom(passive.X_test), active.bottom(active.X_test)])
+        mp = float((logits.argmax(dim=1) == active.y_test).double().mean())
+    assert got[0][0].mp == trained.result.mp == mp  # type: ignore[index,union-attr]
+    assert any(isinstance(m, torch.nn.Dropout) for m in passive.bottom.modules())
+
+
+def _square_term(self: Any, h_passive: list, y: torch.Tensor) -> torch.Tensor | None:
+    """A plugin defense's loss term: strength * mean |H_k|^2 (it declares no stacked form)."""
+    if self.strength == 0.0 or not h_passive:
+        return None
+    self.count("loss_term")
+    return self.strength * sum(h.pow(2).sum(dim=1).mean() for h in h_passive)
+
+
+@pytest.fixture
+def plugin_defense() -> Iterator[str]:
+    from trainables.defenses.base import DEFENSES, Defense, DefenseInfo, check_defense
+
+    info = DefenseInfo(party="active", grid=(1.0,), neutral=0.0, quantity="weight of |H|^2")
+    cls = type(
+        "Shrink",
+        (Defense,),
+        {"name": "shrink", "info": info, "loss_term": _square_term, "stacked": None},
+    )
+    DEFENSES.register("shrink", check_defense(cls, "shrink"))
+    yield "shrink"
+    del DEFENSES._entries["shrink"]
+
+
+def test_a_defense_without_a_stacked_form_trains_alone_through_its_own_hooks(
+    data: Dataset, plugin_defense: str
+) -> None:
+    """``stacked = None``: each training a stack of one (``LoopedDefense``) whose loss
+    carries the defense's own term, counted, and at its neutral strength equal to no
+    defense."""
+    jobs = [_job(s, defense=plugin_defense, defense_param=1.0, epochs=2) for s in (0, 1)]
+    jobs += [_job(0, defense=plugin_defense, defense_param=0.0, epochs=2), _job(0, epochs=2)]
+    got = dict(NNKind().run_many(jobs, data, LOCAL))
+    assert not any(_vectorized(got[i]) for i in range(3))
+    applied = [json.loads(got[i][0].extra).get("defense_applied") for i in (0, 2, 3)]  # type: ignore[index,union-attr]
+    rounds = got[0][0].rounds  # type: ignore[index,union-attr]
+    assert applied == [{"shrink": {"loss_term": rounds}}, {"shrink": {}}, None]
+    weights = []
+    for job in (jobs[0], jobs[2], jobs[3]):  # on, at its neutral strength, no defense
+        passive = train_prepared(prepare_parties(job.spec, data), 2).parties[0]
+        weights.append(torch.cat([p.detach().flatten() for p in passive.bottom.parameters()]))
+    on, off, plain = weights
+    assert not torch.equal(on, plain) and torch.equal(off, plain)

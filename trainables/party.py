@@ -1,15 +1,19 @@
 """Parties: plain Python, no Ray. The same objects run in-process or inside a PartyActor.
 
-A ``Party`` holds only its own feature slice, its bottom model and optimizer. The
+A ``Party`` holds only its own feature slice, its bottom model and its hook stack. The
 ``ActiveParty`` also holds the labels and the global (top) model. A passive party is
 built from a ``PartyInit`` whose ``labels`` is None, and has no attribute that could hold
 them: the threat model is enforced by construction, and tests inspect it.
+
+A party does not train itself: every training, a lone one too, runs on the stacked
+form of its parties (``vfl/vec_stack.py``), which builds each training's models and hooks
+here, trains them as one stack, and writes the trained weights back into these objects,
+which the attack harness and the released model then read.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +23,7 @@ from torch import nn
 
 from trainables.endpoint import Endpoint
 from trainables.errors import ConfigError
-from trainables.messages import BatchRef, BatchSchedule, Message
+from trainables.messages import BatchSchedule
 from trainables.models import DefendedTop, build_bottom, build_top
 
 
@@ -86,13 +90,9 @@ class PartyInit:
     def is_active(self) -> bool:
         return self.labels is not None
 
-    def build(self, optimizer: bool = True) -> Party:
-        """The party; ``optimizer=False`` leaves its optimizer to be built at first use (a
-        stacked pack's members never step their own: ``vfl/vec_stack.py``)."""
-        party = ActiveParty(self) if self.is_active else Party(self)
-        if optimizer:
-            party.optimizer  # noqa: B018  built now, off any training clock
-        return party
+    def build(self) -> Party:
+        """The party: its data, models and hooks (``vfl/vec_stack.py`` trains them)."""
+        return ActiveParty(self) if self.is_active else Party(self)
 
 
 def seed_cpu(seed: int) -> None:
@@ -122,14 +122,9 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _make_optimizer(name: str, params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.SGD(params, lr=lr)
-
-
 class Party(Endpoint):
-    """A passive party: bottom model G_k over its own features; sends H_k, receives dL/dH_k."""
+    """A passive party: its own feature slice, its bottom model G_k (H_k = G_k(X_k)) and its
+    hook stack; trained on its stacked form (``VecStack``), which writes the weights back."""
 
     def __init__(self, init: PartyInit) -> None:
         cfg = init.config
@@ -153,38 +148,7 @@ class Party(Endpoint):
                 ).to(self.device)
         self.schedule = BatchSchedule(self.X_train.shape[0], cfg.batch_size, cfg.seed)
         super().__init__()  # the endpoint: an empty hook stack
-        self._pending: tuple[BatchRef, torch.Tensor] | None = None
-        self._optimizer: torch.optim.Optimizer | None = None
-        self._optimizer_params = self.trainable_parameters()  # what it steps, as built
-        self._param_groups: list[list[nn.Parameter]] = []  # added by hooks (MID's bottlenecks)
         self.attach(init)
-
-    @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        """The party's optimizer, built at first use over the parameters it had when built.
-
-        Why lazily: building a torch optimizer first imports ``torch._dynamo`` (~1.1 CPU-s
-        in a fresh process), and a stacked pack's members never step their own
-        (``PartyInit.build(optimizer=False)``); an actor or trainable that only trains
-        stacks never pays it."""
-        if self._optimizer is None:
-            cfg = self.config
-            self._optimizer = _make_optimizer(cfg.optimizer, self._optimizer_params, cfg.lr)
-            for group in self._param_groups:
-                self._optimizer.add_param_group({"params": group})
-        return self._optimizer
-
-    @optimizer.setter
-    def optimizer(self, value: torch.optim.Optimizer) -> None:  # a wrapper (AMC) replaces it
-        self._optimizer = value
-
-    def add_parameters(self, params: list[nn.Parameter]) -> None:
-        """A hook's own trained parameters (MID's bottlenecks) as one more group of the
-        party's optimizer, without building it now (a stacked pack's members never do)."""
-        if self._optimizer is not None:
-            self._optimizer.add_param_group({"params": params})
-        else:
-            self._param_groups.append(params)
 
     @property
     def active_id(self) -> int:
@@ -193,63 +157,9 @@ class Party(Endpoint):
     def trainable_parameters(self) -> list[nn.Parameter]:
         return list(self.bottom.parameters())
 
-    def forward(self, ref: BatchRef) -> Message:
-        """H_k = G_k(X_k[batch]) : (B, C), kept with its graph until the gradient comes back."""
-        self.bottom.train()
-        rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
-        h = self.bottom(self.X_train[rows])
-        self._pending = (ref, h)
-        out = Message.of("embedding", self.party_id, self.active_id, h.detach().cpu().numpy(), ref)
-        return self.send_out(out)
-
-    def backward(self, msg: Message) -> None:
-        """Apply dL/dH_k: one step, then Q-1 more reusing the same (stale) gradient (FedBCD).
-
-        A hook with ``after_backward`` (CELU-VFL's workset) then gets the exchange (rows,
-        H_k as sent, dL/dH_k) and takes its own local steps on cached exchanges.
-        """
-        msg = self.receive_in(msg)
-        if self._pending is None or self._pending[0] != msg.batch:
-            raise RuntimeError(f"party {self.party_id}: gradient for {msg.batch} unexpected")
-        ref, h = self._pending
-        self._pending = None
-        grad = as_tensor(msg.payload, self.device)
-        rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
-        h_sent = h.detach()
-        self.bottom.train()  # an evaluation (embed) may have run since the forward
-        for step in range(self.config.local_steps):
-            if step > 0:
-                h = self.bottom(self.X_train[rows])
-            self.optimizer.zero_grad(set_to_none=True)
-            h.backward(grad)
-            self.optimizer.step()
-        for hook in self.hooks:
-            after = getattr(hook, "after_backward", None)
-            if after is not None:
-                after(self, rows, h_sent, grad)
-
-    def step(self, grad: Message | None, ref: BatchRef | None) -> Message | None:
-        """One round in one call: apply round t's gradient, return round t+1's embedding.
-
-        This keeps FedSGD's semantics (the update precedes the next forward) while a
-        remote party costs one round trip per round.
-        """
-        if grad is not None:
-            self.backward(grad)
-        return None if ref is None else self.forward(ref)
-
-    @torch.no_grad()
-    def embed(self, split: str = "test") -> Message:
-        """H_k for every row of ``split`` (``test``, ``val`` or ``train``; evaluation, no
-        graph kept)."""
-        self.bottom.eval()
-        x = rows_of(self, split)
-        h = self.bottom(x).cpu().numpy()
-        return self.send_out(Message.of(f"{split}_embedding", self.party_id, self.active_id, h))
-
 
 class ActiveParty(Party):
-    """The label holder: its own bottom, the global model F, the loss, and the gradients."""
+    """The label holder: its own bottom, the global model F and the labels."""
 
     def __init__(self, init: PartyInit) -> None:
         assert init.labels is not None
@@ -270,89 +180,10 @@ class ActiveParty(Party):
         self.y_val = (
             None if y_val is None else torch.from_numpy(y_val.astype(np.int64)).to(self.device)
         )
-        self.loss_fn = nn.CrossEntropyLoss()
-        self.last_loss = float("nan")
-        self._stash: tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]] | None = None
+        self.last_loss = float("nan")  # its training's last loss (``VecStack.parties_of``)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return list(self.bottom.parameters()) + list(self.top.parameters())
-
-    def passive_gradients(self, ref: BatchRef, embeddings: Sequence[Message]) -> list[Message]:
-        """Loss on the batch and dL/dH_k for each passive party, before any local update.
-
-        Only the top model's backward runs here, so the gradients can leave at once and the
-        passive parties work while ``update`` trains this party's own models. Defenses act
-        on the loss (``objective``), on the gradients (``gradients`` hook) and on the
-        messages (``on_send``).
-        """
-        if self._pending is None or self._pending[0] != ref:
-            self.forward(ref)
-        assert self._pending is not None
-        _, h_own = self._pending
-        self._pending = None
-        self.top.train()
-        h_passive = [
-            as_tensor(self.receive_in(m).payload, self.device).requires_grad_() for m in embeddings
-        ]  # (K-1) x (B, C)
-        rows = torch.from_numpy(self.schedule.rows(ref)).to(self.device)
-        y = self.y_train[rows]
-        logits = self.top.logits([*h_passive, h_own])  # (B, C)
-        loss = self.objective(logits, y, h_passive)
-        grads = list(torch.autograd.grad(loss, h_passive, retain_graph=True)) if h_passive else []
-        for defense in self.defenses:
-            grads = defense.gradients(grads, logits, h_passive, y)
-        self._stash = (rows, loss, [h.detach() for h in h_passive])
-        return [
-            self.send_out(Message.of("gradient", self.party_id, m.src, g.cpu().numpy(), ref))
-            for m, g in zip(embeddings, grads, strict=True)
-        ]
-
-    def objective(
-        self, logits: torch.Tensor, y: torch.Tensor, h_passive: Sequence[torch.Tensor]
-    ) -> torch.Tensor:
-        """Cross-entropy on the labels (or a defense's soft targets) plus defenses' terms."""
-        soft = next(
-            (t for d in self.defenses if (t := d.soft_targets(y)) is not None), None
-        )  # (B, C) or None
-        if soft is None:
-            loss = self.loss_fn(logits, y)
-        else:
-            loss = -(soft * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
-        for defense in self.defenses:
-            term = defense.loss_term(list(h_passive), y)
-            if term is not None:
-                loss = loss + term
-        return loss
-
-    def update(self) -> None:
-        """Update own bottom and top: the step on this batch's loss, then Q-1 FedBCD steps
-        with fresh own embeddings and the stale passive ones."""
-        rows, loss, h_passive = self._stash
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        for step in range(self.config.local_steps):
-            if step > 0:
-                logits = self.top.logits([*h_passive, self.bottom(self.X_train[rows])])
-                loss = self.objective(logits, self.y_train[rows], h_passive)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward(inputs=params)
-            self.optimizer.step()
-        self.last_loss = float(loss.detach())
-        self._stash = None
-
-    @torch.no_grad()
-    def evaluate(self, test_embeddings: Sequence[Message], split: str = "test") -> float:
-        """Main-task performance on the ``split`` rows (``test``, or ``val``: the validation
-        rows) from every party's embeddings of them: accuracy, or AUC where
-        ``config.metric`` says so."""
-        self.bottom.eval()
-        self.top.eval()
-        h_passive = [as_tensor(self.receive_in(m).payload, self.device) for m in test_embeddings]
-        logits = self.top([*h_passive, self.bottom(rows_of(self, split))])
-        y = self.y_val if split == "val" else self.y_test
-        assert y is not None, "val rows are evaluated only where the trial has them"
-        if self.config.metric == "auc":
-            return binary_auc(logits, y)
-        return float((logits.argmax(dim=1) == y).double().mean())
 
 
 def rows_of(party: Any, split: str) -> torch.Tensor:

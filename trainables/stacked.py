@@ -93,34 +93,45 @@ class ModuleStack:
     ``params`` are the module's own parameters (no leading axis: the optimizer steps them
     in place, so ``write_back`` has nothing to copy). ``forward``: x (1, B, in) ->
     (1, B, out), the module in train mode, or eval mode where ``training`` is False
-    (dropout, batch norm: as ``Party`` set them). The one place that says a model cannot
-    stack: ``stackable_module``.
+    (dropout, batch norm). Why its own random stream (``seed``): a module that draws
+    (dropout) would otherwise draw from the process's generator, whose state depends on
+    what ran before it, and the same seed would not give the same record. The one place
+    that says a model cannot stack: ``stackable_module``.
     """
 
-    def __init__(self, modules: Sequence[nn.Module], device: torch.device) -> None:
+    def __init__(self, modules: Sequence[nn.Module], device: torch.device, seed: int = 0) -> None:
         if len(modules) != 1:
             raise ValueError(
                 f"a bottom that is not a Linear-ReLU stack stacks alone, not {len(modules)}"
             )
         self.module = modules[0].to(device)
         self.params: list[torch.Tensor] = list(self.module.parameters())
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(int(seed))
+            self.rng = torch.get_rng_state()
 
     def forward(
         self, x: torch.Tensor, index: torch.Tensor | None = None, training: bool = True
     ) -> torch.Tensor:
         self.module.train(training)
-        return self.module(x[0]).unsqueeze(0)  # (1, B, in) -> (1, B, out)
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self.rng)
+            out = self.module(x[0]).unsqueeze(0)  # (1, B, in) -> (1, B, out)
+            self.rng = torch.get_rng_state()
+        return out
 
     def write_back(self, modules: Sequence[nn.Module], slots: Sequence[int]) -> None:
         """Nothing to copy: the module trained in place."""
 
 
-def stack_modules(modules: Sequence[nn.Module], device: torch.device) -> StackedMLP | ModuleStack:
+def stack_modules(
+    modules: Sequence[nn.Module], device: torch.device, seed: int = 0
+) -> StackedMLP | ModuleStack:
     """K models as one: a ``StackedMLP`` where every one is a Linear-ReLU stack, else the
-    one model itself (``ModuleStack``, K = 1)."""
+    one model itself (``ModuleStack``, K = 1, drawing from a stream seeded by ``seed``)."""
     if all(stackable_module(m) for m in modules):
         return StackedMLP(modules, device)
-    return ModuleStack(modules, device)
+    return ModuleStack(modules, device, seed)
 
 
 class StackedOptimizer:

@@ -119,8 +119,7 @@ class ActiveModelCompletion(PassiveModelCompletion):
             float(self.params["min_ratio"]),
             float(self.params["max_ratio"]),
         )
-        party.optimizer = scaling.wrap(party.optimizer)
-        party.hooks.append(scaling)  # a stacked party finds it there (``StackedMalicious``)
+        party.hooks.append(scaling)  # the party's stack wraps its optimizer (``StackedMalicious``)
 
 
 ATTACK = ActiveModelCompletion

@@ -35,7 +35,7 @@ success rests on, and a passive party alone could not do it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -102,10 +102,10 @@ class StackedReplacement(StackedDefense):
 
 @dataclass
 class ReplacementHook:
-    """MessageHook on the attacker's own party: replaces target rows' embeddings on send.
-
-    It goes first in the party's hook list, so the log and any defense see what is really
-    sent, and the gradient it receives is the one the party's backward applies.
+    """The attacker party's LRB state (its known target rows, its triggered poison samples
+    and how many it has swapped in); its stacked form (``StackedReplacement``) swaps the
+    rows at the stack's forward, before the message is made, so the log and any defense
+    see what is really sent, and the gradient it receives is the one the backward applies.
     """
 
     target_rows: np.ndarray  # (T,) known training rows of the target class
@@ -122,21 +122,7 @@ class ReplacementHook:
         return self.poison_x[pick]
 
     def on_send(self, party: Any, msg: Message) -> Message:
-        pending = party._pending  # (ref, h) kept by Party.forward for the coming gradient
-        if msg.kind != "embedding" or msg.batch is None or pending is None:
-            return msg
-        pos = np.flatnonzero(np.isin(party.schedule.rows(msg.batch), self.target_rows))  # (m,)
-        if len(pos) == 0:
-            return msg
-        h_poison = party.bottom(self.next_poison(len(pos)))  # (m, C), with its graph
-        ref, h = pending  # h: (B, C)
-        h = h.clone()
-        h[torch.from_numpy(pos).to(h.device)] = h_poison
-        party._pending = (ref, h)  # backward now sends the rows' gradients into h_poison
-        payload = np.array(msg.payload, copy=True)  # (B, C)
-        payload[pos] = h_poison.detach().cpu().numpy()
-        payload[pos, self.target] -= self.margin  # a constant shift: same gradient path
-        return replace(msg, payload=payload)
+        return msg  # the swap happens at the stack, before the message is made
 
     def on_receive(self, party: Any, msg: Message) -> Message:
         return msg

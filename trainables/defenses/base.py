@@ -5,12 +5,15 @@ A defense is built at the party that applies it (from ``PartyInit.hooks``) and
 
 - ``on_send`` / ``on_receive``: the messages of its party (noise, sparsification,
   discretization, perturbation) — Flower's "mod" idea: the party's code never changes;
-- ``loss_term`` (active party): a term added to the training loss (dCor, MID's KL);
-- ``soft_targets`` (active party): the labels the model is trained on (CAE's disguise);
-- ``gradients`` (active party): the per-passive gradients before they are sent, with the
-  logits and labels at hand (GPer needs the other classes' gradients);
-- the active party's ``top`` (a ``DefendedTop``): embedding transforms before the global
-  model (MID's bottleneck) and an output decoder (CAE).
+- the model, the loss and its gradients, over the stacked trainings of a party
+  (``stacked.py``: a term added to each training's loss (dCor, MID's KL), the labels it
+  trains on (CAE's disguise), the per-passive gradients before they are sent (GPer),
+  transforms before the global model (MID's bottleneck) and an output decoder (CAE)):
+  the defense's ``stacked`` form. The released model (``DefendedTop``) gets the same
+  transforms and decoder in ``attach``;
+- ``loss_term``, ``soft_targets``, ``gradients``: the same for one training, for a
+  defense that declares no stacked form (``stacked = None``, a plugin's; it then trains
+  alone, ``LoopedDefense``); CAE's ``soft_targets`` is the math its stacked form calls.
 
 Why each defense has its own ``torch.Generator``: noise is drawn from a stream seeded by
 the trial seed and the defense's place in the stack, so the same seed gives the same
@@ -255,10 +258,10 @@ def check_defense(cls: Any, name: str) -> Any:
         raise Refused("its info.quantity is empty (say what the strength moves)")
     parameters(cls.defaults)
     hooks = [h for h in DEFENSE_HOOKS if overrides(cls, Defense, h)]
-    if not hooks:
+    if not hooks and not (cls.stacked is not None and cls.stacked.model):
         raise Refused(
-            f"it is missing method on_send (or another hook: {', '.join(DEFENSE_HOOKS[1:])}); "
-            "a defense that overrides none changes nothing"
+            f"it is missing method on_send (or another hook: {', '.join(DEFENSE_HOOKS[1:])}, "
+            "or a stacked form with model hooks); a defense that overrides none changes nothing"
         )
     for hook in hooks:
         same_call(cls, Defense, hook)
@@ -266,8 +269,8 @@ def check_defense(cls: Any, name: str) -> Any:
     if model and cls.stacked is StackedDefense:
         raise Refused(
             f"it overrides {', '.join(model)} but keeps the message-only stacked form; set "
-            "stacked = None (its trainings then run alone) or a StackedDefense subclass "
-            "(trainables/defenses/stacked.py)"
+            "stacked = None (its trainings then run alone, through these hooks) or a "
+            "StackedDefense subclass (trainables/defenses/stacked.py)"
         )
     if {"on_send", "on_receive"} & set(hooks) and cls.stacked and not cls.stacked.messages:
         raise Refused(

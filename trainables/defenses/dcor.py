@@ -70,9 +70,15 @@ def log_dcor_terms(h_passive: list[torch.Tensor], y: torch.Tensor, how: str) -> 
 
 class StackedDCor(StackedDefense):
     """K trainings' terms, one training's (B, B) distance matrices at a time; a training at
-    strength 0 gets none (as alone). Why not one (K, B, B) batch: at B = 455 the batch's
+    strength 0 gets none. Why not one (K, B, B) batch: at B = 455 the batch's
     intermediates leave the cache and it ran 1.3x slower than training by training
-    (``benchmarks.stacked_defenses``); the rest of the training stays stacked."""
+    (``benchmarks.stacked_defenses``); the rest of the training stays stacked.
+
+    Counted only where the term can change the training: its one variable is H_k, so it
+    acts through dL/dH_k, the gradient sent at an exchange. A FedBCD or CELU-VFL local
+    step reuses stale, detached H_k, where the term is a constant with no gradient (it is
+    still returned: the loss value keeps it), and counting it there would report Q
+    applications per exchange for one."""
 
     messages = False
     model = True
@@ -106,18 +112,6 @@ class DistanceCorrelation(Defense):
 
     def validate(self) -> None:
         self.choice("distances", DISTANCES)
-
-    def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
-        """alpha * sum_k log dCor(Y, H_k). Counted only where it can change the training:
-        the term's one variable is H_k, so it acts through dL/dH_k, the gradient sent at
-        an exchange. A FedBCD or CELU-VFL local step reuses stale, detached H_k, where the
-        term is a constant with no gradient (it is still returned: the loss value keeps
-        it), and counting it there would report Q applications per exchange for one."""
-        if self.strength == 0.0 or not h_passive:
-            return None
-        if any(h.requires_grad for h in h_passive):
-            self.count("loss_term")
-        return self.strength * log_dcor_terms(h_passive, y, str(self.params["distances"]))
 
 
 DEFENSE = DistanceCorrelation

@@ -63,21 +63,5 @@ class GradientPerturbation(Defense):
         quantity="std of the random weights on the other classes' gradients",
     )
 
-    def gradients(
-        self,
-        grads: list[torch.Tensor],
-        logits: torch.Tensor,
-        h_passive: list[torch.Tensor],
-        y: torch.Tensor,
-    ) -> list[torch.Tensor]:
-        if self.strength == 0.0 or not grads:
-            return grads
-        self.count("gradients")
-        n, c = logits.shape  # (B, C)
-        p = torch.softmax(logits.detach(), dim=1)
-        v = other_class_weights(p, self.strength * self.noise((n, c)).to(p.dtype), y)  # (B, C)
-        extra = torch.autograd.grad(logits, h_passive, grad_outputs=v, retain_graph=True)
-        return [g + e for g, e in zip(grads, extra, strict=True)]
-
 
 DEFENSE = GradientPerturbation

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 
 class Bottleneck(nn.Module):
-    """(B, C) -> (B, C) through a sampled (B, d) code; keeps the last KL for the loss."""
+    """(B, C) -> (B, C) through a sampled (B, d) code: the trained bottleneck as the released
+    model applies it (``DefendedTop``); trained in its stacked form (``StackedMID``)."""
 
     def __init__(self, dim: int, hidden: int, code: int, generator: torch.Generator) -> None:
         super().__init__()
@@ -34,19 +35,14 @@ class Bottleneck(nn.Module):
         self.decoder = nn.Sequential(nn.Linear(code, hidden), nn.ReLU(), nn.Linear(hidden, dim))
         self.code = code
         self.generator = generator
-        self.kl = torch.zeros(())
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         mu, s = self.encoder(h).split(self.code, dim=1)  # (B, d) each
         sigma = nn.functional.softplus(s - 0.5)
         if self.training:
             eps = torch.randn(mu.shape, generator=self.generator).to(mu)
-            z = mu + sigma * eps
-        else:
-            z = mu
-        # KL(N(mu, sigma^2) || N(0, 1)) per row, summed over the code, mean over rows
-        self.kl = kl_to_prior(mu, sigma).sum(dim=1).mean()
-        return self.decoder(z)
+            return self.decoder(mu + sigma * eps)
+        return self.decoder(mu)
 
 
 class PassiveBottlenecks(nn.Module):
@@ -103,6 +99,9 @@ class StackedMID(StackedDefense):
     def loss_terms(
         self, h_passive: list[torch.Tensor], y: torch.Tensor, index: Index = None
     ) -> torch.Tensor | None:
+        """lambda * KL of the last forward's codes, summed over the passive parties; called
+        once per training objective, whose logits went through the bottlenecks: that is
+        one application even at lambda 0."""
         if not h_passive:
             return None
         members = self.at(index)
@@ -150,17 +149,7 @@ class MutualInformationDefense(Defense):
             ]
         self.module = PassiveBottlenecks(blocks).to(party.device)
         active = cast("ActiveHost", party)  # MID is applied at the active party only
-        active.top.add_transform(self.module)
-        active.add_parameters(list(self.module.parameters()))
-
-    def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None:
-        """The KL term; called once per training objective, whose logits went through the
-        bottlenecks (``DefendedTop.logits``): that is one application even at lambda 0."""
-        if h_passive:
-            self.count("bottleneck")
-        if self.strength == 0.0:
-            return None
-        return self.strength * torch.stack([b.kl for b in self.module.blocks]).sum()
+        active.top.add_transform(self.module)  # the released model applies it
 
 
 DEFENSE = MutualInformationDefense

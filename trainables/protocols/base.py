@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from trainables.errors import refuse_unknown
 from trainables.messages import BatchRef, Message
-from trainables.party import ActiveParty
 from trainables.registry import Registry
+from trainables.roles import NNActive
 from trainables.rounds import Rounds, TrainResult
 from trainables.transport.base import Pending, Transport
 
@@ -28,7 +28,7 @@ HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in Par
 __all__ = ["PROTOCOLS", "HookEntry", "Protocol", "Rounds", "TrainResult"]
 
 
-class Protocol(Rounds[ActiveParty, Transport]):
+class Protocol(Rounds[NNActive, Transport]):
     """Base NN protocol: FedSGD-style rounds over the batch schedule; one exchange per round.
 
     Subclasses declare ``defaults`` (their parameters) and may override ``local_steps``,
@@ -37,8 +37,9 @@ class Protocol(Rounds[ActiveParty, Transport]):
 
     name: ClassVar[str] = "base"
     defaults: ClassVar[dict[str, Any]] = {}
-    # whether its trainings may run stacked (``vfl/vec_stack.py``): declared by a protocol
-    # that keeps this base's rounds, changing only ``local_steps`` and message codecs
+    # declared by an NN protocol that keeps this base's rounds, changing only
+    # ``local_steps`` and message codecs: what the stacked parties run (``vfl/vec_run.py``);
+    # the NN kind refuses one that does not
     stacks: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
@@ -58,21 +59,21 @@ class Protocol(Rounds[ActiveParty, Transport]):
         """Hook entries every party stacks last (family ``codec``); none for plain exchange."""
         return ()
 
-    def update(self, active: ActiveParty, ref: BatchRef) -> None:
+    def update(self, active: NNActive, ref: BatchRef) -> None:
         """The active party's own training after round ``ref``'s gradients have left."""
         active.update()
 
     # FedCVT counts its final test exchange in ``comm_bytes`` (its papers' trials always did)
     test_bytes_in_comm: ClassVar[bool] = False
 
-    def setup(self, active: ActiveParty, transport: Transport) -> None:
+    def setup(self, active: NNActive, transport: Transport) -> None:
         self.pending: Pending | None = None
 
-    def epoch_steps(self, active: ActiveParty, epoch: int) -> Sequence[BatchRef]:
+    def epoch_steps(self, active: NNActive, epoch: int) -> Sequence[BatchRef]:
         return active.schedule.refs(epoch)
 
     def exchange(
-        self, active: ActiveParty, transport: Transport, ref: BatchRef, nxt: BatchRef | None
+        self, active: NNActive, transport: Transport, ref: BatchRef, nxt: BatchRef | None
     ) -> None:
         """Round t: the passive parties apply gradient t-1 and send H(t) in one call; the
         active party computes the loss and dL/dH(t), sends them with the request for
@@ -88,7 +89,7 @@ class Protocol(Rounds[ActiveParty, Transport]):
         self.pending = self.send(transport, grads, nxt)
         self.update(active, ref)
 
-    def finish(self, active: ActiveParty, transport: Transport) -> None:
+    def finish(self, active: NNActive, transport: Transport) -> None:
         if self.pending is not None:  # the last gradients: every party on the same version
             transport.gather(self.pending)
 
@@ -104,18 +105,18 @@ class Protocol(Rounds[ActiveParty, Transport]):
         """The passive parties' answers to the last ``send``: this round's H."""
         return transport.gather(pending)
 
-    def evaluate(self, active: ActiveParty, transport: Transport, split: str = "test") -> float:
+    def evaluate(self, active: NNActive, transport: Transport, split: str = "test") -> float:
         """MP on the ``split`` rows: ``test``, or ``val`` (the validation rows)."""
         rows = transport.call("embed", [(split,)] * transport.n_peers, training=False)
         return active.evaluate(rows, split)
 
-    def observe(self, active: ActiveParty, transport: Transport, done: int) -> None:
+    def observe(self, active: NNActive, transport: Transport, done: int) -> None:
         """An epoch end's curve point: MP on the validation rows where the trial has them
         (what a target or a scheduler may read), else on the test rows."""
         self.point(self.evaluate(active, transport, curve_split(active)), done)
 
     def result(
-        self, active: ActiveParty, transport: Transport, seconds: float, total: int
+        self, active: NNActive, transport: Transport, seconds: float, total: int
     ) -> TrainResult:
         """The test MP (and the validation rows' MP where the trial has them) and the
         counters after ``total`` rounds."""
@@ -139,5 +140,5 @@ class Protocol(Rounds[ActiveParty, Transport]):
 
 def curve_split(active: Any) -> str:
     """Which rows an epoch end scores: ``val`` where the trial has validation rows (an
-    ``ActiveParty`` or an active ``VecStack`` with ``y_val``), else ``test``."""
+    active ``VecStack`` or a FedCVT active party with ``y_val``), else ``test``."""
     return "test" if getattr(active, "y_val", None) is None else "val"

@@ -22,13 +22,14 @@ cached gradient scaled per sample, H.backward(w[:, None] * dL/dH~_k); the active
 steps on mean_i w_i * CE(F(H~_1..H~_{K-1}, H)_i, y_i) (bottom and top model). No message
 is sent for any of these steps, so a round costs exactly FedSGD's bytes.
 
-Design notes: the workset is a message hook of the ``codec`` family (every party stacks
-it; it sees the active party's received embeddings and its own) and ``Party.backward``
-hands it each passive exchange; the CELU protocol runs the active party's cached steps
-after its ordinary update. The original system also retires an entry after R uses and
-samples without immediate repeats; a uniform draw over a FIFO of W is the simplification.
-The active party's cached steps weight the per-sample cross-entropy (or a defense's soft
-targets) and add its defenses' batch-level loss terms unweighted.
+Design notes: the workset is a hook of the ``codec`` family (every party stacks it) whose
+stacked form (``StackedWorkset``) the party's stack hands each exchange: a passive stack
+after its exchanged step (``after_backward``), the active one after its update
+(``after_update``), where it takes the cached steps. The original system also retires
+an entry after R uses and samples without immediate repeats; a uniform draw over a FIFO
+of W is the simplification. The active party's cached steps weight the per-sample
+cross-entropy (or a defense's soft targets) and add its defenses' batch-level loss terms
+unweighted.
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ import torch.nn.functional as F
 
 from trainables.defenses.stacked import Index, StackedDefense
 from trainables.errors import ConfigError
-from trainables.messages import BatchRef, Message
-from trainables.party import ActiveParty, Party, as_tensor
+from trainables.messages import Message
 from trainables.protocols.base import HookEntry, Protocol
 
 
@@ -147,84 +147,26 @@ class StackedWorkset(StackedDefense):
 
 
 class CeluWorkset:
-    """One party's cache of its W latest exchanges and its Q-1 cached local steps."""
+    """One party's workset settings and random stream (its cache and cached steps live in
+    its stacked form, ``StackedWorkset``): a message hook that changes no message."""
 
     stacked: ClassVar[type[StackedDefense]] = StackedWorkset
 
     def __init__(self, q: int = 5, w: int = 5, xi: float = 0.5) -> None:
         _check_params(q, w, xi)
         self.q, self.w, self.xi = q, w, float(xi)
-        self.cache: deque[CacheEntry] = deque(maxlen=w)
         self.rng = np.random.default_rng(0)
-        self._own: dict[BatchRef, torch.Tensor] = {}  # active: own embedding per round
-        self._got: dict[BatchRef, dict[int, torch.Tensor]] = {}  # active: passive H per round
         self.weights_seen: list[float] = []  # mean weight of each cached step (diagnostics)
 
-    def attach(self, party: Party) -> None:
+    def attach(self, party: Any) -> None:
         party.hooks.append(self)
         self.rng = np.random.default_rng([party.config.seed, party.party_id, 0xCE1])
 
-    def on_send(self, party: Party, msg: Message) -> Message:
-        if isinstance(party, ActiveParty) and msg.kind == "embedding" and msg.src == msg.dst:
-            assert msg.batch is not None
-            self._own[msg.batch] = as_tensor(msg.payload, party.device)
+    def on_send(self, party: Any, msg: Message) -> Message:
         return msg
 
-    def on_receive(self, party: Party, msg: Message) -> Message:
-        if isinstance(party, ActiveParty) and msg.kind == "embedding" and msg.batch is not None:
-            got = self._got.setdefault(msg.batch, {})
-            got[msg.src] = as_tensor(msg.payload, party.device)
+    def on_receive(self, party: Any, msg: Message) -> Message:
         return msg
-
-    def _sample(self) -> CacheEntry:
-        return self.cache[int(self.rng.integers(len(self.cache)))]
-
-    # -- passive party: called by Party.backward after the exchanged step ------------
-    def after_backward(
-        self, party: Party, rows: torch.Tensor, h_sent: torch.Tensor, grad: torch.Tensor
-    ) -> None:
-        self.cache.append(CacheEntry(rows, h_sent, (grad,)))
-        for _ in range(self.q - 1):
-            entry = self._sample()
-            h = party.bottom(party.X_train[entry.rows])  # (B, C) fresh
-            weights = staleness_weights(h.detach(), entry.own, self.xi)  # (B,)
-            self.weights_seen.append(float(weights.mean()))
-            party.optimizer.zero_grad(set_to_none=True)
-            h.backward(entry.received[0] * weights[:, None])
-            party.optimizer.step()
-
-    # -- active party: called by the CELU protocol after the exchanged update --------
-    def after_update(self, active: ActiveParty, ref: BatchRef) -> None:
-        got = self._got.pop(ref, {})
-        own = self._own.pop(ref)
-        rows = torch.from_numpy(active.schedule.rows(ref)).to(active.device)
-        self.cache.append(CacheEntry(rows, own, tuple(got[k] for k in sorted(got))))
-        params = [p for group in active.optimizer.param_groups for p in group["params"]]
-        logits_of = getattr(active.top, "logits", active.top)  # raw scores, as in training
-        for _ in range(self.q - 1):
-            entry = self._sample()
-            h_own = active.bottom(active.X_train[entry.rows])  # (B, C) fresh
-            weights = staleness_weights(h_own.detach(), entry.own, self.xi)  # (B,)
-            self.weights_seen.append(float(weights.mean()))
-            y = active.y_train[entry.rows]
-            logits = logits_of([*entry.received, h_own])  # (B, n_classes)
-            loss = (weights * _per_sample_loss(active, logits, y)).mean()
-            for defense in getattr(active, "defenses", ()):
-                term = defense.loss_term(list(entry.received), y)  # batch-level, unweighted
-                if term is not None:
-                    loss = loss + term
-            active.optimizer.zero_grad(set_to_none=True)
-            loss.backward(inputs=params)
-            active.optimizer.step()
-
-
-def _per_sample_loss(active: ActiveParty, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(B,) cross-entropy on the labels, or on a defense's soft targets (CAE) if it sets them."""
-    defenses = getattr(active, "defenses", ())
-    soft = next((t for d in defenses if (t := d.soft_targets(y)) is not None), None)
-    if soft is None:
-        return F.cross_entropy(logits, y, reduction="none")
-    return -(soft * torch.log_softmax(logits, dim=1)).sum(dim=1)
 
 
 class CELU(Protocol):
@@ -243,10 +185,3 @@ class CELU(Protocol):
 
     def codec_hooks(self) -> tuple[HookEntry, ...]:
         return (("codec", "celu_workset", dict(self.params)),)
-
-    def update(self, active: ActiveParty, ref: BatchRef) -> None:
-        active.update()
-        workset = next((h for h in active.hooks if isinstance(h, CeluWorkset)), None)
-        if workset is None:
-            raise RuntimeError("protocol 'celu': the active party has no CeluWorkset hook")
-        workset.after_update(active, ref)

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trainables.party import Party
 from trainables.transport.base import Transport
 
 
 class LocalTransport(Transport):
     """Runs each call at submit time; used by tests and tiny trials."""
 
-    def __init__(self, peers: Sequence[Party]) -> None:
+    def __init__(self, peers: Sequence[Any]) -> None:
         super().__init__()
         self.peers = list(peers)
 

@@ -1,8 +1,9 @@
 """The NN-VFL library, below the trial kinds.
 
-``vectorized.py`` (with ``vec_stack.py``) trains every aggVFL / splitVFL training that
-stacks, a pack's or a lone one, as a stack of K; ``training.py`` prepares and records them
-and trains one that does not stack on party objects. ``kinds/nn.py`` (plain NN
+``vectorized.py`` groups a pack's aggVFL / splitVFL trainings into stacks (those that
+stack together; every other one alone, a stack of one); ``training.py`` prepares and
+records them and trains every stack (``train_stacked``, on ``vec_stack.py``'s parties and
+``vec_run.py``'s rounds): the one training code. ``kinds/nn.py`` (plain NN
 VFL), ``kinds/fedcvt.py`` and the FedHSSL fine-tuning in ``ssl/hssl/`` import it; it imports
 no kind, so the layers stay ``vfl`` < ``ssl`` < ``kinds`` (``tests/test_layers.py``).
 """

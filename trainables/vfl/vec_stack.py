@@ -73,7 +73,7 @@ class VecStack:
         self.errors: dict[int, BaseException] = {}
         for slot, init in enumerate(inits):
             try:
-                self.parties.append(init.build(optimizer=False))
+                self.parties.append(init.build())
             except Exception as err:  # the caller decides per slot
                 self.parties.append(None)
                 self.errors[slot] = err
@@ -105,7 +105,8 @@ class VecStack:
         # a hook on messages (not a log): every message goes through each training's stack
         self.hooked = any(on_messages(h) for p in ps for h in p.hooks)
         self.stacked_hooks: list[StackedDefense] = []  # built in ``stack``
-        self.bottom = stack_modules([p.bottom for p in ps], self.device)  # any model: K = 1
+        seed = p0.config.seed * 1009 + self.config_party_id + 0x5EED  # a lone module's draws
+        self.bottom = stack_modules([p.bottom for p in ps], self.device, seed)  # any model: K=1
         params = list(self.bottom.params)
         if self.is_active:
             self.y_train = torch.stack([p.y_train for p in ps])  # (K, n)

@@ -36,7 +36,7 @@ from trainables.defenses.stack import entries
 from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.models import build_bottom
-from trainables.protocols import CODECS, PROTOCOLS
+from trainables.protocols import CODECS
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.stacked import stackable_module
@@ -52,7 +52,6 @@ from trainables.vfl.training import (
 )
 from trainables.vfl.training import records_of as nn_records_of
 
-OPTIMIZERS = ("sgd", "adam")  # what ``StackedOptimizer`` steps
 DETERMINISTIC = (ConfigError, DefenseNeverApplied)  # the same spec raises them every time
 # The most party data (features of every party) one stacked run holds
 STACK_BYTES = 256 * 2**20
@@ -80,17 +79,14 @@ def _stackable_bottom(model: str, hidden: tuple[int, ...] | None, dataset: str, 
 
 def stacks(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> bool:
     """Whether ``spec``, evaluating ``attacks``, may share a stack with other trainings,
-    from the spec alone, by what each part declares: its protocol (``Protocol.stacks``),
-    every defense a stacked form (``Defense.stacked``), a training-time attack only if it
-    declares ``Attack.stacks``, a stacked optimizer. One that may not trains alone, as a
-    stack of one."""
-    if not PROTOCOLS.get(spec.protocol).stacks:
-        return False
+    from the spec alone, by what each part declares: every defense a stacked form
+    (``Defense.stacked``), a training-time attack only if it declares ``Attack.stacks``.
+    One that may not trains alone, as a stack of one."""
     if any(DEFENSES.get(e.name).stacked is None for e in entries(spec)):
         return False
     if any((cls := ATTACKS.get(name)).info.training_time and not cls.stacks for name, _ in attacks):
         return False
-    return spec.optimizer in OPTIMIZERS
+    return True
 
 
 def model_signature(prepared: PreparedTrial) -> tuple[Any, ...]:
