@@ -119,7 +119,9 @@ class ActiveModelCompletion(PassiveModelCompletion):
             float(self.params["min_ratio"]),
             float(self.params["max_ratio"]),
         )
-        party.hooks.append(scaling)  # the party's stack wraps its optimizer (``StackedMalicious``)
+        party.hooks.append(scaling)  # an NN stack wraps its optimizer (``StackedMalicious``)
+        if getattr(party, "optimizer", None) is not None:  # a party that steps its own (FedCVT)
+            party.optimizer = scaling.wrap(party.optimizer)
 
 
 ATTACK = ActiveModelCompletion

@@ -11,13 +11,10 @@ first on receive.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from trainables.errors import refuse_unknown
-from trainables.messages import BatchRef, Message
 from trainables.registry import Registry
-from trainables.roles import NNActive
 from trainables.rounds import Rounds, TrainResult
 from trainables.transport.base import Pending, Transport
 
@@ -25,21 +22,28 @@ PROTOCOLS: Registry = Registry("protocol")
 
 HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in PartyInit.hooks
 
+A = TypeVar("A")  # the active side a protocol's rounds drive
+
 __all__ = ["PROTOCOLS", "HookEntry", "Protocol", "Rounds", "TrainResult"]
 
 
-class Protocol(Rounds[NNActive, Transport]):
-    """Base NN protocol: FedSGD-style rounds over the batch schedule; one exchange per round.
+class Protocol(Rounds[A, Transport]):
+    """Base NN protocol, generic in the active side its rounds drive (``A``).
 
-    Subclasses declare ``defaults`` (their parameters) and may override ``local_steps``,
-    ``codec_hooks`` or ``update``.
+    A registered NN protocol (FedSGD, FedBCD, CELU-VFL, the compressed ones) is
+    ``Protocol[NNActive]``: a declaration of what changes from the base round (its
+    ``local_steps``, its ``codec_hooks``), run by the stacked parties' rounds
+    (``vfl/vec_run.py``, ``stacks = True``). FedCVT's and Paillier LR's rounds are
+    ``Protocol[CvtActive]`` / ``Protocol[ActiveLR]``: their own ``exchange`` on this base's
+    pending exchange, evaluation and result. Subclasses declare ``defaults`` (their
+    parameters).
     """
 
     name: ClassVar[str] = "base"
     defaults: ClassVar[dict[str, Any]] = {}
-    # declared by an NN protocol that keeps this base's rounds, changing only
-    # ``local_steps`` and message codecs: what the stacked parties run (``vfl/vec_run.py``);
-    # the NN kind refuses one that does not
+    # declared by an NN protocol that keeps the base round, changing only ``local_steps``
+    # and message codecs: what the stacked parties run (``vfl/vec_run.py``); the NN kind
+    # refuses one that does not
     stacks: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
@@ -59,65 +63,26 @@ class Protocol(Rounds[NNActive, Transport]):
         """Hook entries every party stacks last (family ``codec``); none for plain exchange."""
         return ()
 
-    def update(self, active: NNActive, ref: BatchRef) -> None:
-        """The active party's own training after round ``ref``'s gradients have left."""
-        active.update()
-
     # FedCVT counts its final test exchange in ``comm_bytes`` (its papers' trials always did)
     test_bytes_in_comm: ClassVar[bool] = False
 
-    def setup(self, active: NNActive, transport: Transport) -> None:
+    def setup(self, active: A, transport: Transport) -> None:
         self.pending: Pending | None = None
 
-    def epoch_steps(self, active: NNActive, epoch: int) -> Sequence[BatchRef]:
-        return active.schedule.refs(epoch)
-
-    def exchange(
-        self, active: NNActive, transport: Transport, ref: BatchRef, nxt: BatchRef | None
-    ) -> None:
-        """Round t: the passive parties apply gradient t-1 and send H(t) in one call; the
-        active party computes the loss and dL/dH(t), sends them with the request for
-        H(t+1), and updates its own models while the passive parties work. Each party's
-        arithmetic is exactly FedSGD's (FedBCD's with Q local steps); only the waiting
-        overlaps. At a paused epoch end every party has applied the epoch's last gradient
-        (the passive step that did so was submitted before the evaluation call, and a
-        party runs its calls in order)."""
-        if self.pending is None:  # the first round: the request for H(0)
-            self.pending = self.send(transport, [None] * transport.n_peers, ref)
-        active.forward(ref)
-        grads = active.passive_gradients(ref, self.receive(transport, self.pending))
-        self.pending = self.send(transport, grads, nxt)
-        self.update(active, ref)
-
-    def finish(self, active: NNActive, transport: Transport) -> None:
+    def finish(self, active: A, transport: Transport) -> None:
         if self.pending is not None:  # the last gradients: every party on the same version
             transport.gather(self.pending)
 
-    def send(
-        self, transport: Transport, grads: Sequence[Message | None], nxt: BatchRef | None
-    ) -> Pending:
-        """Gradients of the last round down, the request for the next round's H up."""
-        return transport.submit(
-            "step", [(g, nxt) for g in grads], training=True, new_round=nxt is not None
-        )
-
-    def receive(self, transport: Transport, pending: Pending) -> list[Any]:
-        """The passive parties' answers to the last ``send``: this round's H."""
-        return transport.gather(pending)
-
-    def evaluate(self, active: NNActive, transport: Transport, split: str = "test") -> float:
+    def evaluate(self, active: A, transport: Transport, split: str = "test") -> float:
         """MP on the ``split`` rows: ``test``, or ``val`` (the validation rows)."""
-        rows = transport.call("embed", [(split,)] * transport.n_peers, training=False)
-        return active.evaluate(rows, split)
+        raise NotImplementedError
 
-    def observe(self, active: NNActive, transport: Transport, done: int) -> None:
+    def observe(self, active: A, transport: Transport, done: int) -> None:
         """An epoch end's curve point: MP on the validation rows where the trial has them
         (what a target or a scheduler may read), else on the test rows."""
         self.point(self.evaluate(active, transport, curve_split(active)), done)
 
-    def result(
-        self, active: NNActive, transport: Transport, seconds: float, total: int
-    ) -> TrainResult:
+    def result(self, active: A, transport: Transport, seconds: float, total: int) -> TrainResult:
         """The test MP (and the validation rows' MP where the trial has them) and the
         counters after ``total`` rounds."""
         before = transport.stats.eval_bytes
@@ -132,7 +97,7 @@ class Protocol(Rounds[NNActive, Transport]):
             mp=mp,
             val_mp=val_mp,
             train_seconds=seconds,
-            final_loss=float(active.last_loss),
+            final_loss=float(getattr(active, "last_loss", float("nan"))),
             rounds_to_target=self.reached,
             mp_by_epoch=tuple(self.curve),
         )

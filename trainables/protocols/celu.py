@@ -47,6 +47,7 @@ from trainables.defenses.stacked import Index, StackedDefense
 from trainables.errors import ConfigError
 from trainables.messages import Message
 from trainables.protocols.base import HookEntry, Protocol
+from trainables.roles import NNActive
 
 
 def staleness_weights(fresh: torch.Tensor, stale: torch.Tensor, xi: float) -> torch.Tensor:
@@ -169,7 +170,7 @@ class CeluWorkset:
         return msg
 
 
-class CELU(Protocol):
+class CELU(Protocol[NNActive]):
     """FedSGD exchanges plus Q-1 cached, similarity-weighted local steps per party."""
 
     name = "celu"

@@ -13,9 +13,10 @@ from typing import Any, ClassVar
 
 from trainables.codecs import CODECS
 from trainables.protocols.base import HookEntry, Protocol
+from trainables.roles import NNActive
 
 
-class CompressedFedSGD(Protocol):
+class CompressedFedSGD(Protocol[NNActive]):
     """FedSGD whose messages go through the codec named ``codec``."""
 
     stacks = True  # the base rounds; codecs on each training's messages

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from trainables.protocols.base import Protocol
+from trainables.roles import NNActive
 
 
-class FedSGD(Protocol):
+class FedSGD(Protocol[NNActive]):
     name = "fedsgd"
     stacks = True  # the base rounds as they are
     defaults: ClassVar[dict[str, Any]] = {}

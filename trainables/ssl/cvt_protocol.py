@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from trainables.ssl.cvt_active import CvtActive
 
 
-class CvtProtocol(Protocol):
+class CvtProtocol(Protocol["CvtActive"]):
     """``semi``: FedCVT (False: FedSplitNN on the same models); ``local_steps``: Q of FedBCD
     (each party's Q updates on one exchange), 1 for FedSGD."""
 
@@ -40,17 +40,15 @@ class CvtProtocol(Protocol):
     def local_steps(self) -> int:
         return int(self.params["local_steps"])
 
-    def setup(self, active: CvtActive, transport: Transport) -> None:  # type: ignore[override]
+    def setup(self, active: CvtActive, transport: Transport) -> None:
         self.grads: Message | None = None
         self.semi, self.steps = bool(self.params["semi"]), int(active.steps)
 
-    def epoch_steps(self, active: CvtActive, epoch: int) -> range:  # type: ignore[override]
+    def epoch_steps(self, active: CvtActive, epoch: int) -> range:
         """Global steps ``epoch * steps ...``: ``epochs * active.steps`` rounds in all."""
         return range(epoch * self.steps, (epoch + 1) * self.steps)
 
-    def exchange(  # type: ignore[override]
-        self, active: CvtActive, transport: Transport, step: int, nxt: int | None
-    ) -> None:
+    def exchange(self, active: CvtActive, transport: Transport, step: int, nxt: int | None) -> None:
         """One round (see the module doc)."""
         values = active.values(step) if self.semi else None
         pending = transport.submit(
@@ -58,19 +56,17 @@ class CvtProtocol(Protocol):
         )
         self.grads = active.train_step(step, transport.gather(pending)[0])
 
-    def pause(self, active: CvtActive, transport: Transport) -> None:  # type: ignore[override]
+    def pause(self, active: CvtActive, transport: Transport) -> None:
         """An evaluation comes: A applies the pending gradients first."""
         self.finish(active, transport)
 
-    def finish(self, active: CvtActive, transport: Transport) -> None:  # type: ignore[override]
+    def finish(self, active: CvtActive, transport: Transport) -> None:
         """The pending gradients down to A (no new round)."""
         if self.grads is not None:
             transport.call("round", [(self.grads, None, None)], training=True)
         self.grads = None
 
-    def evaluate(  # type: ignore[override]
-        self, active: CvtActive, transport: Transport, split: str = "test"
-    ) -> float:
+    def evaluate(self, active: CvtActive, transport: Transport, split: str = "test") -> float:
         """Test MP; FedCVT has no validation rows (its kind refuses ``val_ratio``)."""
         assert split == "test", "FedCVT evaluates test rows only"
         test = transport.call("test_reps", [()], training=False)[0]

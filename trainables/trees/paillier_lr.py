@@ -226,7 +226,7 @@ def _peer_split(transport: Transport) -> tuple[Transport, Transport]:
     return passives, holder
 
 
-class PaillierLR(Protocol):
+class PaillierLR(Protocol["ActiveLR"]):
     """Zou et al.'s HE LR at the active party; the transport's last peer is the key holder.
 
     Bytes: each message is counted once, on the hop from its sender. A passive party's
@@ -237,9 +237,9 @@ class PaillierLR(Protocol):
 
     name: ClassVar[str] = "paillier_lr"
 
-    def setup(self, active: ActiveLR, transport: Transport) -> None:  # type: ignore[override]
+    def setup(self, active: ActiveLR, transport: Transport) -> None:
         """The key holder's public key to every party, before the clock starts."""
-        super().setup(active, transport)  # type: ignore[arg-type]  # nothing pending
+        super().setup(active, transport)  # nothing pending
         self._passives, self._holder = _peer_split(transport)
         self._pub = self._holder.call("public_key", [()], training=False)[0]
         active.set_key(self._pub)
@@ -247,11 +247,14 @@ class PaillierLR(Protocol):
         self._passives.call("set_key", [(self._pub,)] * n_p, training=False)
         self._ttp_bytes = self._relay_bytes = 0
 
+    def epoch_steps(self, active: ActiveLR, epoch: int) -> Sequence[BatchRef]:
+        return active.schedule.refs(epoch)
+
     def pauses(self) -> bool:
         """No per-epoch evaluation here: ``rounds_to_target`` stays None."""
         return False
 
-    def exchange(  # type: ignore[override]
+    def exchange(
         self, active: ActiveLR, transport: Transport, ref: BatchRef, nxt: BatchRef | None
     ) -> None:
         """One batch: [[H_k]] up, [[4 dL/dz]] down, masked gradients opened by the key
@@ -266,7 +269,7 @@ class PaillierLR(Protocol):
             self._ttp_bytes += ttp
             self._relay_bytes += relay
 
-    def result(  # type: ignore[override]
+    def result(
         self, active: ActiveLR, transport: Transport, seconds: float, total: int
     ) -> TrainResult:
         return self._result(active, self._passives, self._holder, seconds, self._ttp_bytes,

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainables.messages import BatchRef
-from trainables.protocols import Protocol, TrainResult
 from trainables.protocols.base import curve_split
+from trainables.rounds import Rounds, TrainResult
 from trainables.transport.base import CommStats, Transport
 from trainables.vfl.halving import Halving, survivors
 from trainables.vfl.vec_stack import Payload, VecStack
@@ -71,14 +71,13 @@ def _kept(payload: Any, keep: Sequence[int]) -> Any:
     return payload[list(keep)]
 
 
-class VecRun(Protocol):
-    """What ``PartyGroup.train`` runs at the active ``VecStack``: the base protocol's rounds
-    for every stacked training at once (``Rounds.run``'s loop). Returns one ``TrainResult``
-    per slot of the pack (None where a slot was not stacked); ``train_seconds`` is each
-    training's share. Its messages are counted per training (``_Counts``), not by the
-    transport."""
-
-    name = "vectorized"
+class VecRun(Rounds[VecStack, Transport]):
+    """What ``PartyGroup.train`` runs at the active ``VecStack``: the NN protocols' round
+    (FedSGD; FedBCD's Q local steps and CELU-VFL's cached steps at the stacks; a
+    protocol's codecs in each training's hooks) for every stacked training at once
+    (``Rounds.run``'s loop). Returns one ``TrainResult`` per slot of the pack (None where
+    a slot was not stacked); ``train_seconds`` is each training's share. Its messages are
+    counted per training (``_Counts``), not by the transport."""
 
     def __init__(
         self,
@@ -96,8 +95,8 @@ class VecRun(Protocol):
         self.halving, self.cells = halving, list(cells)
         self.rungs = [] if halving is None else halving.rungs(epochs)
 
-    def setup(self, active: VecStack, transport: Transport) -> None:  # type: ignore[override]
-        super().setup(active, transport)  # type: ignore[arg-type]
+    def setup(self, active: VecStack, transport: Transport) -> None:
+        self.pending: Any = None  # the passive stacks' H for the next round, on its way
         self.k = len(self.slots)
         self.counts = _Counts([CommStats() for _ in self.slots])
         self.slot_targets = [self.targets[s] for s in self.slots]
@@ -109,19 +108,39 @@ class VecRun(Protocol):
         self.stopped: dict[int, TrainResult] = {}  # slot -> what it left (halving)
         self.clock, self.spent = time.perf_counter(), [0.0] * self.k
 
-    def epoch_steps(self, active: VecStack, epoch: int) -> Sequence[BatchRef]:  # type: ignore[override]
+    def epoch_steps(self, active: VecStack, epoch: int) -> Sequence[BatchRef]:
         return active.parties[self.slots[0]].schedule.refs(epoch)  # every slot's count
 
+    def exchange(
+        self, active: VecStack, transport: Transport, ref: BatchRef, nxt: BatchRef | None
+    ) -> None:
+        """Round t: the passive stacks apply gradient t-1 and send H(t) in one call; the
+        active stack computes the losses and dL/dH(t), sends them with the request for
+        H(t+1), and updates its own models while the passive stacks work. Each party's
+        arithmetic is exactly FedSGD's (FedBCD's with Q local steps); only the waiting
+        overlaps. At a paused epoch end every party has applied the epoch's last gradient
+        (the passive step that did so was submitted before the evaluation call, and a
+        party runs its calls in order)."""
+        if self.pending is None:  # the first round: the request for H(0)
+            self.pending = self.send(transport, [None] * transport.n_peers, ref)
+        active.forward(ref)
+        grads = active.passive_gradients(ref, self.receive(transport, self.pending))
+        self.pending = self.send(transport, grads, nxt)
+        active.update()
+
+    def finish(self, active: VecStack, transport: Transport) -> None:
+        if self.pending is not None:  # the last gradients: every party on the same version
+            transport.gather(self.pending)
+
     def send(
-        self,
-        transport: Transport,
-        grads: Sequence[Payload | None],
-        nxt: BatchRef | None,  # type: ignore[override]
+        self, transport: Transport, grads: Sequence[Payload | None], nxt: BatchRef | None
     ) -> Any:
+        """Gradients of the last round down, the request for the next round's H up."""
         self.counts.sent(grads, nxt is not None)
         return transport.submit("vstep", [(g, nxt) for g in grads], training=False, new_round=False)
 
     def receive(self, transport: Transport, pending: Any) -> list[Any]:
+        """The passive stacks' answers to the last ``send`` (or a cut's): this round's H."""
         embeddings = pending.payloads if isinstance(pending, _Cut) else transport.gather(pending)
         self.counts.received(embeddings, True, range(self.k))
         return embeddings
@@ -133,7 +152,7 @@ class VecRun(Protocol):
             or any(t is not None for t in self.slot_targets)
         )
 
-    def observe(self, active: VecStack, transport: Transport, done: int) -> None:  # type: ignore[override]
+    def observe(self, active: VecStack, transport: Transport, done: int) -> None:
         """Only the trainings with a target evaluate (and count eval traffic) at epoch ends;
         a lone training with a listener (early stopping) always, and tells it; at a rung
         of successive halving every training, and the losers leave the stack (``_cut``)."""
@@ -194,7 +213,7 @@ class VecRun(Protocol):
         self.counts.received(rows, False, counted)
         return active.evaluate(rows, split)
 
-    def result(  # type: ignore[override]
+    def result(
         self, active: VecStack, transport: Transport, seconds: float, total: int
     ) -> list[Any]:
         mps = self._evaluate(active, transport, range(self.k))

@@ -191,10 +191,11 @@ def _run_chunk(
             yield item.index, error
         elif error is not None:
             faults.append(error)
+        elif trained is None:
+            raise AssertionError("a training with neither a result nor an error")
         elif stopped(trained.result):  # successive halving: a record, no attacks
             yield item.index, [stopped_record(jobs[item.index].spec, item.prepared, trained)]
         else:
-            assert trained is not None
             try:
                 extra: dict[str, Any] = {"vectorized": True} if len(chunk) > 1 else {}
                 skipped = None if placement.halving is None else halving_skipped(item.prepared)
