@@ -65,10 +65,11 @@ class BatchSchedule:
     needs to name only (epoch, index), never the sample ids.
     """
 
-    def __init__(self, n_rows: int, batch_size: int, seed: int) -> None:
+    def __init__(self, n_rows: int, batch_size: int, seed: int, shuffle: bool = True) -> None:
         self.n_rows = n_rows
         self.batch_size = min(batch_size, n_rows)
         self.seed = seed
+        self.shuffle = shuffle  # False: every epoch's batches in row order (VFLAIR's)
         self._epoch: int | None = None
         self._batches: list[np.ndarray] = []
 
@@ -81,7 +82,11 @@ class BatchSchedule:
     def rows(self, ref: BatchRef) -> np.ndarray:
         """(B,) int64 row positions of ``ref`` within the aligned training rows."""
         if self._epoch != ref.epoch:
-            perm = np.random.default_rng([self.seed, ref.epoch]).permutation(self.n_rows)
+            perm = (
+                np.random.default_rng([self.seed, ref.epoch]).permutation(self.n_rows)
+                if self.shuffle
+                else np.arange(self.n_rows)
+            )
             self._batches = np.array_split(perm, self.n_batches())
             self._epoch = ref.epoch
         return self._batches[ref.index]

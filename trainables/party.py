@@ -56,6 +56,8 @@ class PartyConfig:
     # bottom (FedHSSL fine-tuning) outputs its representation width instead
     emb_dim: int | None = None
     metric: str = "accuracy"  # test MP: "accuracy", or "auc" (binary tasks, FedHSSL)
+    lr_decay: str = "none"  # "inv_sqrt": epoch e at lr / sqrt(e + 1) (``stacked.lr_scale``)
+    shuffle: bool = True  # False: batches in row order
 
     @property
     def emb_width(self) -> int:
@@ -146,7 +148,9 @@ class Party(Endpoint):
                 self.bottom = build_bottom(
                     cfg.model, self.X_train.shape[1], cfg.n_classes, cfg.hidden, cfg.dataset
                 ).to(self.device)
-        self.schedule = BatchSchedule(self.X_train.shape[0], cfg.batch_size, cfg.seed)
+        self.schedule = BatchSchedule(
+            self.X_train.shape[0], cfg.batch_size, cfg.seed, shuffle=cfg.shuffle
+        )
         super().__init__()  # the endpoint: an empty hook stack
         self.attach(init)
 

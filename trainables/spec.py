@@ -143,7 +143,7 @@ class DefenseEntry(BaseModel):
 
 # Fields added after records existed: at their default they are left out of config_hash,
 # so a sweep started before them resumes and golden records keep their ids.
-NEW_AT_DEFAULT_UNHASHED = ("split_params", "val_ratio")
+NEW_AT_DEFAULT_UNHASHED = ("split_params", "val_ratio", "lr_decay", "shuffle")
 
 
 class TrialSpec(BaseModel):
@@ -172,6 +172,11 @@ class TrialSpec(BaseModel):
     # a share of the labeled aligned rows held out as validation rows (stratified, seeded by
     # ``seed``): what searches, schedulers and "best" lines select on (``val_mp``); 0: none
     val_ratio: Float = Field(0.0, ge=0, lt=1)
+    # VFLAIR's training procedure, each a named option (docs/vflair.md); NN trainings only:
+    # ``lr_decay: inv_sqrt``: epoch e trains at lr / sqrt(e + 1) (VFLAIR's trainer);
+    # ``shuffle: false``: every epoch's batches in row order (VFLAIR does not shuffle)
+    lr_decay: Literal["none", "inv_sqrt"] = "none"
+    shuffle: bool = True
     ssl_variant: str = "none"
     defense: str = "none"  # a name in trainables.defenses.DEFENSES
     defense_param: Float | None = None  # its one strength; None -> the defense's default

@@ -14,6 +14,7 @@ them at every party of a vectorized pack.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -151,6 +152,7 @@ class StackedOptimizer:
         self.lrs = [float(lr) for lr in lrs]
         self.uniform = len(set(self.lrs)) == 1
         self.steps = 0
+        self.scale = 1.0  # every rate times this (a schedule's epoch factor: ``lr_scale``)
         self.state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in self.params]
 
     @torch.no_grad()
@@ -163,7 +165,7 @@ class StackedOptimizer:
         self.uniform = len(set(self.lrs)) == 1
 
     def _lr(self, p: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        lr = torch.tensor(self.lrs, dtype=p.dtype, device=p.device) * scale
+        lr = torch.tensor(self.lrs, dtype=p.dtype, device=p.device) * (scale * self.scale)
         return lr.view(-1, *([1] * (p.dim() - 1)))  # (K, 1, ...)
 
     @property
@@ -184,7 +186,7 @@ class StackedOptimizer:
             grad = p.grad
             if self.name == "sgd":
                 if self.uniform:
-                    p.add_(grad, alpha=-self.lrs[0])
+                    p.add_(grad, alpha=-(self.lrs[0] * self.scale))
                 else:
                     p.sub_(self._lr(p) * grad)
                 continue
@@ -195,9 +197,15 @@ class StackedOptimizer:
             correction2_sqrt = (1 - beta2**self.steps) ** 0.5
             denom = (avg_sq.sqrt() / correction2_sqrt).add_(EPS)
             if self.uniform:
-                p.addcdiv_(avg, denom, value=-(self.lrs[0] / correction1))
+                p.addcdiv_(avg, denom, value=-(self.lrs[0] * self.scale / correction1))
             else:
                 p.sub_(self._lr(p, 1 / correction1) * (avg / denom))
+
+
+def lr_scale(decay: str, epoch: int) -> float:
+    """The factor on every learning rate in ``epoch`` (0-based): 1, or 1 / sqrt(epoch + 1)
+    for ``inv_sqrt`` (VFLAIR's trainer: ``lr_decay``)."""
+    return 1.0 if decay == "none" else 1.0 / math.sqrt(epoch + 1)
 
 
 def agg_top(embeddings: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -34,6 +34,9 @@ class TrialKind:
     # True when a training of this kind holds out ``val_ratio`` of its labeled rows and
     # records ``val_mp`` on them; a kind without it refuses ``val_ratio`` > 0 (``refusal``)
     validates: ClassVar[bool] = False
+    # True when its trainings follow VFLAIR's training-procedure options (``lr_decay``,
+    # ``shuffle``); a kind without it refuses them set away from their defaults
+    trains_procedure_options: ClassVar[bool] = False
 
     def takes(self, spec: TrialSpec) -> bool:
         """Whether ``spec`` is this kind's (exactly one registered kind takes a valid spec)."""
@@ -49,12 +52,23 @@ class TrialKind:
         """ConfigError for names or options this kind cannot run (no data is read)."""
 
     def validation_refusal(self, spec: TrialSpec) -> str | None:
-        """Why ``spec``'s ``val_ratio`` cannot be honoured by this kind, or None."""
+        """Why ``spec``'s ``val_ratio`` or training-procedure options (``lr_decay``,
+        ``shuffle``) cannot be honoured by this kind, or None."""
         if spec.val_ratio > 0 and not self.validates:
             return (
                 f"val_ratio={spec.val_ratio}: trial kind {self.name!r} records no validation "
                 "MP yet (only plain NN VFL does); leave val_ratio at 0 for it"
             )
+        if not self.trains_procedure_options:
+            for key, value, default in (
+                ("lr_decay", spec.lr_decay, "none"),
+                ("shuffle", spec.shuffle, True),
+            ):
+                if value != default:
+                    return (
+                        f"{key}={value!r}: trial kind {self.name!r} trains with its own "
+                        f"schedule (only plain NN VFL follows {key}); leave it at {default!r}"
+                    )
         return None
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:

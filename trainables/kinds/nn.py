@@ -38,6 +38,7 @@ class NNKind(TrialKind):
     ssl_variants = ("none",)
     prestart = True  # every pack path opens its n_parties actors first (open_parties)
     validates = True  # val_ratio: validation rows, val_mp (``vfl/training.py``)
+    trains_procedure_options = True  # lr_decay, shuffle: its stacks follow them
 
     def takes(self, spec: TrialSpec) -> bool:
         return spec.ssl_variant == "none" and str(spec.model) in BOTTOMS

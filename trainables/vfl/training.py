@@ -102,6 +102,8 @@ def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyCo
         seed=spec.seed,
         local_steps=protocol.local_steps,
         device=spec.device,
+        lr_decay=spec.lr_decay,
+        shuffle=spec.shuffle,
     )
 
 

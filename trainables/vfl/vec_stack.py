@@ -4,7 +4,7 @@ Why: trained one by one, every training runs its own forward, backward and optim
 step, ~3.5 ms of Python per round for an MLP-2, and on actors its own round trips. A
 ``VecStack`` holds the K bottoms (and, at the active party, the K tops) as stacked
 parameters (``trainables/stacked.py``) and runs one batched forward, backward and
-optimizer step per round for all K; ``VecRun`` (``vec_run.py``) is ``Protocol.run``'s
+optimizer step per round for all K; ``VecRun`` (``vec_run.py``) is the NN
 round loop (FedSGD, FedBCD's Q local steps) over those stacks. A lone training is a stack
 of one.
 
@@ -33,7 +33,13 @@ from trainables.defenses.stacked import Index, StackedDefense, stacked_form
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty, PartyInit, binary_auc, rows_of
-from trainables.stacked import StackedOptimizer, StackedSplitTop, agg_top, stack_modules
+from trainables.stacked import (
+    StackedOptimizer,
+    StackedSplitTop,
+    agg_top,
+    lr_scale,
+    stack_modules,
+)
 
 # A stacked message: the (K, ...) array, or one ``Message`` per training where hooks act
 Payload = np.ndarray | list[Message]
@@ -127,9 +133,8 @@ class VecStack:
         ]
         params += [q for d in self.stacked_hooks for q in d.params]
         self.params = params  # every stacked parameter this party trains
-        self.optimizer: Any = StackedOptimizer(
-            self.config.optimizer, params, [p.config.lr for p in ps]
-        )
+        self.stepper = StackedOptimizer(self.config.optimizer, params, [p.config.lr for p in ps])
+        self.optimizer: Any = self.stepper  # a hook may wrap it (AMC); ``stepper`` stays
         for hook in self.stacked_hooks:
             hook.install(self)  # AMC wraps the optimizer
         self._pending: tuple[BatchRef, torch.Tensor, torch.Tensor] | None = None
@@ -218,6 +223,8 @@ class VecStack:
     def forward(self, ref: BatchRef) -> Payload:
         """H = G(X[rows]) : (K, B, C), kept with its graph until the gradient comes back."""
         rows = self.rows(ref)
+        # this round's rates (a schedule's epoch factor): the steps on this batch follow it
+        self.stepper.scale = lr_scale(self.config.lr_decay, ref.epoch)
         h = self.bottom.forward(self.X_train[self.k, rows])
         payload = h.detach().cpu().numpy()  # (K, B, C)
         for hook in self.stacked_hooks:  # a training-time attack may swap rows (LRB)
