@@ -78,6 +78,7 @@ def test_local_transport_matches_prepared_parties(ray_session: None) -> None:
     with RayParties(_stacks(prepared), PartyResources(cpu=0.5)) as group:
         remote = _train(group, 3)
     assert local.mp == remote.mp and local.final_loss == remote.final_loss
+    assert remote.submit_seconds > 0 and remote.wait_seconds > 0  # the stack's calls, timed
 
 
 def test_reused_actors_are_emptied_between_trials(ray_session: None) -> None:

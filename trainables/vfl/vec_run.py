@@ -229,6 +229,9 @@ class VecRun(Rounds[VecStack, Transport]):
             self.spent = [x * scale for x in self.spent]
             for s, stopped in self.stopped.items():
                 out[s] = dataclasses.replace(stopped, train_seconds=stopped.train_seconds * scale)
+        for stats in self.counts.stats:  # the stack's calls served each training: a share
+            stats.submit_seconds = transport.stats.submit_seconds / self.k
+            stats.wait_seconds = transport.stats.wait_seconds / self.k
         for j, s in enumerate(self.slots):
             out[s] = TrainResult.from_stats(
                 self.counts.stats[j],
