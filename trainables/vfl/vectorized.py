@@ -153,9 +153,10 @@ def run_vectorized(
             continue
         together = placement.vectorize and stacks(job.spec, evaluated)
         key = stack_key(job.spec, prepared) if together else None
-        groups.setdefault(("alone", i) if key is None else key, []).append(
-            _Prepared(i, prepared, evaluated)
-        )
+        if key is None:  # alone, a stack of one: trained now, so no other's data waits
+            yield from _run_chunk(jobs, [_Prepared(i, prepared, evaluated)], placement, faults)
+            continue
+        groups.setdefault(key, []).append(_Prepared(i, prepared, evaluated))
     for group in groups.values():  # a lone training too: K = 1 of the same code
         for chunk in _chunks(group):
             yield from _run_chunk(jobs, chunk, placement, faults)
