@@ -1,6 +1,7 @@
 """BLI's fast path (``bli_fast``) against the generic math it replaces: the closed-form
 gradient against autograd, the Gram-eigen basis against the SVD's, the labels of the whole
-inversion against the autograd loop, and the default path using them."""
+inversion against the autograd loop, and the default path using them; the plain match of a
+Linear-ReLU bottom (``PlainMLP``) against autograd's J^T, J and double backward."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from trainables.attacks import bli
-from trainables.attacks.bli_fast import gradient, gram_basis
+from trainables.attacks.bli_fast import PlainMLP, gradient, gram_basis, whitened
+from trainables.errors import ConfigError
 from trainables.models import mlp
 
 PARAMS: dict[str, Any] = {**bli.BatchLabelInference.defaults, "steps": 400, "patience": 100}
@@ -71,13 +73,13 @@ def test_closed_form_gradient_equals_autograd() -> None:
     h0 = rng.standard_normal((n, c)).astype(np.float32)
     both = rng.standard_normal((2, n, c)).astype(np.float32)
     scale = float((target**2).sum())
-    grad, res = gradient(np.stack([h0, 0 * h0]), both, basis, target, scale)
+    grad, got_loss = gradient(np.stack([h0, 0 * h0]), both, whitened(basis, target))
     zv = torch.tensor(both, dtype=torch.float64, requires_grad=True)
     dummy = (F.softmax(torch.tensor(h0).double() + zv[0], 1) - F.softmax(zv[1], 1)) / n
     resid = dummy.reshape(-1) @ torch.tensor(basis).double() - torch.tensor(target).double()
     loss = (resid**2).sum() / scale
     (auto,) = torch.autograd.grad(loss, [zv])
-    assert np.allclose(res, resid.detach().numpy(), atol=1e-6)
+    assert np.isclose(got_loss, float(loss.detach()), rtol=1e-5)
     assert np.allclose(grad, auto.numpy(), rtol=1e-4, atol=1e-7)
     assert np.abs(auto.numpy()).max() > 1e-3  # not a trivially zero gradient
 
@@ -87,7 +89,8 @@ def test_fast_inversion_infers_the_labels_of_the_autograd_loop(extra: dict[str, 
     model, x, grad = _case(24, 4)
     params = {**PARAMS, **extra}
     slow = bli.invert_autograd(model, x, grad, params, 3, bli.matcher(model, x, grad))
-    fast = bli.invert(model, x, grad, params, 3)
+    fast, ran = bli.invert(model, x, grad, params, 3)
+    assert ran == "whitened"
     assert fast.shape == (24,) and np.array_equal(fast, slow)
 
 
@@ -110,11 +113,67 @@ def test_default_path_uses_the_fast_pieces(monkeypatch: pytest.MonkeyPatch) -> N
     assert calls == ["gram_basis", "invert_fast"]
 
 
-def test_a_jacobian_too_large_takes_the_plain_autograd_match(
+def test_a_jacobian_too_large_takes_the_plain_match_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(bli, "MAX_JACOBIAN", 10)
     model, x, grad = _case(24, 4)
     assert bli.jacobian(model, x) is None
-    labels = bli.invert(model, x, grad, {**PARAMS, "steps": 20}, 0)
+    labels, ran = bli.invert(model, x, grad, {**PARAMS, "steps": 20}, 0)
+    assert ran == "plain"
     assert labels.shape == (24,) and labels.min() >= 0 and labels.max() < 4
+
+
+def _autograd_jacobian(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray:
+    jac = bli.jacobian(model, x)
+    assert jac is not None
+    return jac.numpy()  # (BC, P) in named_parameters order
+
+
+def test_plain_mlp_applies_the_jacobian_and_its_transpose_of_autograd() -> None:
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(  # two hidden layers; input column 1 zero on every row
+        torch.nn.Linear(5, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4), torch.nn.ReLU(),
+        torch.nn.Linear(4, 3),
+    ).eval()  # fmt: skip
+    x = torch.randn(9, 5)
+    x[:, 1] = 0.0
+    grad = torch.randn(9, 3)
+    jac = _autograd_jacobian(model, x)  # (27, P)
+    plain = PlainMLP(model, x.numpy(), grad.numpy())
+    assert plain.keep.tolist() == [0, 2, 3, 4]
+    # J^T g: the batch gradient, with the zero column's weight gradients left out
+    flat = np.concatenate([o.reshape(-1) for o in plain.observed])
+    want = jac.T @ grad.reshape(-1).double().numpy()  # (P,)
+    w0 = want[:30].reshape(6, 5)
+    assert np.allclose(w0[:, 1], 0.0)
+    assert np.allclose(flat, np.concatenate([w0[:, [0, 2, 3, 4]].ravel(), want[30:]]), atol=1e-5)
+    # J t for a tangent t, and the loss's gradient 2 J (J^T G' - J^T G) / |J^T G|^2
+    g2 = torch.randn(9, 3)
+    d, loss = plain(g2.numpy())
+    res = jac.T @ (g2 - grad).reshape(-1).double().numpy()
+    scale = float((want**2).sum())
+    assert np.isclose(loss, float(res @ res) / scale, rtol=1e-4)
+    assert np.allclose(d.reshape(-1), 2 * jac @ res / scale, rtol=1e-4, atol=1e-6)
+    assert np.abs(d).max() > 1e-3
+
+
+@pytest.mark.parametrize("extra", [{}, {"init_scale": 0.1}])
+def test_plain_mlp_inversion_infers_the_labels_of_the_autograd_plain_loop(
+    extra: dict[str, Any],
+) -> None:
+    model, x, grad = _case(24, 4)
+    params = {**PARAMS, "match": "plain", **extra}
+    slow = bli.invert_autograd(model, x, grad, params, 3, bli.matcher(model, x, grad, False))
+    fast, ran = bli.invert(model, x, grad, params, 3)
+    assert ran == "plain" and np.array_equal(fast, slow)
+
+
+def test_the_record_says_which_match_ran_and_a_bad_match_is_refused() -> None:
+    attack = bli.BatchLabelInference(match="plain")
+    assert "bli_match" not in attack.record_extra()  # not run yet
+    attack.ran = "plain"
+    assert attack.record_extra()["bli_match"] == "plain"
+    assert attack.record_extra()["attack_label"] == "bli[match=plain]"
+    with pytest.raises(ConfigError, match=r"match='whiten'.*allowed: 'auto'"):
+        bli.BatchLabelInference(match="whiten")

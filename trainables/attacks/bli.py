@@ -45,8 +45,10 @@ from torch import Tensor, nn
 from torch.func import functional_call, jacrev, vmap
 
 from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
-from trainables.attacks.bli_fast import gram_basis, invert_fast
+from trainables.attacks.bli_fast import PlainMLP, gram_basis, invert_fast, whitened
+from trainables.errors import ConfigError
 from trainables.messages import Message
+from trainables.stacked import stackable_module
 
 
 def initial_bottom(view: PartyView) -> nn.Module:
@@ -105,11 +107,13 @@ def svd_basis(jac: Tensor, observed: Tensor) -> tuple[np.ndarray, np.ndarray]:
     return u[:, keep].float().numpy(), target.float().numpy()
 
 
-def matcher(model: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> Callable[[Tensor], Tensor]:
+def matcher(
+    model: nn.Module, x: torch.Tensor, grad: torch.Tensor, whiten: bool = True
+) -> Callable[[Tensor], Tensor]:
     """loss(G'): squared distance of J^T G' to the observed J^T ``grad``, relative; whitened
-    (in an orthonormal basis of J's range) when J fits in memory. The autograd form: the
-    default path computes the whitened one's gradient in closed form (``bli_fast``)."""
-    jac = jacobian(model, x)
+    (in an orthonormal basis of J's range) when ``whiten`` and J fits in memory. The
+    autograd form: the default path computes the gradient in closed form (``bli_fast``)."""
+    jac = jacobian(model, x) if whiten else None
     if jac is not None:
         observed = jac.T @ grad.reshape(-1).double()  # (P,) the batch gradient dL/dθ
         basis_np, target_np = svd_basis(jac, observed)
@@ -132,20 +136,27 @@ def matcher(model: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> Callable[[
 
 def invert(
     model: nn.Module, x: Tensor, grad: Tensor, params: dict[str, Any], seed: int
-) -> np.ndarray:
-    """(B,) labels whose dummy batch gradient matches J^T ``grad`` (x: (B, d), grad: (B, C)).
-    Whitened (J fits): Gram-eigen basis (SVD if its rank is unclear), closed-form steps."""
-    jac = jacobian(model, x)
-    if jac is None:
-        return invert_autograd(model, x, grad, params, seed, matcher(model, x, grad))
-    observed = jac.T @ grad.reshape(-1).double()  # (P,) the batch gradient dL/dθ
-    with torch.no_grad():
-        h0 = model(x).numpy()  # (B, C) own logits
+) -> tuple[np.ndarray, str]:
+    """((B,) labels whose dummy batch gradient matches J^T ``grad``, the match that ran)
+    (x: (B, d), grad: (B, C)). ``params["match"]``: ``auto`` is whitened where J fits in
+    memory (Gram-eigen basis, SVD if its rank is unclear), else plain; ``plain`` always
+    (VFLAIR's). Both run closed-form steps; a plain match of a bottom that is not a
+    Linear-ReLU stack runs autograd's double backward."""
     from threadpoolctl import threadpool_limits  # lazy: worker start-up imports every attack
 
+    jac = jacobian(model, x) if params["match"] == "auto" else None
+    with torch.no_grad():
+        h0 = model(x).numpy()  # (B, C) own logits
     with threadpool_limits(1):  # numpy's / scipy's BLAS: one thread, as torch's here
-        basis, target = gram_basis(jac, observed) or svd_basis(jac, observed)
-        return invert_fast(h0, basis, target, params, seed)
+        if jac is not None:
+            observed = jac.T @ grad.reshape(-1).double()  # (P,) the batch gradient dL/dθ
+            basis, target = gram_basis(jac, observed) or svd_basis(jac, observed)
+            return invert_fast(h0, whitened(basis, target), params, seed), "whitened"
+        if stackable_module(model) and all(p.requires_grad for p in model.parameters()):
+            match = PlainMLP(model, x.numpy(), grad.numpy())
+            return invert_fast(h0, match, params, seed), "plain"
+    plain = matcher(model, x, grad, whiten=False)
+    return invert_autograd(model, x, grad, params, seed, plain), "plain"
 
 
 def invert_autograd(
@@ -194,11 +205,26 @@ class BatchLabelInference(Attack):
         "init_scale": 1.0,  # VFLAIR: std of the dummies' initial logits
         "patience": 500,  # stop once no inferred label changed for this many steps
         "match_tol": 0.0,  # > 0: also stop once the relative match loss is this low
+        "match": "auto",  # whitened where J fits in memory, else plain; "plain": always
     }
     presets: ClassVar[dict[str, dict[str, Any]]] = {
         "strong": {"init_scale": 0.1},  # near-uniform start: AP 0.97-1.0 vs 0.89-0.98
         "converge": {"match_tol": 1e-6},  # the match-loss stop (see the module docstring)
     }
+
+    ran = ""  # the match that ran ("whitened" / "plain"), for the record
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        if self.params["match"] not in ("auto", "plain"):
+            raise ConfigError(
+                f"attack 'bli': match={self.params['match']!r}; allowed: 'auto' (whitened "
+                "where the Jacobian fits in memory, else plain) or 'plain' (VFLAIR's)"
+            )
+
+    def record_extra(self) -> dict[str, Any]:
+        """The settings, and which match ran: ``auto`` is whitened or plain by batch size."""
+        return {**super().record_extra(), **({"bli_match": self.ran} if self.ran else {})}
 
     def run(self, view: PartyView) -> LabelGuess:
         grads = [m for m in view.received if m.kind == "gradient" and m.batch is not None]
@@ -215,7 +241,7 @@ class BatchLabelInference(Attack):
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny matrices: one thread is faster, and deterministic
         try:
-            labels = invert(model, x, g, self.params, view.seed)
+            labels, self.ran = invert(model, x, g, self.params, view.seed)
         finally:
             torch.set_num_threads(threads)
         return LabelGuess(split="train", rows=rows.astype(np.int64), labels=labels)
