@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 ROUND_S = 1.5e-3  # one round of actor calls (ray transport), on top of the arithmetic
 LOCAL_ROUND_S = 1.5e-3  # one round in-process (with its share of evaluation)
 ROW_S = 6e-10  # one row x one input feature x one hidden unit, forward + backward
+# one pretraining epoch, per training row x input feature: adult's local SimSiam (32,561 x
+# 108) took ~7.9 s an epoch here; the estimate scales it per variant by what it measures
+PRETRAIN_ROW_S = 2.2e-6
 TRAINING_S = 0.03  # fixed cost of one training on warm actors (load, evaluate, record)
 DIGITS_ROWS = 1437  # the attack table's rows: digits' training split
 ATTACK_S = {  # median CPU seconds of one evaluation on digits: benchmarks.attack_speed
@@ -108,30 +111,68 @@ class Cost:
         return self.local + self.transport + self.attacks + self.fixed
 
 
-def cost(training: Training, remote: bool = True, data_dir: str | None = None) -> Cost:
-    """Rough cost of one training with its attack evaluations on one slot.
+def pretrain_epochs(spec: TrialSpec) -> int:
+    """Pretraining epochs of a FedHSSL-family class (``model_params.pretrain_epochs``), else
+    0: the cost model counts them (``PRETRAIN_ROW_S``), and the estimate's probe pretrains
+    one epoch and scales it (a whole pretraining per probe run let 20 s of probing measure
+    none of ssl_iso.yaml's 18 classes)."""
+    if kind_of(spec).name != "hssl" or spec.ssl_variant == "splitnn":
+        return 0
+    from trainables.ssl.hssl.variants import OPTIONS
 
-    Rounds x (round trip + per-round overhead) plus rows x features x width x epochs for
-    NN kinds; a per-attack cost from the digits profile scaled by rows. Kinds without
-    epochs (trees) get the fixed cost. Good to a factor of a few: enough to size packs.
-    """
+    return int(spec.model_params.get("pretrain_epochs", OPTIONS["pretrain_epochs"]))
+
+
+def evaluations(training: Training) -> list[tuple[str, int]]:
+    """(attack, runs) per attack record a training writes: its kind's stages (FedHSSL's
+    ``mc_pretrained``), an adaptive attacker's tuning runs, a training-time attack."""
     spec = training.spec
-    rows, features = _rows_and_features(spec, data_dir)
+    runs_of = {name: runs(params) for name, params in training.attacks}  # runs: tuning
+    asked = [name for name, _ in training.attacks]
+    out = [(name, runs_of.get(name, 1)) for name in kind_of(spec).evaluations(spec, asked)]
+    if spec.train_attack != "none":
+        out.append((spec.train_attack, 1))
+    return out
+
+
+def _rows(spec: TrialSpec, data_dir: str | None) -> tuple[int, int, int]:
+    """(training rows, rows a training step reads: labeled or aligned, input features)."""
+    every, features = _rows_and_features(spec, data_dir)
+    rows = every
     if spec.n_labeled:
         rows = min(rows, int(spec.n_labeled))
     elif spec.aligned_ratio < 1:
         rows = int(rows * spec.aligned_ratio)
+    return every, rows, features
+
+
+def attack_cost(name: str, spec: TrialSpec, data_dir: str | None = None) -> float:
+    """The cost model's seconds of one evaluation of ``name``: its digits profile, by rows."""
+    rows = _rows(spec, data_dir)[1]
+    return ATTACK_S.get(name, OTHER_ATTACK_S) * rows / DIGITS_ROWS
+
+
+def cost(training: Training, remote: bool = True, data_dir: str | None = None) -> Cost:
+    """Rough cost of one training with its attack evaluations on one slot.
+
+    Rounds x (round trip + per-round overhead) plus rows x features x width x epochs for
+    NN kinds, and pretraining epochs x rows x features; a per-attack cost from the digits
+    profile scaled by rows. Kinds without epochs (trees) get the fixed cost. Good to a
+    factor of a few: enough to size packs; the estimate scales it by what it measured.
+    """
+    spec = training.spec
+    every, rows, features = _rows(spec, data_dir)
     local = transport = 0.0
     if spec.epochs and spec.batch_size:
         rounds = int(spec.epochs) * math.ceil(rows / int(spec.batch_size))
         width = max(spec.hidden or (64,))
         local = rounds * LOCAL_ROUND_S + int(spec.epochs) * rows * features * width * ROW_S
         transport = rounds * ROUND_S if remote else 0.0
-    names = [(name, runs(params)) for name, params in training.attacks]  # runs: tuning
-    if spec.train_attack != "none":
-        names.append((spec.train_attack, 1))
+    pretrain = pretrain_epochs(spec)
+    if pretrain:  # every training row: local SSL reads the unaligned ones too
+        local += pretrain * every * features * PRETRAIN_ROW_S
     scale = rows / DIGITS_ROWS
-    attacks = sum(ATTACK_S.get(name, OTHER_ATTACK_S) * scale * n for name, n in names)
+    attacks = sum(ATTACK_S.get(n, OTHER_ATTACK_S) * scale * k for n, k in evaluations(training))
     return Cost(local, transport, attacks)
 
 

@@ -369,3 +369,28 @@ def test_mnist_official_split_when_train_images_exist(tmp_path: Path) -> None:
     assert len(ds.y_train) == 120 and len(ds.y_test) == 50
     assert ds.y_train[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
     assert np.array_equal(ds.X_test[0].reshape(28, 28), images[120].astype(np.float32))
+
+
+def test_rows_for_is_kept_per_dataset_and_each_call_gets_its_own_arrays() -> None:
+    """The planner asks for the same rows thousands of times (ssl.yaml: ~7,000): they are
+    kept, refusals too, and a caller that writes into its arrays changes no one else's."""
+    from trainables.data import split as split_module
+    from trainables.spec import TrialSpec
+
+    ds = load_dataset("breast_cancer")
+    spec = TrialSpec.build(dataset="breast_cancer", aligned_ratio=0.5, n_labeled=40, seed=3)
+    first = split_module.rows_for(spec, ds)
+    want = split_module.split_samples(
+        len(ds.y_train), 0.5, 40, seed=3, y=ds.y_train, n_aligned=None, val_ratio=0.0
+    )
+    for name in ("aligned", "unaligned", "labeled", "val"):
+        assert np.array_equal(getattr(first, name), getattr(want, name))
+    first.labeled[:] = -1  # a caller's own copy
+    again = split_module.rows_for(spec, ds)
+    assert np.array_equal(again.labeled, want.labeled)
+    other = TrialSpec.build(dataset="breast_cancer", aligned_ratio=0.5, n_labeled=40, seed=4)
+    assert not np.array_equal(split_module.rows_for(other, ds).labeled, want.labeled)
+    too_many = TrialSpec.build(dataset="breast_cancer", aligned_ratio=0.1, n_labeled=400)
+    for _ in range(2):  # refused, and refused again from what was kept
+        with pytest.raises(ConfigError, match="n_labeled=400 is outside"):
+            split_module.rows_for(too_many, ds)

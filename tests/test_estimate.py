@@ -45,7 +45,25 @@ def test_probe_measures_each_part_once_and_caches_it(tmp_path: Path) -> None:
     assert first.seconds > 0 and "3 of 3 from parts measured here" in first.text()
     again = estimate(plan, cpus=2, probe=True, budget_s=60, costs=load(tmp_path / "costs.json"))
     assert again.seconds == pytest.approx(first.seconds)  # read back, not measured again
-    assert again.probed_s < first.probed_s
+    assert again.probed_s < first.probed_s and first.unprobed == again.unprobed == 0
+
+
+def test_a_probe_past_its_budget_is_stopped_and_the_estimate_says_what_it_left(
+    tmp_path: Path,
+) -> None:
+    """The budget holds mid-probe: the probe runs in a child process that is stopped at the
+    deadline (a spawned child takes longer than 0.3 s to import torch, so nothing is
+    measured), and the answer names the classes it could not measure."""
+    import time
+
+    plan = _plan(tmp_path, SPACE.replace("seed: [0, 1, 2]", "seed: [0, 1]\n  epochs: [4, 6]"))
+    costs = Costs(path=tmp_path / "costs.json")
+    start = time.perf_counter()
+    cut = estimate(plan, cpus=2, probe=True, budget_s=0.3, costs=costs)
+    assert time.perf_counter() - start < 8.0  # the budget, the kill and the join
+    assert cut.measured == 0 and cut.unprobed == 1  # epochs share one class
+    assert "1 class of training not measured within the probe budget" in cut.text()
+    assert costs.training(train_key(plan.trainings[0].spec)) is None
 
 
 def test_without_measurements_the_cost_model_answers(tmp_path: Path) -> None:
@@ -109,3 +127,55 @@ def test_a_plan_this_machine_would_refuse_says_so(
     assert "warning: a real run here would stop" in captured.err
     assert "cpu_per_party=64" in captured.err
     assert json.loads(captured.out)["trainings"] == 3
+
+
+SSL = """\
+name: est_ssl
+base: {dataset: breast_cancer, n_parties: 2, epochs: 3, batch_size: 64, aligned_ratio: 0.5,
+       n_labeled: 60, model_params: {pretrain_epochs: 4}}
+grid:
+  ssl_variant: [splitnn, local_simsiam]
+  seed: [0, 1]
+"""
+
+
+def test_fedhssl_mc_counts_its_pretrained_stage_and_the_probe_order_reaches_each_variant(
+    tmp_path: Path,
+) -> None:
+    from sweep_engine.estimate import _to_probe, levels
+    from sweep_engine.packs import evaluations
+
+    plan = _plan(tmp_path, SSL + "attacks: [mc]\n")
+    assert evaluations(plan.trainings[0]) == [("mc", 1), ("mc_pretrained", 1)]
+    picked = _to_probe(list(plan.trainings), Costs(path=tmp_path / "c.json"), remote=False)
+    assert [t.spec.ssl_variant for t in picked] == ["splitnn", "local_simsiam"]  # a class each
+    assert levels(picked[1])[2] == ("hssl", "local_simsiam")
+
+
+def test_a_pretraining_class_is_probed_at_one_pretraining_epoch_and_scaled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe of a FedHSSL-family class pretrains one epoch (a record's
+    ``pretrain_seconds``) and counts it ``pretrain_epochs`` times in the class's fixed
+    seconds; every probe run is at one pretraining epoch."""
+    from sweep_engine import estimate as est
+
+    runs: list[tuple[int, float]] = []
+    real = est.run_trial
+
+    def timed(spec, **kw):  # the real trial; what it ran and its pretraining seconds
+        records = real(spec, **kw)
+        extra = json.loads(records[0].extra or "{}")
+        runs.append((spec.model_params.get("pretrain_epochs"), extra.get("pretrain_seconds", 0)))
+        return records
+
+    monkeypatch.setattr(est, "run_trial", timed)
+    plan = _plan(tmp_path, SSL)
+    costs = Costs(path=tmp_path / "costs.json")
+    ssl = next(t for t in plan.trainings if t.spec.ssl_variant == "local_simsiam")
+    est._probe(ssl, costs, None)
+    assert runs and all(pre == 1 for pre, _ in runs)
+    fixed, _ = costs.training(train_key(ssl.spec))
+    assert fixed >= 4 * runs[-1][1] * 0.5 > 0  # four epochs of the (noisy) one
+    got = estimate(plan, cpus=2, probe=False, costs=costs)
+    assert got.measured == 2  # the two seeds of the probed class

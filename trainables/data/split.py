@@ -17,6 +17,7 @@ forgotten by one kind (``tests/test_split_conformance.py``).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -326,14 +327,36 @@ class Split:
     rows: SampleSplit
 
 
+ROWS_KEPT = 256  # ``rows_for`` results kept (a planner asks for the same rows many times)
+_ROWS: OrderedDict[tuple[Any, ...], tuple[Dataset, SampleSplit | str]] = OrderedDict()
+
+
 def rows_for(spec: RowSpecLike, ds: Dataset) -> SampleSplit:
     """``split_for``'s rows alone, for checks that need no columns (a seeded VertiBench
     column split can take seconds). Labels go in so every class gets a labeled row; the
-    aligned / unaligned rows do not depend on them, and neither does a refusal."""
-    return split_samples(
-        len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed, y=ds.y_train,
-        n_aligned=spec.n_aligned, val_ratio=spec.val_ratio,
-    )  # fmt: skip
+    aligned / unaligned rows do not depend on them, and neither does a refusal. Kept per
+    (dataset, row fields), refusals too: planning ssl.yaml drew the same rows ~7,000 times
+    (9 s); each call gets its own copy of the arrays."""
+    key = (id(ds), spec.aligned_ratio, spec.n_labeled, spec.seed, spec.n_aligned, spec.val_ratio)
+    hit = _ROWS.get(key)
+    if hit is None or hit[0] is not ds:  # ``is``: an id reused by another dataset
+        try:
+            got: SampleSplit | str = split_samples(
+                len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed,
+                y=ds.y_train, n_aligned=spec.n_aligned, val_ratio=spec.val_ratio,
+            )  # fmt: skip
+        except ConfigError as err:
+            got = str(err)
+        hit = _ROWS[key] = (ds, got)
+        while len(_ROWS) > ROWS_KEPT:
+            _ROWS.popitem(last=False)
+    _ROWS.move_to_end(key)
+    if isinstance(hit[1], str):
+        raise ConfigError(hit[1])
+    rows = hit[1]
+    return SampleSplit(
+        rows.aligned.copy(), rows.unaligned.copy(), rows.labeled.copy(), rows.val.copy()
+    )
 
 
 def split_for(spec: RowSpecLike, ds: Dataset, n_parties: int | None = None) -> Split:

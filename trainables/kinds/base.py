@@ -85,6 +85,12 @@ class TrialKind:
             return f"attack {attack!r} reads {family} messages; trial kind {self.name!r} has none"
         return None
 
+    def evaluations(self, spec: TrialSpec, names: Sequence[str]) -> list[str]:
+        """The attack records a training of ``spec`` writes for the attacks ``names`` asks
+        for: each once here; a kind that evaluates one at several stages says so (the
+        estimate counts every evaluation that runs)."""
+        return list(names)
+
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
     ) -> list[Record]:

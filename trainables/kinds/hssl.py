@@ -45,6 +45,14 @@ class HSSLKind(TrialKind):
             )
         return super().attack_incompatibility(spec, attack)
 
+    def evaluations(self, spec: TrialSpec, names: Sequence[str]) -> list[str]:
+        """MC also runs on the pretrained parties (``mc_pretrained``), without a
+        training-time attack (``run_hssl``)."""
+        from trainables.ssl.hssl.trial import MC, MC_PRETRAINED
+
+        extra = [MC_PRETRAINED] if MC in names and spec.train_attack == "none" else []
+        return [*names, *extra]
+
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]
     ) -> list[Record]:
