@@ -10,6 +10,7 @@ it returns a *guess* (labels, features, or a tampered inference), and the trial'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args
 
@@ -211,6 +212,12 @@ class Attack:
 
     def run(self, view: PartyView) -> Guess:
         raise NotImplementedError
+
+    def run_many(self, views: Sequence[PartyView]) -> list[Guess]:
+        """``run`` on each of the views of one stack's trainings (same shape, one view per
+        training, each its own party's alone). An attack whose arithmetic stacks computes
+        them together (model completion); each guess must be the one ``run`` gives."""
+        return [self.run(view) for view in views]
 
 
 def check_attack(cls: Any, name: str) -> Any:

@@ -127,6 +127,65 @@ def complete_model(
         torch.set_num_threads(threads)
 
 
+# one completion's inputs: bottom, X_labeled, y_labeled, X_unlabeled, seed
+Completion = tuple[nn.Module, np.ndarray, np.ndarray, np.ndarray, int]
+
+
+def complete_models(
+    jobs: list[Completion], n_classes: int, params: dict[str, Any]
+) -> list[nn.Module]:
+    """``complete_model`` of each job, the trainings of one shape stacked (issue 45): at
+    the defaults without a convergence stop their head steps run as one
+    (``completion_fast.train_fast_many``) on each job's own draws, so each model is the one
+    ``complete_model`` returns. Other settings run one at a time."""
+    p = check_params({**COMPLETION_DEFAULTS, **params})
+    shapes = {(np.shape(xl)[1:], len(xu) > 0) for _, xl, _, xu, _ in jobs}
+    together = len(jobs) > 1 and not int(p["stop_patience"]) and len(shapes) == 1
+    if not (together and completion_fast.applies(p, len(jobs[0][3]))):
+        return [
+            complete_model(b, xl, yl, xu, n_classes, params, seed) for b, xl, yl, xu, seed in jobs
+        ]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        models, datas, gens, rngs, emas = [], [], [], [], []
+        for bottom, X_labeled, y_labeled, X_unlabeled, seed in jobs:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)  # the head's draws, as complete_model's
+                model, data = _model_and_data(
+                    bottom, X_labeled, y_labeled, X_unlabeled, n_classes, p
+                )
+            model.bottom.requires_grad_(False)
+            models.append(model)
+            datas.append(data)
+            gens.append(torch.Generator().manual_seed(seed))
+            rngs.append(np.random.default_rng(seed))
+            emas.append(copy.deepcopy(model).requires_grad_(False))
+        completion_fast.train_fast_many(models, datas, p, gens, rngs, emas)
+        return [ema.eval() for ema in emas]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _model_and_data(
+    bottom: nn.Module,
+    X_labeled: np.ndarray,
+    y_labeled: np.ndarray,
+    X_unlabeled: np.ndarray,
+    n_classes: int,
+    p: dict[str, Any],
+) -> tuple[CompletionModel, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The completion model (a copy of ``bottom``, a new head: global draws) and its data:
+    xl (n_l, d), yl (n_l, C) one-hot, xu (n_u, d)."""
+    xl = torch.as_tensor(X_labeled, dtype=torch.float32)  # (n_l, d)
+    xu = torch.as_tensor(X_unlabeled, dtype=torch.float32)  # (n_u, d)
+    yl = F.one_hot(torch.as_tensor(y_labeled, dtype=torch.int64), n_classes).float()  # (n_l, C)
+    bottom = copy.deepcopy(bottom).eval()
+    with torch.no_grad():
+        width = int(bottom(xl[:1]).shape[1])
+    return CompletionModel(bottom, width, n_classes, str(p["head"])), (xl, yl, xu)
+
+
 def _train(
     bottom: nn.Module,
     X_labeled: np.ndarray,
@@ -141,13 +200,7 @@ def _train(
     start from the same head (same global draws) and the same generators."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    xl = torch.as_tensor(X_labeled, dtype=torch.float32)  # (n_l, d)
-    xu = torch.as_tensor(X_unlabeled, dtype=torch.float32)  # (n_u, d)
-    yl = F.one_hot(torch.as_tensor(y_labeled, dtype=torch.int64), n_classes).float()  # (n_l, C)
-    bottom = copy.deepcopy(bottom).eval()
-    with torch.no_grad():
-        width = int(bottom(xl[:1]).shape[1])
-    model = CompletionModel(bottom, width, n_classes, str(p["head"]))
+    model, (xl, yl, xu) = _model_and_data(bottom, X_labeled, y_labeled, X_unlabeled, n_classes, p)
     if completion_fast.applies(p, len(xu)):  # the defaults: same steps, no autograd
         model.bottom.requires_grad_(False)
         ema = copy.deepcopy(model).requires_grad_(False)

@@ -167,13 +167,9 @@ def _explicit(attack: Attack) -> dict[str, Any]:
     return {k: v for k, v in attack.params.items() if v != base[k]}
 
 
-def run_attacks(
-    parties: Sequence[Any], attacks: Sequence[tuple[str, dict[str, Any]]], seed: int
-) -> list[AttackOutcome]:
-    """Every attack in ``attacks`` on the trained NN ``parties`` (order: 0..K-1, active
-    last): each attacker's view from its own party and its drawn auxiliary knowledge,
-    scored by the ``Judge``, who alone holds the ground truth."""
-    judge = Judge(parties)
+def nn_view_of(parties: Sequence[Any], seed: int) -> ViewOf:
+    """The attacker's view of one NN training: from its own party and its drawn auxiliary
+    knowledge only."""
 
     def view_of(info: AttackInfo) -> tuple[int, PartyView]:
         who = attacker_index(info, len(parties))
@@ -183,4 +179,63 @@ def run_attacks(
         query = QueryModel(parties) if info.query_model else None
         return who, make_view(parties[who], info, aux, query, seed)
 
+    return view_of
+
+
+def run_attacks(
+    parties: Sequence[Any], attacks: Sequence[tuple[str, dict[str, Any]]], seed: int
+) -> list[AttackOutcome]:
+    """Every attack in ``attacks`` on the trained NN ``parties`` (order: 0..K-1, active
+    last): each attacker's view from its own party and its drawn auxiliary knowledge,
+    scored by the ``Judge``, who alone holds the ground truth."""
+    judge = Judge(parties)
+    view_of = nn_view_of(parties, seed)
     return evaluate(attacks, view_of, lambda guess, who: (judge.score(guess, who), {}))
+
+
+Trained = tuple[Sequence[Any], Sequence[tuple[str, dict[str, Any]]], int]  # parties, attacks, seed
+
+
+def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
+    """``run_attacks`` of each of a stack's trainings, each attack's evaluations run
+    together (``Attack.run_many``: model completion trains the K heads as one), each
+    on its own training's view and scored by its own judge. An evaluation's seconds are
+    its share of the attack's time over the stack. Adaptive attackers, and attacks not
+    every training asks for, and attacks without their own ``run_many`` run one training
+    at a time (``evaluate``: each its own seconds)."""
+    if len(trainings) < 2:
+        return [run_attacks(p, a, s) for p, a, s in trainings]
+    judges = [Judge(parties) for parties, _, _ in trainings]
+    views = [nn_view_of(parties, seed) for parties, _, seed in trainings]
+    out: list[list[AttackOutcome]] = [[] for _ in trainings]
+    asked = [list(attacks) for _, attacks, _ in trainings]
+    for j, (name, given) in enumerate(asked[0]):
+        params, adapt = split_adapt(given)
+        stacks = ATTACKS.get(name).run_many is not Attack.run_many  # its own stacked form
+        if (
+            not stacks
+            or adapt is not None
+            or any(len(a) <= j or a[j] != (name, given) for a in asked)
+        ):
+            for k, (_, attacks, _) in enumerate(trainings):  # one at a time
+                if len(attacks) > j:
+                    score_k = _scorer(judges[k])
+                    out[k] += evaluate([attacks[j]], views[k], score_k)
+            continue
+        attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
+        start = time.perf_counter()
+        seen = [view_of(attack.info) for view_of in views]
+        guesses = attack.run_many([view for _, view in seen])
+        share = (time.perf_counter() - start) / len(trainings)
+        for k, ((who, _), guess) in enumerate(zip(seen, guesses, strict=True)):
+            score = judges[k].score(guess, who)
+            extra = {**attack.record_extra(), "attack_stacked": len(trainings)}
+            out[k].append(AttackOutcome(name, attack.info.type, who, score, share, extra))
+    for k, (_, attacks, _) in enumerate(trainings):  # a longer list than the first's
+        for spec_j in attacks[len(asked[0]) :]:
+            out[k] += evaluate([spec_j], views[k], _scorer(judges[k]))
+    return out
+
+
+def _scorer(judge: Judge) -> ScoreOf:
+    return lambda guess, who: (judge.score(guess, who), {})

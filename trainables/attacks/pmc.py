@@ -10,6 +10,7 @@ AP: accuracy of the inferred test labels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,7 +21,7 @@ from trainables.attacks.completion import (
     CONVERGE,
     FAST,
     check_params,
-    complete_model,
+    complete_models,
     predict,
 )
 
@@ -54,18 +55,28 @@ class PassiveModelCompletion(Attack):
         return {k: v for k, v in self.params.items() if k in COMPLETION_DEFAULTS}
 
     def run(self, view: PartyView) -> LabelGuess:
-        aux = view.aux
-        model = complete_model(
-            view.bottom,
-            view.X_train[aux.label_rows],  # (n_aux, d)
-            aux.labels,  # (n_aux,)
-            view.X_train,  # (n_train, d): its own rows, used unlabeled
-            view.n_classes,
-            self.completion_params(),
-            view.seed,
-        )
-        n_test = len(view.X_test)
-        return LabelGuess(split="test", rows=np.arange(n_test), labels=predict(model, view.X_test))
+        return self.run_many([view])[0]
+
+    def run_many(self, views: Sequence[PartyView]) -> list[LabelGuess]:
+        """The completions of a stack's views trained together (``complete_models``)."""
+        jobs = [
+            (
+                view.bottom,
+                view.X_train[view.aux.label_rows],  # (n_aux, d)
+                view.aux.labels,  # (n_aux,)
+                view.X_train,  # (n_train, d): its own rows, used unlabeled
+                view.seed,
+            )
+            for view in views
+        ]
+        classes = {view.n_classes for view in views}
+        if len(classes) != 1:
+            raise ValueError(f"a stack's views have different class counts: {sorted(classes)}")
+        models = complete_models(jobs, classes.pop(), self.completion_params())
+        return [
+            LabelGuess(split="test", rows=np.arange(len(v.X_test)), labels=predict(m, v.X_test))
+            for v, m in zip(views, models, strict=True)
+        ]
 
 
 ATTACK = PassiveModelCompletion

@@ -20,6 +20,7 @@ import numpy as np
 
 from trainables.attacks import ATTACKS
 from trainables.attacks.harness import (
+    AttackOutcome,
     attacker_index,
     draw_aux,
     peer_index,
@@ -322,8 +323,10 @@ def records_of(
     y_test: np.ndarray | None = None,
     metric: str = "accuracy",
     y_val: np.ndarray | None = None,
+    outcomes: Sequence[AttackOutcome] | None = None,
 ) -> list[Record]:
-    """The clean record (unless a training-time attack ran) and one per attack outcome.
+    """The clean record (unless a training-time attack ran) and one per attack outcome
+    (``outcomes`` when the stack evaluated them together, ``run_attacks_many``).
 
     Fails a defense that never applied (``DefenseNeverApplied``); ``extra`` adds the kind's
     own measurements to the record's ``extra`` JSON. A DP defense's epsilon is worked out
@@ -347,6 +350,7 @@ def records_of(
         extra=applied if not extra else merged_extra(applied, extra),
     )
     records = [] if spec.train_attack != "none" else [clean]
-    outcomes = run_attacks(trained.parties, attacks, spec.seed) if attacks else []
+    if outcomes is None:
+        outcomes = run_attacks(trained.parties, attacks, spec.seed) if attacks else []
     records += [clean.attacked(out) for out in outcomes]
     return records

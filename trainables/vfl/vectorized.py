@@ -29,6 +29,7 @@ from functools import cache
 from typing import Any
 
 from trainables.attacks import ATTACKS
+from trainables.attacks.harness import AttackOutcome, run_attacks_many
 from trainables.data import Dataset
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.defenses.base import DEFENSES
@@ -188,6 +189,12 @@ def _run_chunk(
         ready, epochs, placement, [bool(c.attacks) for c in chunk],
         halving=halving_of(placement, ready), cells=[cell_of(jobs[c.index].spec) for c in chunk],
     )  # fmt: skip
+    done = [
+        (item, trained)
+        for item, (trained, error) in zip(chunk, trained_all, strict=True)
+        if error is None and trained is not None and not stopped(trained.result)
+    ]
+    outcomes = _stacked_outcomes(jobs, done)
     for item, (trained, error) in zip(chunk, trained_all, strict=True):
         if isinstance(error, DETERMINISTIC):
             yield item.index, error
@@ -207,10 +214,29 @@ def _run_chunk(
                     jobs[item.index].spec, trained, item.prepared.n_labeled, item.attacks,
                     extra=extra or None,
                     y_test=item.prepared.y_test, metric=item.prepared.metric,
-                    y_val=item.prepared.y_val,
+                    y_val=item.prepared.y_val, outcomes=outcomes.get(item.index),
                 )  # fmt: skip
             except DETERMINISTIC as err:
                 yield item.index, err
+
+
+def _stacked_outcomes(
+    jobs: Sequence[Job], done: Sequence[tuple[_Prepared, Trained]]
+) -> dict[int, list[AttackOutcome]]:
+    """The attack outcomes of a stack's finished trainings, each attack's evaluations run
+    together (``run_attacks_many``), by job index; empty for a stack of one, and where an
+    evaluation fails (each training then runs its own attacks, so the error is its own)."""
+    done = [(item, trained) for item, trained in done if item.attacks]  # parties kept
+    if len(done) < 2:
+        return {}
+    trainings = [
+        (trained.parties, item.attacks, jobs[item.index].spec.seed) for item, trained in done
+    ]
+    try:
+        outcomes = run_attacks_many(trainings)
+    except DETERMINISTIC:
+        return {}
+    return {item.index: out for (item, _), out in zip(done, outcomes, strict=True)}
 
 
 def halving_of(placement: Placement, ready: Sequence[PreparedTrial]) -> Halving | None:
