@@ -47,7 +47,7 @@ def build_parser(prog: str = "python sweep.py") -> argparse.ArgumentParser:
         "--estimate",
         action="store_true",
         help="with --dry-run: measure every training class this machine's cost cache lacks, "
-        "without the usual 30 s limit on measuring",
+        "without the usual 20 s limit on measuring",
     )
     p.add_argument("--address", default=None, help="join a Ray cluster: auto or ray://host:10001")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default all)")

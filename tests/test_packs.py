@@ -65,6 +65,27 @@ def test_packs_hold_one_shape_and_auto_spreads_them_over_the_slots(tmp_path: Pat
     assert [len(p.trainings) for p in stacked] == [7]
 
 
+def test_vectorized_packs_keep_trainings_that_stack_together(tmp_path: Path) -> None:
+    """Under ``run.vectorize`` a shape's trainings are packed in stack order: in plan order
+    (seed-major here) a pack of 4 would hold two defenses' trainings, which stack with
+    nothing; in stack order each pack holds one defense's, at any strength and seed."""
+    space = tmp_path / "stackorder.yaml"
+    space.write_text(
+        "name: stackorder\nbase: {dataset: digits, epochs: 2}\n"
+        "grid: {seed: [0, 1, 2, 3]}\n"
+        "defenses: {mid: [0.01, 1.0], cae: [0.1, 0.5]}\n"
+    )
+    trainings = expand(load_space(str(space))).trainings
+    assert len({t.spec.defense for t in trainings[:4]}) > 1  # plan order mixes them
+    for vectorize, mixed in ((True, False), (False, True)):
+        packs = make_packs(trainings, 4, slots=2, target_s=5.0, vectorize=vectorize)
+        kinds = [{t.spec.defense for t in p.trainings} for p in packs]
+        assert any(len(k) > 1 for k in kinds) is mixed
+        assert sorted(t.trial_id for p in packs for t in p.trainings) == sorted(
+            t.trial_id for t in trainings
+        )
+
+
 def _sweep(space: Path, results: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "sweep.py", "--space", str(space), "--results", str(results)]
     cmd += ["--no-mlflow", "--num-cpus", "2"]
