@@ -232,7 +232,7 @@ def test_the_shipped_space_plans_every_evaluation_adapted() -> None:
 
 def test_the_estimate_learns_what_a_tuning_run_costs(tmp_path: Any) -> None:
     from sweep_engine.costs import Costs, attack_key, train_key, tuning_runs
-    from sweep_engine.estimate import _seconds
+    from sweep_engine.probe import seconds_of as _seconds
 
     spec = TrialSpec.build(dataset="digits")
     costs = Costs(path=tmp_path / "costs.json")

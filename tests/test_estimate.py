@@ -142,12 +142,12 @@ grid:
 def test_fedhssl_mc_counts_its_pretrained_stage_and_the_probe_order_reaches_each_variant(
     tmp_path: Path,
 ) -> None:
-    from sweep_engine.estimate import _to_probe, levels
     from sweep_engine.packs import evaluations
+    from sweep_engine.probe import levels, to_probe
 
     plan = _plan(tmp_path, SSL + "attacks: [mc]\n")
     assert evaluations(plan.trainings[0]) == [("mc", 1), ("mc_pretrained", 1)]
-    picked = _to_probe(list(plan.trainings), Costs(path=tmp_path / "c.json"), remote=False)
+    picked = to_probe(list(plan.trainings), Costs(path=tmp_path / "c.json"), remote=False)
     assert [t.spec.ssl_variant for t in picked] == ["splitnn", "local_simsiam"]  # a class each
     assert levels(picked[1])[2] == ("hssl", "local_simsiam")
 
@@ -158,7 +158,7 @@ def test_a_pretraining_class_is_probed_at_one_pretraining_epoch_and_scaled(
     """The probe of a FedHSSL-family class pretrains one epoch (a record's
     ``pretrain_seconds``) and counts it ``pretrain_epochs`` times in the class's fixed
     seconds; every probe run is at one pretraining epoch."""
-    from sweep_engine import estimate as est
+    from sweep_engine import probe as est
 
     runs: list[tuple[int, float]] = []
     real = est.run_trial

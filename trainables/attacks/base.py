@@ -213,7 +213,7 @@ class Attack:
     def run(self, view: PartyView) -> Guess:
         raise NotImplementedError
 
-    def run_many(self, views: Sequence[PartyView]) -> list[Guess]:
+    def run_many(self, views: Sequence[PartyView]) -> Sequence[Guess]:
         """``run`` on each of the views of one stack's trainings (same shape, one view per
         training, each its own party's alone). An attack whose arithmetic stacks computes
         them together (model completion); each guess must be the one ``run`` gives."""

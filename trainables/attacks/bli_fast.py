@@ -91,7 +91,7 @@ class PlainMLP:
     row (MNIST's borders) drop out: their weight gradients are zero in both terms."""
 
     def __init__(self, model: nn.Module, x: np.ndarray, grad: np.ndarray) -> None:
-        layers = [model] if isinstance(model, nn.Linear) else list(model)
+        layers = [model] if isinstance(model, nn.Linear) else list(model.children())
         a = x.astype(np.float32)
         self.keep = np.flatnonzero(np.abs(a).sum(axis=0) > 0)  # input columns not all zero
         a = np.ascontiguousarray(a[:, self.keep])

@@ -22,12 +22,16 @@ not bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from trainables.attacks.completion import CompletionModel
 
 
 class Convergence:
@@ -274,12 +278,12 @@ def head_grads(
 
 
 def train_fast_many(
-    models: list[nn.Module],
-    datas: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    models: Sequence[CompletionModel],
+    datas: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     p: dict[str, Any],
-    gens: list[torch.Generator],
-    rngs: list[np.random.Generator],
-    emas: list[nn.Module],
+    gens: Sequence[torch.Generator],
+    rngs: Sequence[np.random.Generator],
+    emas: Sequence[CompletionModel],
 ) -> None:
     """``train_fast`` of K completions in lockstep (issue 45): each draws from its own
     generators and forms its own block inputs; the head steps and Adam run on the K heads
