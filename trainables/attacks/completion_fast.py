@@ -24,14 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-
-if TYPE_CHECKING:
-    from trainables.attacks.completion import CompletionModel
 
 
 class Convergence:
@@ -278,12 +275,12 @@ def head_grads(
 
 
 def train_fast_many(
-    models: Sequence[CompletionModel],
+    models: Sequence[nn.Module],
     datas: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     p: dict[str, Any],
     gens: Sequence[torch.Generator],
     rngs: Sequence[np.random.Generator],
-    emas: Sequence[CompletionModel],
+    emas: Sequence[nn.Module],
 ) -> None:
     """``train_fast`` of K completions in lockstep (issue 45): each draws from its own
     generators and forms its own block inputs; the head steps and Adam run on the K heads
