@@ -17,6 +17,7 @@ forgotten by one kind (``tests/test_split_conformance.py``).
 from __future__ import annotations
 
 import math
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -328,7 +329,8 @@ class Split:
 
 
 ROWS_KEPT = 256  # ``rows_for`` results kept (a planner asks for the same rows many times)
-_ROWS: OrderedDict[tuple[Any, ...], tuple[Dataset, SampleSplit | str]] = OrderedDict()
+# (a weak reference: kept rows never keep a dataset alive)
+_ROWS: OrderedDict[tuple[Any, ...], tuple[weakref.ref[Dataset], SampleSplit | str]] = OrderedDict()
 
 
 def rows_for(spec: RowSpecLike, ds: Dataset) -> SampleSplit:
@@ -339,7 +341,7 @@ def rows_for(spec: RowSpecLike, ds: Dataset) -> SampleSplit:
     (9 s); each call gets its own copy of the arrays."""
     key = (id(ds), spec.aligned_ratio, spec.n_labeled, spec.seed, spec.n_aligned, spec.val_ratio)
     hit = _ROWS.get(key)
-    if hit is None or hit[0] is not ds:  # ``is``: an id reused by another dataset
+    if hit is None or hit[0]() is not ds:  # an id reused by another dataset: not a hit
         try:
             got: SampleSplit | str = split_samples(
                 len(ds.y_train), spec.aligned_ratio, spec.n_labeled, seed=spec.seed,
@@ -347,7 +349,7 @@ def rows_for(spec: RowSpecLike, ds: Dataset) -> SampleSplit:
             )  # fmt: skip
         except ConfigError as err:
             got = str(err)
-        hit = _ROWS[key] = (ds, got)
+        hit = _ROWS[key] = (weakref.ref(ds), got)
         while len(_ROWS) > ROWS_KEPT:
             _ROWS.popitem(last=False)
     _ROWS.move_to_end(key)
