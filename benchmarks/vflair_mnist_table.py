@@ -15,7 +15,11 @@ C-DCS is not comparable to ours; the ranks are compared by Kendall τ over the p
 rank. Needs ``../shared/datasets/mnist`` (our 10k-row file, 8,000 train rows; VFLAIR's table
 is on the 60k-row MNIST).
 
-``--results DIR`` keeps the sweep's records (default: a folder under the system temp dir).
+``--results DIR`` keeps the sweep's records (default: a folder under the system temp dir,
+one per procedure). ``--procedure vflair`` runs the space with ``procedure: vflair`` in its
+``base`` (VFLAIR's lr decay, batch order, dCor distances, LRB's colluding per-batch
+injection and its AP count: docs/vflair.md). ``--attacks lrb`` (any subset of the space's
+attacks) runs and scores those only: the other types' cells are then empty.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from analysis.load import read_records
 from analysis.ranking import DEFAULT_WEIGHTS, kendall_tau, ranking_table
 from analysis.report import prepare
-from benchmarks import run_space
+from benchmarks import ROOT, run_space
 
 SPACE = "vflair_mnist"
 TYPES = ("LI", "FR", "TB", "NTB")
@@ -145,18 +150,42 @@ def rounded(table: pd.DataFrame) -> list[dict[str, object]]:
     return json.loads(out.to_json(orient="records"))
 
 
+def space_file(procedure: str, attacks: list[str] | None, folder: Path) -> tuple[str, str]:
+    """(the space to run, its name): the shipped one, or a copy with ``procedure`` in its
+    base and only ``attacks``, written to ``folder``."""
+    if procedure == "standard" and attacks is None:
+        return SPACE, SPACE
+    space = yaml.safe_load((ROOT / "search_spaces" / f"{SPACE}.yaml").read_text())
+    unknown = sorted(set(attacks or ()) - set(space["attacks"]))
+    if unknown:
+        raise SystemExit(f"--attacks: {unknown} not in {SPACE}.yaml; allowed: {space['attacks']}")
+    name = f"{SPACE}_{procedure}" + ("_" + "_".join(attacks) if attacks else "")
+    space["name"] = name
+    space["base"] = {**space["base"], "procedure": procedure}
+    space["attacks"] = attacks or space["attacks"]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    return str(path), name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=None)
+    parser.add_argument("--procedure", choices=["standard", "vflair"], default="standard")
+    parser.add_argument("--attacks", nargs="+", default=None)
     args = parser.parse_args()
-    results = args.results or Path(tempfile.gettempdir()) / "vflsweep_vflair_mnist"
+    suffix = "" if args.procedure == "standard" else f"_{args.procedure}"
+    results = args.results or Path(tempfile.gettempdir()) / f"vflsweep_vflair_mnist{suffix}"
     start = time.perf_counter()
-    seconds = run_space(SPACE, results)
-    records = read_records(results / SPACE)
+    space, name = space_file(args.procedure, args.attacks, results)
+    seconds = run_space(space, results)
+    records = read_records(results / name)
     ranking = ranking_table(prepare(records, 0.5), DEFAULT_WEIGHTS)
     table, differ = compare(ranking)
     print(json.dumps({
-        "benchmark": "vflair_mnist_table", "space": SPACE, "results": str(results),
+        "benchmark": "vflair_mnist_table", "space": name, "procedure": args.procedure,
+        "results": str(results),
         "sweep_seconds": round(seconds, 1), "trainings": int(records["trial_id"].nunique()),
         **summary(table, differ), "differ_over_0.05": differ, "table": rounded(table),
         "seconds": round(time.perf_counter() - start, 1),

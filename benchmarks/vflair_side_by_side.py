@@ -28,6 +28,13 @@ export for VFLAIR was made), the same seeds and target class 0:
   without VFLAIR's training procedure as named options (``lr_decay: inv_sqrt``: lr /
   sqrt(epoch + 1); ``shuffle: false``: batches in row order), against VFLAIR's final MP.
 
+- ``lrb_vflair`` / ``lrb_batch128_vflair``: LRB under ``procedure: vflair`` (the
+  colluding per-batch injection, ``lr_decay: inv_sqrt``, ``shuffle: false``; AP counted
+  over all triggered rows, target class included, as VFLAIR counts it), at batch 1024 and
+  128, against VFLAIR's final model; the passive swap's AP on the same rows beside it.
+- ``dcor_vflair``: dCor λ = 0.3 under ``procedure: vflair`` (its distances, decay and
+  batch order): final MP and BLI's AP on the first batch.
+
 ``agree`` is |mean ours − mean VFLAIR| ≤ the larger of the two standard deviations
 (over seeds): the issue's "within one std". ``--seeds`` defaults to the measured ones.
 """
@@ -161,8 +168,52 @@ def mp_procedure(measured: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     return out
 
 
-RUNS = {"lrb": lrb, "lrb_batch128": lrb, "nsb": nsb, "dcor": dcor, "mp_procedure": mp_procedure}
-MEASURED_AS = {"mp_procedure": "nsb"}  # runs that read another run's measured entry
+def lrb_vflair(measured: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    """LRB under ``procedure: vflair`` against VFLAIR's final model: AP over all 20
+    triggered test rows (VFLAIR's count) and over those of other classes (ours)."""
+    theirs = {s["seed"]: s for s in measured["seeds"]}
+    out: dict[str, Any] = {}
+    for count in ("all", "other"):
+        ap, mp = [], []
+        for seed in seeds:
+            spec = TrialSpec.build(
+                dataset="mnist", seed=seed, procedure="vflair", train_attack="lrb",
+                train_attack_params={"target": 0, "count": count}, **settings_of(theirs[seed]),
+            )  # fmt: skip
+            rec = row(run_trial(spec), "lrb")
+            ap.append(float(rec.ap))
+            mp.append(float(rec.mp))
+        t = [theirs[s] for s in seeds]
+        key = "final_backdoor_acc" if count == "all" else "final_backdoor_acc_nontarget"
+        out[f"ap_final_count_{count}"] = side(ap, [s[key] for s in t])
+        out.setdefault("mp_final", side(mp, [s["final_test_acc"] for s in t]))
+    return out
+
+
+def dcor_vflair(measured: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    """dCor λ = 0.3 under ``procedure: vflair``: final MP and BLI's AP on the first batch."""
+    theirs = {s["seed"]: s for s in measured["by_lambda"]["0.3"]["seeds"]}
+    mp, bli = [], []
+    for seed in seeds:
+        spec = TrialSpec.build(
+            dataset="mnist", seed=seed, procedure="vflair", defense="dcor", defense_param=0.3,
+            **settings_of(theirs[seed]),
+        )  # fmt: skip
+        records = run_trial(spec, attacks=[("bli", {})])
+        mp.append(float(row(records, "none").mp))
+        bli.append(float(row(records, "bli").ap))
+    return {
+        "mp_final": side(mp, [theirs[s]["final_test_acc"] for s in seeds]),
+        "bli_ap": side(bli, [theirs[s]["bli_recovery_rate"] for s in seeds]),
+    }
+
+
+RUNS = {"lrb": lrb, "lrb_batch128": lrb, "nsb": nsb, "dcor": dcor, "mp_procedure": mp_procedure,
+        "lrb_vflair": lrb_vflair, "lrb_batch128_vflair": lrb_vflair,
+        "dcor_vflair": dcor_vflair}  # fmt: skip
+# runs that read another run's measured entry
+MEASURED_AS = {"mp_procedure": "nsb", "lrb_vflair": "lrb", "lrb_batch128_vflair": "lrb_batch128",
+               "dcor_vflair": "dcor"}  # fmt: skip
 
 
 def main() -> None:

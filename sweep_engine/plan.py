@@ -181,8 +181,11 @@ def _attack_cells(
             reason = f"attack {entry.name!r} is binary-only; {spec.dataset} has {n_classes} classes"
             dropped.append(Dropped({**cell, "attack": entry.name}, reason))
         elif info.training_time:
-            tampered = spec.model_copy(
-                update={"train_attack": entry.name, "train_attack_params": entry.attack_params()}
+            update = {"train_attack": entry.name, "train_attack_params": entry.attack_params()}
+            tampered = (  # a procedure's attack parameters fill in (``procedure: vflair``)
+                spec.model_copy(update=update)
+                if spec.procedure == "standard"
+                else TrialSpec.build(**{**spec.model_dump(), **update})
             )
             own.append(Training(tampered, {**cell, "attack": entry.name}, search=search))
         else:

@@ -131,3 +131,18 @@ def test_mf_zeroes_a_quarter_of_the_embeddings(clean_parties: dict[int, list[Any
     others = np.setdiff1d(np.arange(n_test), guess.rows)
     np.testing.assert_allclose(guess.embeddings[others], h[others], rtol=1e-6)
     assert not guess.embeddings[guess.rows].any()
+
+
+@pytest.mark.parametrize("name", ["mf", "nsb"])
+def test_vflairs_count_takes_ap_against_the_tampered_mp(
+    clean_parties: dict[int, list[Any]], name: str
+) -> None:
+    """``mp: tampered`` (VFLAIR's code): AP = MP with the attacked rows in it - their
+    accuracy; the paper's Eq. 7 (default) subtracts from the clean MP. Same guess, same MP."""
+    from trainables.attacks.judge import Judge
+
+    ours, vflair = run_attacks(clean_parties[0], [(name, {}), (name, {"mp": "tampered"})], 0)
+    clean_mp = Judge(clean_parties[0]).clean_mp
+    assert ours.mp == vflair.mp and ours.score.chance == vflair.score.chance
+    assert vflair.ap > 0 and ours.mp < clean_mp  # the attack costs MP on these rows
+    assert ours.ap - vflair.ap == pytest.approx(clean_mp - ours.mp, abs=1e-12)

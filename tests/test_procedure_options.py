@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from sweep_engine.plan import expand
+from sweep_engine.space import load_space
 from trainables.data import load_dataset
 from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
@@ -18,6 +21,7 @@ from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer, lr_scale
 from trainables.transport.placement import LOCAL
 from trainables.trial import incompatibility, prepare_parties, train_prepared
+from trainables.vfl.training import attacks_of
 
 TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None, "extra": ""}
 
@@ -93,3 +97,34 @@ def test_kinds_that_do_not_follow_them_refuse_them_at_plan_time() -> None:
         reason = incompatibility(tree)
         assert reason is not None and field in reason and "only plain NN VFL" in reason
     assert incompatibility(_spec(lr_decay="inv_sqrt", shuffle=False)) is None
+
+
+def test_the_vflair_procedure_sets_each_option_and_leaves_explicit_ones(
+    tmp_path: Path,
+) -> None:
+    vflair = _spec(procedure="vflair")
+    assert (vflair.lr_decay, vflair.shuffle) == ("inv_sqrt", False)
+    assert vflair.config_hash != _spec(lr_decay="inv_sqrt", shuffle=False).config_hash
+    assert _spec(procedure="standard").config_hash == _spec().config_hash
+    own = _spec(procedure="vflair", shuffle=True, train_attack="lrb",
+                train_attack_params={"count": "other"})  # fmt: skip
+    assert own.shuffle is True and own.lr_decay == "inv_sqrt"
+    assert own.train_attack_params == {"injection": "colluding", "count": "other"}
+    dcor = _spec(procedure="vflair", defense="dcor", defense_param=0.3)
+    assert dcor.defense_params == {"distances": "vflair"}
+    evaluated = attacks_of(vflair, [("mf", {}), ("nsb", {"mp": "clean"}), ("bli", {})])
+    assert evaluated == [("mf", {"mp": "tampered"}), ("nsb", {"mp": "clean"}), ("bli", {})]
+    assert attacks_of(_spec(), [("mf", {})]) == [("mf", {})]
+    tree = TrialSpec.build(dataset="breast_cancer", model="xgboost", procedure="vflair")
+    assert "procedure='vflair'" in str(incompatibility(tree))
+    # the planner's training of a training-time attack gets the procedure's parameters
+    space = tmp_path / "v.yaml"
+    space.write_text(
+        "name: v\nbase: {dataset: digits, epochs: 2, procedure: vflair}\n"
+        "grid: {seed: [0]}\nattacks: [lrb, bli]\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+    )
+    trainings = expand(load_space(str(space))).trainings
+    lrb = next(t.spec for t in trainings if t.spec.train_attack == "lrb")
+    assert lrb.train_attack_params == {"injection": "colluding", "count": "all"}
+    assert all(t.spec.procedure == "vflair" and not t.spec.shuffle for t in trainings)

@@ -143,7 +143,42 @@ class DefenseEntry(BaseModel):
 
 # Fields added after records existed: at their default they are left out of config_hash,
 # so a sweep started before them resumes and golden records keep their ids.
-NEW_AT_DEFAULT_UNHASHED = ("split_params", "val_ratio", "lr_decay", "shuffle")
+NEW_AT_DEFAULT_UNHASHED = ("split_params", "val_ratio", "lr_decay", "shuffle", "procedure")
+
+# ``procedure: vflair``: the options it sets where the spec does not set them itself, each
+# one a named option of its own that the record's ``spec_json`` shows (docs/vflair.md)
+VFLAIR_PROCEDURE: dict[str, Any] = {"lr_decay": "inv_sqrt", "shuffle": False}
+VFLAIR_ATTACK_PARAMS: dict[str, dict[str, Any]] = {
+    "lrb": {"injection": "colluding", "count": "all"},  # per-batch injection, its AP count
+    "mf": {"mp": "tampered"},  # AP against the MP with the attacked rows in it
+    "nsb": {"mp": "tampered"},
+}
+VFLAIR_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {"dcor": {"distances": "vflair"}}
+
+
+def procedure_params(spec: TrialSpec, attack: str, params: dict[str, Any]) -> dict[str, Any]:
+    """An evaluated attack's parameters under ``spec.procedure``: the procedure's where
+    ``params`` leave them unset (``vflair``: ``VFLAIR_ATTACK_PARAMS``)."""
+    if spec.procedure != "vflair":
+        return dict(params)
+    return {**VFLAIR_ATTACK_PARAMS.get(attack, {}), **params}
+
+
+def _vflair_procedure(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with what ``procedure: vflair`` switches, where they leave it unset."""
+    for key, value in VFLAIR_PROCEDURE.items():
+        values.setdefault(key, value)
+    attack = values.get("train_attack")
+    if isinstance(attack, str) and attack in VFLAIR_ATTACK_PARAMS:
+        given = values.get("train_attack_params") or {}
+        if isinstance(given, dict):
+            values["train_attack_params"] = {**VFLAIR_ATTACK_PARAMS[attack], **given}
+    defense = values.get("defense")
+    if isinstance(defense, str) and defense in VFLAIR_DEFENSE_PARAMS:
+        given = values.get("defense_params") or {}
+        if isinstance(given, dict):
+            values["defense_params"] = {**VFLAIR_DEFENSE_PARAMS[defense], **given}
+    return values
 
 
 class TrialSpec(BaseModel):
@@ -177,6 +212,10 @@ class TrialSpec(BaseModel):
     # ``shuffle: false``: every epoch's batches in row order (VFLAIR does not shuffle)
     lr_decay: Literal["none", "inv_sqrt"] = "none"
     shuffle: bool = True
+    # ``vflair``: VFLAIR's procedure, as the options above and the attack and defense
+    # parameters in ``VFLAIR_PROCEDURE`` / ``VFLAIR_*_PARAMS``, where the spec leaves them
+    # unset (each then shows in the record); ``standard``: the papers' (ours)
+    procedure: Literal["standard", "vflair"] = "standard"
     ssl_variant: str = "none"
     defense: str = "none"  # a name in trainables.defenses.DEFENSES
     defense_param: Float | None = None  # its one strength; None -> the defense's default
@@ -199,6 +238,8 @@ class TrialSpec(BaseModel):
         for key, default in base.items():
             if values.get(key) is None:
                 values[key] = default
+        if values.get("procedure") == "vflair":
+            values = _vflair_procedure(values)
         return values
 
     @classmethod

@@ -117,6 +117,12 @@ class InferenceTamper:
     X_test: np.ndarray | None = None  # (n_test, d_k)
     embeddings: np.ndarray | None = None  # (n_test, C)
     target: int | None = None
+    # targeted: also score the triggered rows of the target class itself (a hit when
+    # predicted as the target), as VFLAIR's backdoor accuracy does; default: other classes
+    count_target_rows: bool = False
+    # non-targeted: AP against the MP of the tampered model over all test rows (the
+    # attacked ones included), as VFLAIR's MF and NSB count; default: the clean MP (Eq. 7)
+    against_tampered_mp: bool = False
 
 
 Guess = LabelGuess | FeatureGuess | InferenceTamper
@@ -169,6 +175,9 @@ class Attack:
     # (``defenses/stacked.py``: LRB's swaps, AMC's optimizer) says so: its trainings then
     # run in vectorized packs; one that does not runs them alone
     stacks: ClassVar[bool] = False
+    # parameters that take one of a few named values (LRB's ``injection``): any other
+    # value is refused when the attack is built, i.e. at plan time
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self, preset: str | None = None, **params: Any) -> None:
         if preset is not None and preset not in self.presets:
@@ -180,6 +189,12 @@ class Attack:
         self.preset = preset
         chosen = self.presets[preset] if preset is not None else {}
         self.params = {**self.defaults, **chosen, **params}
+        for key, allowed in self.choices.items():
+            if self.params[key] not in allowed:
+                raise ConfigError(
+                    f"attack {self.name!r}: {key}={self.params[key]!r}; allowed: "
+                    + ", ".join(repr(a) for a in allowed)
+                )
 
     def changed_params(self) -> dict[str, Any]:
         """The parameters that differ from VFLAIR's defaults (a preset's and explicit ones)."""
@@ -196,12 +211,19 @@ class Attack:
         out = self.name + (f"@{self.preset}" if self.preset else "")
         return out + (f"[{','.join(own)}]" if own else "")
 
+    def colludes(self) -> bool:
+        """Whether these settings need the active party's help (LRB's per-batch injection,
+        VFLAIR's): the attack's ``install`` then also runs at the active party, and its
+        records say ``threat_model: colluding``. Default: the attacker alone."""
+        return False
+
     def record_extra(self) -> dict[str, Any]:
         """What an attack record's ``extra`` JSON says about the settings that ran."""
         return {
             "attack_label": self.label(),
             "attack_preset": self.preset,
             "attack_params": self.changed_params(),
+            **({"threat_model": "colluding"} if self.colludes() else {}),
         }
 
     def install(self, party: Any, aux: AuxData) -> None:

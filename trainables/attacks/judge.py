@@ -93,18 +93,21 @@ class Judge:
         preds = self.predict(hs)  # (n_test,)
         n_test = len(self.y_test)
         if guess.target is not None:
-            rows = guess.rows[self.y_test[guess.rows] != guess.target]
+            rows = guess.rows
+            if not guess.count_target_rows:  # rows of other classes only
+                rows = rows[self.y_test[rows] != guess.target]
             ap = float((preds[rows] == guess.target).mean()) if len(rows) else float("nan")
             score = chance.targeted_score(self.clean_preds[rows], preds[rows], guess.target, ap)
             return score.with_mp(self.clean_mp, n_test)
         # VFLAIR's Eq. 7: AP = MP_all - MP on the attacked samples (clean MP over all rows)
         rows = guess.rows
         hit = float((preds[rows] == self.y_test[rows]).mean()) if len(rows) else 0.0
-        ap = max(0.0, self.clean_mp - hit)
+        tampered_mp = self.mp(preds)
+        ap = max(0.0, (tampered_mp if guess.against_tampered_mp else self.clean_mp) - hit)
         score = chance.untargeted_score(
             self.clean_preds[rows], preds[rows], self.y_test[rows], self.clean_mp, ap
         )
-        return score.with_mp(self.mp(preds), n_test)
+        return score.with_mp(tampered_mp, n_test)
 
 
 class QueryModel(torch.nn.Module):

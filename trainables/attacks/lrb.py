@@ -18,7 +18,13 @@ AP ~0.2); and ``test_ratio=1``: all test rows triggered, a steadier AP than VFLA
 class logits. In FedBCD only the first of the Q local steps uses the swap (the party
 recomputes clean rows).
 AP: share of triggered test rows of other classes that the trained model assigns to the
-target class; the record's MP is the backdoored model's clean MP.
+target class (``count: all``: of all triggered rows, target class included, as VFLAIR
+counts); the record's MP is the backdoored model's clean MP.
+
+``injection: colluding`` runs VFLAIR's own procedure instead (``lrb_colluding.py``): the
+active party helps, appending a poison row and a target-labelled row to every batch. It is
+a colluding threat model, outside the passive one, and its records say so
+(``threat_model: colluding``); ``procedure: vflair`` switches it on.
 
 Against VFLAIR's own code (``benchmarks.vflair_side_by_side``, docs/vflair.md): VFLAIR
 appends one triggered poison row and one row labelled as the target to *every* batch, at
@@ -42,6 +48,7 @@ import numpy as np
 import torch
 
 from trainables.attacks.base import Attack, AttackInfo, AuxData, InferenceTamper, PartyView
+from trainables.attacks.lrb_colluding import injection_hook
 from trainables.defenses.stacked import StackedDefense
 from trainables.messages import Message
 
@@ -139,23 +146,46 @@ class LabelReplacementBackdoor(Attack):
         "trigger_size": 4,  # feature columns in the trigger (VFLAIR: 4 pixels)
         "margin": 0.0,  # logits taken off the target in swapped rows; 0: VFLAIR's plain swap
         "test_ratio": 0.01,  # share of test rows triggered (VFLAIR: 1%)
+        # "colluding": VFLAIR's per-batch injection, with the active party's help
+        # (``lrb_colluding``); "swap": the passive attacker alone
+        "injection": "swap",
+        "target_rows": "first",  # colluding only: "first" (VFLAIR's code) or "known"
+        "count": "other",  # AP over triggered rows of other classes; "all": VFLAIR's count
+    }
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "injection": ("swap", "colluding"),
+        "target_rows": ("first", "known"),
+        "count": ("other", "all"),
     }
     presets: ClassVar[dict[str, dict[str, Any]]] = {
         "strong": {"margin": 15.0, "test_ratio": 1.0},  # see the module docstring
     }
+
+    def colludes(self) -> bool:
+        return self.params["injection"] == "colluding"
 
     def _target_rows(self, aux: AuxData) -> np.ndarray:
         return np.asarray(aux.label_rows)[np.asarray(aux.labels) == int(self.params["target"])]
 
     def install(self, party: Any, aux: AuxData) -> None:
         x = party.X_train.cpu().numpy()  # (n, d) its own features, left unchanged
-        columns, values = trigger_of(x, int(self.params["trigger_size"]))
         rows = poison_rows(len(x), float(self.params["poison_ratio"]), party.config.seed)
-        poison = torch.from_numpy(add_trigger(x[rows], columns, values)).to(party.device)
         target, margin = int(self.params["target"]), float(self.params["margin"])
+        known = self._target_rows(aux)
+        if self.colludes():  # at the attacker and at the active party (``lrb_colluding``)
+            first = np.arange(min(len(known), len(x)), dtype=np.int64)
+            targets = first if self.params["target_rows"] == "first" else known
+            poison = None
+            if party.party_id != party.active_id:
+                columns, values = trigger_of(x, int(self.params["trigger_size"]))
+                poison = torch.from_numpy(add_trigger(x[rows], columns, values)).to(party.device)
+            party.hooks.insert(0, injection_hook(party, rows, targets, poison, target))
+            return
+        columns, values = trigger_of(x, int(self.params["trigger_size"]))
+        poison = torch.from_numpy(add_trigger(x[rows], columns, values)).to(party.device)
         if party.config.partition != "agg":  # embeddings feed a trainable head: not logits
             margin = 0.0
-        party.hooks.insert(0, ReplacementHook(self._target_rows(aux), poison, target, margin))
+        party.hooks.insert(0, ReplacementHook(known, poison, target, margin))
 
     def run(self, view: PartyView) -> InferenceTamper:
         columns, values = trigger_of(view.X_train, int(self.params["trigger_size"]))
@@ -167,7 +197,10 @@ class LabelReplacementBackdoor(Attack):
             rows = np.sort(rng.choice(n_test, size=k, replace=False)).astype(np.int64)
         X = np.array(view.X_test, dtype=np.float32, copy=True)  # (n_test, d)
         X[rows] = add_trigger(X[rows], columns, values)
-        return InferenceTamper(rows=rows, X_test=X, target=int(self.params["target"]))
+        return InferenceTamper(
+            rows=rows, X_test=X, target=int(self.params["target"]),
+            count_target_rows=self.params["count"] == "all",
+        )  # fmt: skip
 
 
 ATTACK = LabelReplacementBackdoor

@@ -20,7 +20,13 @@ from trainables.attacks.base import Attack, AttackInfo, InferenceTamper, PartyVi
 class MissingFeature(Attack):
     name = "mf"
     info = AttackInfo(type="NTB", role="passive", training_time=False)
-    defaults: ClassVar[dict[str, Any]] = {"missing_rate": 0.25}  # share of test rows
+    defaults: ClassVar[dict[str, Any]] = {
+        "missing_rate": 0.25,  # share of test rows
+        # AP against the "clean" MP (the paper's Eq. 7) or, as VFLAIR's code counts, the
+        # "tampered" model's MP over all test rows
+        "mp": "clean",
+    }
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"mp": ("clean", "tampered")}
 
     def run(self, view: PartyView) -> InferenceTamper:
         n_test = len(view.X_test)
@@ -32,7 +38,9 @@ class MissingFeature(Attack):
             h = view.bottom(torch.from_numpy(np.asarray(view.X_test, dtype=np.float32)))
         emb = h.numpy().copy()  # (n_test, C)
         emb[rows] = 0.0
-        return InferenceTamper(rows=rows, embeddings=emb)
+        return InferenceTamper(
+            rows=rows, embeddings=emb, against_tampered_mp=self.params["mp"] == "tampered"
+        )
 
 
 ATTACK = MissingFeature

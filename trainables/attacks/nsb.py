@@ -23,7 +23,11 @@ class NoisySampleBackdoor(Attack):
     defaults: ClassVar[dict[str, Any]] = {
         "noise_rate": 0.01,  # share of test rows made noisy
         "noise_std": 2.0,  # standard deviation of the added noise
+        # AP against the "clean" MP (the paper's Eq. 7) or, as VFLAIR's code counts, the
+        # "tampered" model's MP over all test rows
+        "mp": "clean",
     }
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"mp": ("clean", "tampered")}
 
     def run(self, view: PartyView) -> InferenceTamper:
         rng = np.random.default_rng([view.seed, 6151])
@@ -34,7 +38,9 @@ class NoisySampleBackdoor(Attack):
         noise = rng.normal(0.0, float(self.params["noise_std"]), size=(k, X.shape[1]))
         lo, hi = view.X_train.min(axis=0), view.X_train.max(axis=0)  # (d,) own data range
         X[rows] = np.clip(X[rows] + noise, lo, hi).astype(np.float32)
-        return InferenceTamper(rows=rows, X_test=X)
+        return InferenceTamper(
+            rows=rows, X_test=X, against_tampered_mp=self.params["mp"] == "tampered"
+        )
 
 
 ATTACK = NoisySampleBackdoor

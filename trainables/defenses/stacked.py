@@ -93,6 +93,15 @@ class StackedDefense:
     def install(self, stack: Any) -> None:
         """Once the stack is built, before training (AMC wraps its optimizer here)."""
 
+    def batch_rows(self, stack: Any, ref: Any, rows: torch.Tensor) -> torch.Tensor:
+        """(K, B') the row positions the stack trains on in round ``ref``, from its own
+        schedule's (K, B): a colluding LRB adds rows to every batch (``lrb_colluding``)."""
+        return rows
+
+    def on_gradient(self, stack: Any, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """At a passive stack, the received dL/dH (K, B, C) before the party steps on it."""
+        return grad
+
     def on_forward(
         self, stack: Any, rows: torch.Tensor, h: torch.Tensor, payload: Any
     ) -> tuple[torch.Tensor, Any]:

@@ -60,6 +60,11 @@ class TrialKind:
                 "MP yet (only plain NN VFL does); leave val_ratio at 0 for it"
             )
         if not self.trains_procedure_options:
+            if spec.procedure != "standard":
+                return (
+                    f"procedure={spec.procedure!r}: trial kind {self.name!r} trains with its "
+                    "own procedure (only plain NN VFL follows VFLAIR's); leave it at 'standard'"
+                )
             for key, value, default in (
                 ("lr_decay", spec.lr_decay, "none"),
                 ("shuffle", spec.shuffle, True),

@@ -33,7 +33,7 @@ from trainables.jobs import AttackSpec
 from trainables.party import Labels, Party, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
 from trainables.records import Record, merged_extra
-from trainables.spec import TrialSpec
+from trainables.spec import TrialSpec, procedure_params
 from trainables.transport.group import PartyGroup
 from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
@@ -83,10 +83,11 @@ class Trained:
 
 
 def attacks_of(spec: TrialSpec, attacks: Sequence[AttackSpec] = ()) -> list[AttackSpec]:
-    """The attacks a trial evaluates: its training-time attack, else the given ones."""
+    """The attacks a trial evaluates: its training-time attack, else the given ones (with
+    the parameters its ``procedure`` sets where they leave them unset: ``procedure_params``)."""
     if spec.train_attack != "none":
         return [(spec.train_attack, dict(spec.train_attack_params))]
-    return list(attacks)
+    return [(name, procedure_params(spec, name, params)) for name, params in attacks]
 
 
 def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyConfig:
@@ -197,6 +198,9 @@ def attack_needs(
             record.add(who)
         if info.training_time:
             install.setdefault(who, []).append((name, params))
+            active = spec.n_parties - 1
+            if who != active and ATTACKS.create(name, **params).colludes():  # type: ignore[attr-defined]
+                install.setdefault(active, []).append((name, params))  # its help (LRB's)
     return record, install
 
 

@@ -179,7 +179,10 @@ class VecStack:
     def rows(self, ref: BatchRef) -> torch.Tensor:
         """(K, B) each training's row positions of ``ref`` (its own schedule)."""
         rows = np.stack([self.parties[s].schedule.rows(ref) for s in self.slots])
-        return torch.from_numpy(rows).to(self.device)
+        out = torch.from_numpy(rows).to(self.device)
+        for hook in self.stacked_hooks:  # a colluding attack adds rows to every batch
+            out = hook.batch_rows(self, ref, out)
+        return out
 
     def _log(
         self, sent: bool, kind: str, src: int, dst: int, payload: np.ndarray, ref: Any
@@ -244,6 +247,8 @@ class VecStack:
         self._pending = None
         received = self._receive("gradient", self.active_id, self.config_party_id, grad, ref)
         g = torch.from_numpy(np.array(received, dtype=np.float32)).to(self.device)
+        for hook in self.stacked_hooks:  # a colluding LRB moves a row's gradient
+            g = hook.on_gradient(self, rows, g)
         h_sent = h.detach()
         for step in range(self.config.local_steps):
             if step > 0:
