@@ -5,10 +5,12 @@ at plan time by the kinds that do not follow it."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from sweep_engine.plan import expand
@@ -17,6 +19,7 @@ from trainables.data import load_dataset
 from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
 from trainables.messages import BatchSchedule
+from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer, lr_scale
 from trainables.transport.placement import LOCAL
@@ -109,11 +112,13 @@ def test_the_vflair_procedure_sets_each_option_and_leaves_explicit_ones(
     own = _spec(procedure="vflair", shuffle=True, train_attack="lrb",
                 train_attack_params={"count": "other"})  # fmt: skip
     assert own.shuffle is True and own.lr_decay == "inv_sqrt"
-    assert own.train_attack_params == {"injection": "colluding", "count": "other"}
+    assert own.train_attack_params == {"injection": "colluding", "count": "other", "over": "epochs"}
     dcor = _spec(procedure="vflair", defense="dcor", defense_param=0.3)
     assert dcor.defense_params == {"distances": "vflair"}
     evaluated = attacks_of(vflair, [("mf", {}), ("nsb", {"mp": "clean"}), ("bli", {})])
-    assert evaluated == [("mf", {"mp": "tampered"}), ("nsb", {"mp": "clean"}), ("bli", {})]
+    assert evaluated == [
+        ("mf", {"mp": "tampered"}), ("nsb", {"mp": "clean", "over": "epochs"}), ("bli", {})
+    ]  # fmt: skip
     assert attacks_of(_spec(), [("mf", {})]) == [("mf", {})]
     tree = TrialSpec.build(dataset="breast_cancer", model="xgboost", procedure="vflair")
     assert "procedure='vflair'" in str(incompatibility(tree))
@@ -126,5 +131,35 @@ def test_the_vflair_procedure_sets_each_option_and_leaves_explicit_ones(
     )
     trainings = expand(load_space(str(space))).trainings
     lrb = next(t.spec for t in trainings if t.spec.train_attack == "lrb")
-    assert lrb.train_attack_params == {"injection": "colluding", "count": "all"}
+    assert lrb.train_attack_params == {"injection": "colluding", "count": "all", "over": "epochs"}
     assert all(t.spec.procedure == "vflair" and not t.spec.shuffle for t in trainings)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("nsb", {"mp": "tampered"}), ("lrb", {"injection": "colluding", "count": "all"})],
+)
+def test_scores_over_epochs_are_the_means_of_each_epochs_model(
+    name: str, params: dict[str, object]
+) -> None:
+    """``over: epochs`` (VFLAIR's backdoor reports): AP and MP are the means of the
+    scores of the model after epoch 1 and after epoch 2, each as a training that stops
+    there scores it."""
+    data = load_dataset("digits")
+
+    def scored(epochs: int, over: str) -> Record:
+        fields: dict[str, object] = {"dataset": "digits", "epochs": epochs, "batch_size": 128}
+        given = {**params, "over": over, **({"target": 0} if name == "lrb" else {})}
+        if name == "lrb":
+            spec = TrialSpec.build(**fields, train_attack="lrb", train_attack_params=given)
+            records = NNKind().run(spec, data, LOCAL, ())
+        else:
+            records = NNKind().run(TrialSpec.build(**fields), data, LOCAL, ((name, given),))
+        return next(r for r in records if r.attack == name)
+
+    mean = scored(2, "epochs")
+    first, last = scored(1, "final"), scored(2, "final")
+    assert json.loads(mean.extra)["scored_epochs"] == 2
+    assert mean.ap == pytest.approx((first.ap + last.ap) / 2, abs=1e-12)
+    assert mean.mp == pytest.approx((first.mp + last.mp) / 2, abs=1e-12)
+    assert (first.ap, first.mp) != (last.ap, last.mp)  # two different models were judged

@@ -58,6 +58,9 @@ class PartyConfig:
     metric: str = "accuracy"  # test MP: "accuracy", or "auc" (binary tasks, FedHSSL)
     lr_decay: str = "none"  # "inv_sqrt": epoch e at lr / sqrt(e + 1) (``stacked.lr_scale``)
     shuffle: bool = True  # False: batches in row order
+    # keep each epoch's trained weights (``Party.epoch_states``): an attack scored over
+    # epochs (``Attack.over_epochs``: VFLAIR's epoch means) judges every epoch's model
+    keep_epochs: bool = False
 
     @property
     def emb_width(self) -> int:
@@ -151,6 +154,8 @@ class Party(Endpoint):
         self.schedule = BatchSchedule(
             self.X_train.shape[0], cfg.batch_size, cfg.seed, shuffle=cfg.shuffle
         )
+        # the weights after each epoch but the last (``keep_epochs``), as module states
+        self.epoch_states: list[dict[str, Any]] = []
         super().__init__()  # the endpoint: an empty hook stack
         self.attach(init)
 

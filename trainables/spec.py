@@ -149,9 +149,10 @@ NEW_AT_DEFAULT_UNHASHED = ("split_params", "val_ratio", "lr_decay", "shuffle", "
 # one a named option of its own that the record's ``spec_json`` shows (docs/vflair.md)
 VFLAIR_PROCEDURE: dict[str, Any] = {"lr_decay": "inv_sqrt", "shuffle": False}
 VFLAIR_ATTACK_PARAMS: dict[str, dict[str, Any]] = {
-    "lrb": {"injection": "colluding", "count": "all"},  # per-batch injection, its AP count
+    # the per-batch injection, its AP count, AP and MP as means over epochs
+    "lrb": {"injection": "colluding", "count": "all", "over": "epochs"},
     "mf": {"mp": "tampered"},  # AP against the MP with the attacked rows in it
-    "nsb": {"mp": "tampered"},
+    "nsb": {"mp": "tampered", "over": "epochs"},
 }
 VFLAIR_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {"dcor": {"distances": "vflair"}}
 

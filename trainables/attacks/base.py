@@ -123,6 +123,8 @@ class InferenceTamper:
     # non-targeted: AP against the MP of the tampered model over all test rows (the
     # attacked ones included), as VFLAIR's MF and NSB count; default: the clean MP (Eq. 7)
     against_tampered_mp: bool = False
+    # judged on every epoch's model and averaged (``Attack.over_epochs``: VFLAIR's means)
+    over_epochs: bool = False
 
 
 Guess = LabelGuess | FeatureGuess | InferenceTamper
@@ -210,6 +212,11 @@ class Attack:
         own = [f"{k}={v}" for k, v in sorted(self.params.items()) if v != base[k]]
         out = self.name + (f"@{self.preset}" if self.preset else "")
         return out + (f"[{','.join(own)}]" if own else "")
+
+    def over_epochs(self) -> bool:
+        """Whether AP and MP are the means over every epoch's model (VFLAIR's backdoor
+        trainings report those: its LRB and NSB), not the final model's. Default: final."""
+        return self.params.get("over") == "epochs"
 
     def colludes(self) -> bool:
         """Whether these settings need the active party's help (LRB's per-batch injection,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,13 @@ class Score:
     def with_mp(self, mp: float, n_test: int) -> Score:
         """This score with the MP under attack, an accuracy over ``n_test`` rows."""
         return dataclasses.replace(self, mp=mp, mp_se=accuracy_se(mp, n_test))
+
+
+def mean_score(scores: Sequence[Score]) -> Score:
+    """Each field's mean over ``scores`` (an attack judged on every epoch's model, as
+    VFLAIR reports its backdoor trainings: ``InferenceTamper.over_epochs``)."""
+    fields = [f.name for f in dataclasses.fields(Score)]
+    return Score(**{f: float(np.mean([getattr(s, f) for s in scores])) for f in fields})
 
 
 def accuracy_se(acc: float, n: int) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from trainables.attacks.base import ATTACKS, Attack, AttackInfo, AuxData, PartyView
-from trainables.attacks.chance import Score
+from trainables.attacks.chance import Score, mean_score
 from trainables.attacks.judge import Judge, QueryModel
 from trainables.attacks.tuning import Adapt, split_adapt, tune
 from trainables.hooks import MessageLog
@@ -188,9 +188,7 @@ def run_attacks(
     """Every attack in ``attacks`` on the trained NN ``parties`` (order: 0..K-1, active
     last): each attacker's view from its own party and its drawn auxiliary knowledge,
     scored by the ``Judge``, who alone holds the ground truth."""
-    judge = Judge(parties)
-    view_of = nn_view_of(parties, seed)
-    return evaluate(attacks, view_of, lambda guess, who: (judge.score(guess, who), {}))
+    return evaluate(attacks, nn_view_of(parties, seed), _scorer(parties, Judge(parties)))
 
 
 Trained = tuple[Sequence[Any], Sequence[tuple[str, dict[str, Any]]], int]  # parties, attacks, seed
@@ -205,7 +203,7 @@ def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
     at a time (``evaluate``: each its own seconds)."""
     if len(trainings) < 2:
         return [run_attacks(p, a, s) for p, a, s in trainings]
-    judges = [Judge(parties) for parties, _, _ in trainings]
+    scorers = [_scorer(parties, Judge(parties)) for parties, _, _ in trainings]
     views = [nn_view_of(parties, seed) for parties, _, seed in trainings]
     out: list[list[AttackOutcome]] = [[] for _ in trainings]
     asked = [list(attacks) for _, attacks, _ in trainings]
@@ -219,8 +217,7 @@ def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
         ):
             for k, (_, attacks, _) in enumerate(trainings):  # one at a time
                 if len(attacks) > j:
-                    score_k = _scorer(judges[k])
-                    out[k] += evaluate([attacks[j]], views[k], score_k)
+                    out[k] += evaluate([attacks[j]], views[k], scorers[k])
             continue
         attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
         start = time.perf_counter()
@@ -228,14 +225,42 @@ def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
         guesses = attack.run_many([view for _, view in seen])
         share = (time.perf_counter() - start) / len(trainings)
         for k, ((who, _), guess) in enumerate(zip(seen, guesses, strict=True)):
-            score = judges[k].score(guess, who)
-            extra = {**attack.record_extra(), "attack_stacked": len(trainings)}
+            score, judged = scorers[k](guess, who)
+            extra = {**attack.record_extra(), **judged, "attack_stacked": len(trainings)}
             out[k].append(AttackOutcome(name, attack.info.type, who, score, share, extra))
     for k, (_, attacks, _) in enumerate(trainings):  # a longer list than the first's
         for spec_j in attacks[len(asked[0]) :]:
-            out[k] += evaluate([spec_j], views[k], _scorer(judges[k]))
+            out[k] += evaluate([spec_j], views[k], scorers[k])
     return out
 
 
-def _scorer(judge: Judge) -> ScoreOf:
-    return lambda guess, who: (judge.score(guess, who), {})
+def _scorer(parties: Sequence[Any], judge: Judge) -> ScoreOf:
+    """The judge's score of a guess; for one scored over epochs
+    (``InferenceTamper.over_epochs``) the mean of every epoch's judge's score, the final
+    model's last (``Party.epoch_states``: the weights after each earlier epoch)."""
+
+    def score(guess: Any, who: int) -> tuple[Score, dict[str, Any]]:
+        if not getattr(guess, "over_epochs", False):
+            return judge.score(guess, who), {}
+        scores = [Judge(at).score(guess, who) for at in epoch_parties(parties)]
+        scores.append(judge.score(guess, who))
+        return mean_score(scores), {"scored_epochs": len(scores)}
+
+    return score
+
+
+def epoch_parties(parties: Sequence[Any]) -> list[list[Any]]:
+    """The trained parties as they were after each epoch but the last: shallow copies
+    (the same data) holding copies of their models with that epoch's weights."""
+    out = []
+    for e in range(len(parties[0].epoch_states)):
+        at = []
+        for party in parties:
+            state, was = party.epoch_states[e], copy.copy(party)
+            for name, weights in state.items():  # "bottom", and "top" at the active party
+                module = copy.deepcopy(getattr(party, name))
+                module.load_state_dict(weights)
+                setattr(was, name, module)
+            at.append(was)
+        out.append(at)
+    return out

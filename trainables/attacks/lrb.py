@@ -151,11 +151,13 @@ class LabelReplacementBackdoor(Attack):
         "injection": "swap",
         "target_rows": "first",  # colluding only: "first" (VFLAIR's code) or "known"
         "count": "other",  # AP over triggered rows of other classes; "all": VFLAIR's count
+        "over": "final",  # AP, MP of the final model; "epochs": means over epochs (VFLAIR)
     }
     choices: ClassVar[dict[str, tuple[str, ...]]] = {
         "injection": ("swap", "colluding"),
         "target_rows": ("first", "known"),
         "count": ("other", "all"),
+        "over": ("final", "epochs"),
     }
     presets: ClassVar[dict[str, dict[str, Any]]] = {
         "strong": {"margin": 15.0, "test_ratio": 1.0},  # see the module docstring
@@ -199,7 +201,7 @@ class LabelReplacementBackdoor(Attack):
         X[rows] = add_trigger(X[rows], columns, values)
         return InferenceTamper(
             rows=rows, X_test=X, target=int(self.params["target"]),
-            count_target_rows=self.params["count"] == "all",
+            count_target_rows=self.params["count"] == "all", over_epochs=self.over_epochs(),
         )  # fmt: skip
 
 

@@ -26,8 +26,12 @@ class NoisySampleBackdoor(Attack):
         # AP against the "clean" MP (the paper's Eq. 7) or, as VFLAIR's code counts, the
         # "tampered" model's MP over all test rows
         "mp": "clean",
+        "over": "final",  # AP, MP of the final model; "epochs": means over epochs (VFLAIR)
     }
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"mp": ("clean", "tampered")}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "mp": ("clean", "tampered"),
+        "over": ("final", "epochs"),
+    }
 
     def run(self, view: PartyView) -> InferenceTamper:
         rng = np.random.default_rng([view.seed, 6151])
@@ -39,7 +43,10 @@ class NoisySampleBackdoor(Attack):
         lo, hi = view.X_train.min(axis=0), view.X_train.max(axis=0)  # (d,) own data range
         X[rows] = np.clip(X[rows] + noise, lo, hi).astype(np.float32)
         return InferenceTamper(
-            rows=rows, X_test=X, against_tampered_mp=self.params["mp"] == "tampered"
+            rows=rows,
+            X_test=X,
+            against_tampered_mp=self.params["mp"] == "tampered",
+            over_epochs=self.over_epochs(),
         )
 
 

@@ -12,6 +12,7 @@ bottoms start pretrained. Party ``K-1`` is the active party (VFLAIR's convention
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from trainables.attacks.harness import (
     peer_index,
     run_attacks,
 )
+from trainables.attacks.tuning import split_adapt
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_for
 from trainables.defenses import stack as defense_stack
 from trainables.defenses.stack import DefenseStack
@@ -90,6 +92,11 @@ def attacks_of(spec: TrialSpec, attacks: Sequence[AttackSpec] = ()) -> list[Atta
     return [(name, procedure_params(spec, name, params)) for name, params in attacks]
 
 
+def scored_over_epochs(name: str, params: dict[str, Any]) -> bool:
+    """Whether attack ``name`` with ``params`` is judged on every epoch's model."""
+    return bool(ATTACKS.create(name, **split_adapt(params)[0]).over_epochs())  # type: ignore[attr-defined]
+
+
 def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyConfig:
     return PartyConfig(
         model=str(spec.model),
@@ -129,8 +136,11 @@ def prepare_parties(
         sc.transform(ds.X_train[val][:, cols]) for sc, cols in zip(scalers, columns, strict=True)
     ]
     labels = Labels(ds.y_train[rows], ds.y_test, ds.y_train[val] if len(val) else None)
+    config = party_config(spec, ds.n_classes, protocol)
+    if any(scored_over_epochs(name, params) for name, params in attacks_of(spec, attacks)):
+        config = dataclasses.replace(config, keep_epochs=True)  # every epoch's model judged
     inits = party_inits(
-        spec, party_config(spec, ds.n_classes, protocol), X_train, X_test, labels, columns,
+        spec, config, X_train, X_test, labels, columns,
         attacks, protocol, defenses, X_val if len(val) else None,
     )  # fmt: skip
     return PreparedTrial(inits, protocol, defenses, len(rows), spec.target_mp)

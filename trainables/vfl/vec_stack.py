@@ -21,6 +21,7 @@ No Ray here: the actors host a ``VecStack`` as they host any party (``PartyActor
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +138,7 @@ class VecStack:
         self.optimizer: Any = self.stepper  # a hook may wrap it (AMC); ``stepper`` stays
         for hook in self.stacked_hooks:
             hook.install(self)  # AMC wraps the optimizer
+        self._epoch = 0  # the epoch of the last forward (``keep_epochs``)
         self._pending: tuple[BatchRef, torch.Tensor, torch.Tensor] | None = None
         # the exchange the update steps on: rows, losses, passive H, own H
         self._stash: tuple[Any, ...] | None = None
@@ -225,6 +227,9 @@ class VecStack:
     # -- what every party does ---------------------------------------------------------
     def forward(self, ref: BatchRef) -> Payload:
         """H = G(X[rows]) : (K, B, C), kept with its graph until the gradient comes back."""
+        if self.config.keep_epochs and ref.epoch != self._epoch:
+            self._keep_epoch()  # every step of the epoch before has been applied
+        self._epoch = ref.epoch
         rows = self.rows(ref)
         # this round's rates (a schedule's epoch factor): the steps on this batch follow it
         self.stepper.scale = lr_scale(self.config.lr_decay, ref.epoch)
@@ -379,6 +384,14 @@ class VecStack:
     # -- after training ----------------------------------------------------------------
     def defense_applied(self) -> list[Any]:
         return [None if p is None else p.defense_applied() for p in self.parties]
+
+    def _keep_epoch(self) -> None:
+        """Each training's weights now (an epoch's end), as its party's module states."""
+        for party in self.parties_of(self.slots):
+            states = {"bottom": copy.deepcopy(party.bottom.state_dict())}
+            if self.is_active:
+                states["top"] = copy.deepcopy(party.top.state_dict())
+            party.epoch_states.append(states)
 
     def parties_of(self, slots: Sequence[int]) -> list[Any]:
         """The trained parties of ``slots``: stacked weights written back into each."""

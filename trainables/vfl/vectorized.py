@@ -130,7 +130,7 @@ def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | Non
     return (
         cfg.model, cfg.hidden, cfg.partition, cfg.n_parties, cfg.n_classes, cfg.batch_size,
         cfg.optimizer, cfg.local_steps, cfg.device, cfg.metric, cfg.emb_dim, int(spec.epochs),  # type: ignore[arg-type]
-        cfg.lr_decay,
+        cfg.lr_decay, cfg.keep_epochs,
         shapes, model_signature(prepared),
     )  # fmt: skip
 
