@@ -27,10 +27,10 @@ COLLUDING = {"target": 0, "injection": "colluding"}
 TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None, "extra": ""}
 
 
-def _spec(seed: int = 0, **params: object) -> TrialSpec:
+def _spec(seed: int = 0, **fields: object) -> TrialSpec:
     return TrialSpec.build(
         dataset="digits", seed=seed, epochs=2, batch_size=128, train_attack="lrb",
-        train_attack_params={**COLLUDING, **params},
+        train_attack_params=COLLUDING, **fields,
     )  # fmt: skip
 
 
@@ -113,3 +113,15 @@ def test_the_passive_swap_keeps_its_record_and_bad_choices_are_refused() -> None
         ATTACKS.create("lrb", injection="collude")
     with pytest.raises(ConfigError, match="count"):
         ATTACKS.create("lrb", count="some")
+
+
+def test_gs_residuals_follow_the_batches_rows_and_not_the_injected_ones() -> None:
+    """GS keeps a residual per training row; the two rows put into every batch carry none,
+    so a GS-defended training with the injection runs and GS acts on every gradient."""
+    from trainables.trial import run_trial
+
+    spec = _spec(defense="gs", defense_param=99.0)  # residual: 1, GS's default
+    record = next(r for r in run_trial(spec) if r.attack == "lrb")
+    assert record.status == "ok" and 0.0 <= record.ap <= 1.0
+    # every training gradient of 2 epochs: ceil(1,437 rows / 128) = 12 batches each
+    assert json.loads(record.extra)["defense_applied"] == {"gs": {"gradient": 24}}
