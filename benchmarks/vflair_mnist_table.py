@@ -15,6 +15,11 @@ C-DCS is not comparable to ours; the ranks are compared by Kendall τ over the p
 rank. Needs ``../shared/datasets/mnist`` (our 10k-row file, 8,000 train rows; VFLAIR's table
 is on the 60k-row MNIST).
 
+``--li2`` also runs VFLAIR's LI_2 column: NS and DS on MNIST's digits 0 and 1
+(``dataset_params: {classes: 2}``, as VFLAIR builds its binary MNIST) under the same
+defenses; the table then has ``tdcs_LI2`` and ``cdcs_vflair``, VFLAIR's own C-DCS (the mean
+of LI = 0.2 LI_2 + 0.8 LI_10, FR, TB and NTB), ranked against the published ranking.
+
 ``--results DIR`` keeps the sweep's records (default: a folder under the system temp dir,
 one per procedure). ``--procedure vflair`` runs the space with ``procedure: vflair`` in its
 ``base`` (VFLAIR's lr decay, batch order, dCor distances, LRB's colluding per-batch
@@ -84,13 +89,47 @@ PUBLISHED: dict[tuple[str, float], tuple[float | None, ...]] = {
 }
 
 
+# The published LI_2 column (NS and DS on VFLAIR's binary MNIST: digits 0 and 1), same table
+PUBLISHED_LI2: dict[tuple[str, float], float] = {
+    ("mid", 100.0): 0.7371, ("mid", 1.0): 0.7395, ("mid", 1e4): 0.6989, ("ldp", 0.1): 0.7407,
+    ("mid", 0.1): 0.6937, ("ldp", 0.01): 0.7244, ("mid", 0.01): 0.7411, ("gdp", 0.1): 0.7392,
+    ("gdp", 0.01): 0.7350, ("mid", 0.0): 0.7335, ("mid", 1e-6): 0.7382, ("mid", 1e-8): 0.7382,
+    ("mid", 1e-4): 0.6564, ("ldp", 1e-3): 0.7061, ("dcor", 0.3): 0.5901, ("dcor", 0.1): 0.5881,
+    ("gdp", 1e-3): 0.7038, ("dcor", 0.01): 0.5858, ("ldp", 1e-4): 0.5858, ("gdp", 1e-4): 0.5858,
+    ("dcor", 1e-4): 0.5858, ("gs", 99.5): 0.7388, ("gs", 99.0): 0.7388, ("gs", 97.0): 0.7388,
+    ("gs", 95.0): 0.7388, ("cae", 1.0): 0.5858, ("cae", 0.1): 0.5858, ("cae", 0.5): 0.5858,
+    ("cae", 0.0): 0.5858, ("dcae", 1.0): 0.5858, ("dcae", 0.5): 0.5858, ("dcae", 0.1): 0.5858,
+    ("dcae", 0.0): 0.5858, ("gper", 10.0): 0.5903, ("gper", 1.0): 0.7306, ("gper", 0.1): 0.7357,
+    ("gper", 0.01): 0.7360,
+}  # fmt: skip
+LI2_WEIGHT = 0.2  # the published LI = 0.2 LI_2 + 0.8 LI_10; its C-DCS: mean of LI, FR, TB, NTB
+
+
 def published_frame() -> pd.DataFrame:
     rows = [
         {"defense": d, "strength": s, **{f"vflair_{t}": v[i] for i, t in enumerate(TYPES)},
          "vflair_cdcs": v[4], "vflair_rank": v[5]}
         for (d, s), v in PUBLISHED.items()
     ]  # fmt: skip
-    return pd.DataFrame(rows).astype({f"vflair_{t}": "float64" for t in TYPES})
+    frame = pd.DataFrame(rows).astype({f"vflair_{t}": "float64" for t in TYPES})
+    frame["vflair_LI2"] = [PUBLISHED_LI2.get((d, s)) for d, s in PUBLISHED]
+    return frame
+
+
+def with_li2(ranking: pd.DataFrame, li2: pd.DataFrame | None) -> pd.DataFrame:
+    """``ranking`` with ``tdcs_LI2`` (the binary sweep's LI T-DCS, NaN without it) and
+    ``cdcs_vflair``: VFLAIR's C-DCS, the mean of LI = 0.2 LI_2 + 0.8 LI_10, FR, TB, NTB
+    (NaN where a type is missing)."""
+    out = ranking.copy()
+    out["tdcs_LI2"] = np.nan
+    if li2 is not None:
+        keyed = li2.set_index(["defense", "strength"])["tdcs_LI"]
+        keys = zip(out["defense"], out["strength"], strict=True)
+        out["tdcs_LI2"] = [keyed.get(key, np.nan) for key in keys]
+    li = LI2_WEIGHT * out["tdcs_LI2"] + (1 - LI2_WEIGHT) * out.get("tdcs_LI", np.nan)
+    parts = [li] + [out.get(f"tdcs_{t}", np.nan) for t in TYPES[1:]]
+    out["cdcs_vflair"] = sum(parts) / len(parts)
+    return out
 
 
 def compare(ranking: pd.DataFrame) -> tuple[pd.DataFrame, list[dict[str, object]]]:
@@ -99,17 +138,19 @@ def compare(ranking: pd.DataFrame) -> tuple[pd.DataFrame, list[dict[str, object]
     ours["strength"] = ours["strength"].astype("float64")
     table = published_frame().merge(ours, on=["defense", "strength"], how="left")
     ranked = table["vflair_rank"].notna()  # ranks among the points the paper ranks
-    for col, name in (("cdcs", "rank_of_published"), ("ca_cdcs", "ca_rank_of_published")):
+    for col, name in (("cdcs", "rank_of_published"), ("ca_cdcs", "ca_rank_of_published"),
+                      ("cdcs_vflair", "vflair_rank_of_published")):  # fmt: skip
         table[name] = table[col].where(ranked).rank(ascending=False, method="min")
     differ = []
     for _, row in table.iterrows():
-        for t in TYPES:
+        for t in (*TYPES, "LI2"):
             theirs, mine = row[f"vflair_{t}"], row.get(f"tdcs_{t}", np.nan)
             if pd.notna(theirs) and pd.notna(mine) and abs(mine - theirs) > TOLERANCE:
                 differ.append({
                     "defense": row["defense"], "strength": row["strength"], "type": t,
                     "ours": round(float(mine), 4), "vflair": theirs,
-                    "ours_chance_aware": round(float(row.get(f"ca_tdcs_{t}", np.nan)), 4),
+                    "ours_chance_aware": round(float(row.get(f"ca_tdcs_{t}", np.nan)), 4)
+                    if t != "LI2" else None,
                 })  # fmt: skip
     return table, differ
 
@@ -117,7 +158,7 @@ def compare(ranking: pd.DataFrame) -> tuple[pd.DataFrame, list[dict[str, object]
 def summary(table: pd.DataFrame, differ: list[dict[str, object]]) -> dict[str, object]:
     """Per type: mean |ours - VFLAIR's| and the count over TOLERANCE; rank agreement."""
     per_type = {}
-    for t in TYPES:
+    for t in (*TYPES, "LI2"):
         both = table.dropna(subset=[f"vflair_{t}", f"tdcs_{t}"])
 
         def mean(values: pd.Series) -> float | None:
@@ -128,41 +169,55 @@ def summary(table: pd.DataFrame, differ: list[dict[str, object]]) -> dict[str, o
             "cells": len(both),
             "mean_vflair": mean(both[f"vflair_{t}"]),
             "mean_ours": mean(both[f"tdcs_{t}"]),
-            "mean_ours_chance_aware": mean(both[f"ca_tdcs_{t}"]),
+            "mean_ours_chance_aware": mean(both[f"ca_tdcs_{t}"]) if t != "LI2" else None,
             "mean_ours_minus_vflair": mean(gap),
             "mean_abs_gap": mean(gap.abs()),
             "over_tolerance": sum(1 for d in differ if d["type"] == t),
         }
     ranked = table.dropna(subset=["vflair_rank", "cdcs"])
     tau = kendall_tau(-ranked["vflair_rank"].to_numpy(), ranked["cdcs"].to_numpy())
-    return {"per_type": per_type, "kendall_tau_cdcs_vs_published_rank": round(tau, 3),
-            "ranked_points": len(ranked)}  # fmt: skip
+    out = {"per_type": per_type, "kendall_tau_cdcs_vs_published_rank": round(tau, 3),
+           "ranked_points": len(ranked)}  # fmt: skip
+    with_li2 = table.dropna(subset=["vflair_rank", "cdcs_vflair"])
+    if len(with_li2) > 1:  # VFLAIR's own C-DCS (LI_2 in it), against its published rank
+        tau2 = kendall_tau(-with_li2["vflair_rank"].to_numpy(), with_li2["cdcs_vflair"].to_numpy())
+        out["kendall_tau_vflair_cdcs_with_li2"] = round(tau2, 3)
+        out["ranked_points_with_li2"] = len(with_li2)
+    return out
 
 
 def rounded(table: pd.DataFrame) -> list[dict[str, object]]:
     keep = ["defense", "strength"] + [
         c for t in TYPES for c in (f"tdcs_{t}", f"ca_tdcs_{t}", f"vflair_{t}")
-    ] + ["cdcs", "rank", "rank_of_published", "ca_cdcs", "ca_rank_of_published", "ca_group",
-         "vflair_cdcs", "vflair_rank"]  # fmt: skip
+    ] + ["tdcs_LI2", "vflair_LI2", "cdcs", "rank", "rank_of_published", "cdcs_vflair",
+         "vflair_rank_of_published", "ca_cdcs",
+         "ca_rank_of_published", "ca_group", "vflair_cdcs", "vflair_rank"]  # fmt: skip
     out = table.reindex(columns=keep)
     values = [c for c in keep if c not in ("defense", "strength")]
     out[values] = out[values].astype("float64").round(4)  # strengths keep 1e-8
     return json.loads(out.to_json(orient="records"))
 
 
-def space_file(procedure: str, attacks: list[str] | None, folder: Path) -> tuple[str, str]:
+def space_file(
+    procedure: str, attacks: list[str] | None, folder: Path, binary: bool = False
+) -> tuple[str, str]:
     """(the space to run, its name): the shipped one, or a copy with ``procedure`` in its
-    base and only ``attacks``, written to ``folder``."""
-    if procedure == "standard" and attacks is None:
+    base and only ``attacks`` (``binary``: NS and DS on MNIST's digits 0 and 1, VFLAIR's
+    LI_2 column), written to ``folder``."""
+    if procedure == "standard" and attacks is None and not binary:
         return SPACE, SPACE
     space = yaml.safe_load((ROOT / "search_spaces" / f"{SPACE}.yaml").read_text())
     unknown = sorted(set(attacks or ()) - set(space["attacks"]))
     if unknown:
         raise SystemExit(f"--attacks: {unknown} not in {SPACE}.yaml; allowed: {space['attacks']}")
     name = f"{SPACE}_{procedure}" + ("_" + "_".join(attacks) if attacks else "")
-    space["name"] = name
     space["base"] = {**space["base"], "procedure": procedure}
     space["attacks"] = attacks or space["attacks"]
+    if binary:
+        name = f"{SPACE}_{procedure}_li2"
+        space["base"]["dataset_params"] = {"classes": 2}
+        space["attacks"] = ["ns", "ds"]
+    space["name"] = name
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
@@ -174,6 +229,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=None)
     parser.add_argument("--procedure", choices=["standard", "vflair"], default="standard")
     parser.add_argument("--attacks", nargs="+", default=None)
+    parser.add_argument("--li2", action="store_true", help="also VFLAIR's LI_2 column")
     args = parser.parse_args()
     suffix = "" if args.procedure == "standard" else f"_{args.procedure}"
     results = args.results or Path(tempfile.gettempdir()) / f"vflsweep_vflair_mnist{suffix}"
@@ -181,7 +237,12 @@ def main() -> None:
     space, name = space_file(args.procedure, args.attacks, results)
     seconds = run_space(space, results)
     records = read_records(results / name)
-    ranking = ranking_table(prepare(records, 0.5), DEFAULT_WEIGHTS)
+    li2 = None
+    if args.li2:  # NS and DS on binary MNIST under the same defenses
+        space2, name2 = space_file(args.procedure, None, results, binary=True)
+        seconds += run_space(space2, results)
+        li2 = ranking_table(prepare(read_records(results / name2), 0.5), DEFAULT_WEIGHTS)
+    ranking = with_li2(ranking_table(prepare(records, 0.5), DEFAULT_WEIGHTS), li2)
     table, differ = compare(ranking)
     print(json.dumps({
         "benchmark": "vflair_mnist_table", "space": name, "procedure": args.procedure,

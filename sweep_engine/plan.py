@@ -198,7 +198,7 @@ def _n_classes(space: Space, spec: TrialSpec, data_dir: str | Path | None) -> in
     try:
         return load_dataset(spec.dataset, data_dir, **spec.dataset_params).n_classes
     except MissingDataError as err:
-        known = known_classes(spec.dataset)
+        known = known_classes(spec.dataset, dict(spec.dataset_params))
         if known is None:
             raise SpaceError(f"{space.source}: {err}") from None
         return known

@@ -371,6 +371,29 @@ def test_mnist_official_split_when_train_images_exist(tmp_path: Path) -> None:
     assert np.array_equal(ds.X_test[0].reshape(28, 28), images[120].astype(np.float32))
 
 
+@pytest.mark.shared_data
+def test_mnist_first_classes_as_vflair_builds_its_binary_mnist(tmp_path: Path) -> None:
+    """``classes: 2``: the rows of digits 0 and 1 only (VFLAIR's LI_2 task), both splits."""
+    src = _data_dir() / "mnist"
+    if not (src / "t10k-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"{src / 't10k-images-idx3-ubyte.gz'} is absent")
+    images = read_idx(src / "t10k-images-idx3-ubyte.gz")
+    labels = read_idx(src / "t10k-labels-idx1-ubyte.gz")
+    (tmp_path / "mnist").mkdir()
+    for part, rows in (("train", slice(0, 300)), ("t10k", slice(300, 400))):
+        _write_idx(tmp_path / "mnist" / f"{part}-images-idx3-ubyte.gz", images[rows])
+        _write_idx(tmp_path / "mnist" / f"{part}-labels-idx1-ubyte.gz", labels[rows])
+    ds = load_dataset("mnist", tmp_path, classes=2)
+    assert ds.n_classes == 2
+    keep = labels[:300] < 2
+    assert ds.y_train.tolist() == labels[:300][keep].tolist()
+    assert np.array_equal(ds.X_train, images[:300][keep].reshape(-1, 784).astype(np.float32))
+    assert set(ds.y_test.tolist()) == {0, 1} and len(ds.y_test) == int((labels[300:400] < 2).sum())
+    for bad in (1, 11, "2", True):
+        with pytest.raises(ConfigError, match=r"classes=.*an integer from 2 to 10"):
+            load_dataset("mnist", tmp_path, classes=bad)
+
+
 def test_rows_for_is_kept_per_dataset_and_each_call_gets_its_own_arrays() -> None:
     """The planner asks for the same rows thousands of times (ssl.yaml: ~7,000): they are
     kept, refusals too, and a caller that writes into its arrays changes no one else's."""

@@ -49,8 +49,12 @@ def classes(n: int) -> Callable[[Loader], Loader]:
     return mark
 
 
-def known_classes(name: str) -> int | None:
-    """The recorded class count of dataset ``name`` (file datasets), or None."""
+def known_classes(name: str, params: dict[str, object] | None = None) -> int | None:
+    """The recorded class count of dataset ``name`` (file datasets), or None; a loader's
+    ``classes`` parameter (MNIST's first n classes) where given."""
+    given = (params or {}).get("classes")
+    if isinstance(given, int) and not isinstance(given, bool):
+        return given
     return getattr(DATASETS.get(name), "n_classes", None)
 
 

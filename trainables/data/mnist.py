@@ -83,16 +83,28 @@ def mnist(data_dir: Path | None, **params: object) -> Dataset:
     exist (as in ``shared/datasets``, which lacks the 9.9 MB training images), the 10,000
     official *test* images are split 80/20 stratified with seed 0 into 8,000 train / 2,000
     test rows. Numbers from that fallback are not comparable to published MNIST results.
+
+    ``classes: n`` (2..10; default 10) keeps the rows of digits 0..n-1 only, as VFLAIR
+    builds its n-class MNIST (``fetch_classes``: the first n classes; its LI_2 column is
+    ``classes: 2``), before the fallback's split.
     """
-    reject_params("mnist", params)
+    reject_params("mnist", params, ("classes",))
+    n_classes = params.get("classes", 10)
+    if isinstance(n_classes, bool) or not isinstance(n_classes, int) or not 2 <= n_classes <= 10:
+        raise ConfigError(
+            f"dataset 'mnist': classes={n_classes!r}; allowed: an integer from 2 to 10 "
+            "(the rows of digits 0..classes-1)"
+        )
     test_images = data_file(data_dir, "mnist/t10k-images-idx3-ubyte.gz", "mnist")
     test_labels = data_file(data_dir, "mnist/t10k-labels-idx1-ubyte.gz", "mnist")
-    X_test, y_test = _images_and_labels(test_images, test_labels)
+    X_test, y_test = _first_classes(*_images_and_labels(test_images, test_labels), n_classes)
     assert data_dir is not None  # data_file raised otherwise
     train_images = data_dir / "mnist" / "train-images-idx3-ubyte.gz"
     train_labels = data_dir / "mnist" / "train-labels-idx1-ubyte.gz"
     if train_images.is_file() and train_labels.is_file():
-        X_train, y_train = _images_and_labels(train_images, train_labels)
+        X_train, y_train = _first_classes(
+            *_images_and_labels(train_images, train_labels), n_classes
+        )
     elif train_images.is_file():
         raise MissingDataError(
             f"dataset 'mnist' found {train_images} but not {train_labels}; add it, or remove "
@@ -103,5 +115,12 @@ def mnist(data_dir: Path | None, **params: object) -> Dataset:
         X_train, y_train = X_test[train], y_test[train]
         X_test, y_test = X_test[test], y_test[test]
     return build_dataset(
-        "mnist", X_train, y_train, X_test, y_test, 10, pixel_names(MNIST_SHAPE), MNIST_SHAPE
-    )
+        "mnist", X_train, y_train, X_test, y_test, n_classes, pixel_names(MNIST_SHAPE),
+        MNIST_SHAPE,
+    )  # fmt: skip
+
+
+def _first_classes(X: np.ndarray, y: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of labels 0..n-1, in file order."""
+    keep = y < n
+    return X[keep], y[keep]
