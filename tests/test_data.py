@@ -352,19 +352,25 @@ def _write_idx(path: Path, arr: np.ndarray) -> None:
         fh.write(header + np.ascontiguousarray(arr, dtype=np.uint8).tobytes())
 
 
-@pytest.mark.shared_data
-def test_mnist_official_split_when_train_images_exist(tmp_path: Path) -> None:
-    """Real MNIST images rewritten as a small train/t10k pair take the official-split path."""
+def _small_mnist(tmp_path: Path, n_train: int, n_test: int) -> tuple[np.ndarray, np.ndarray]:
+    """Real MNIST images rewritten as a small train/t10k pair in ``tmp_path``: (the t10k
+    images, labels) the first ``n_train`` and the next ``n_test`` rows were taken from."""
     src = _data_dir() / "mnist"
     if not (src / "t10k-images-idx3-ubyte.gz").is_file():
         pytest.skip(f"{src / 't10k-images-idx3-ubyte.gz'} is absent")
     images = read_idx(src / "t10k-images-idx3-ubyte.gz")
     labels = read_idx(src / "t10k-labels-idx1-ubyte.gz")
     (tmp_path / "mnist").mkdir()
-    _write_idx(tmp_path / "mnist" / "train-images-idx3-ubyte.gz", images[:120])
-    _write_idx(tmp_path / "mnist" / "train-labels-idx1-ubyte.gz", labels[:120])
-    _write_idx(tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz", images[120:170])
-    _write_idx(tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz", labels[120:170])
+    for part, rows in (("train", slice(0, n_train)), ("t10k", slice(n_train, n_train + n_test))):
+        _write_idx(tmp_path / "mnist" / f"{part}-images-idx3-ubyte.gz", images[rows])
+        _write_idx(tmp_path / "mnist" / f"{part}-labels-idx1-ubyte.gz", labels[rows])
+    return images, labels
+
+
+@pytest.mark.shared_data
+def test_mnist_official_split_when_train_images_exist(tmp_path: Path) -> None:
+    """Real MNIST images rewritten as a small train/t10k pair take the official-split path."""
+    images, _ = _small_mnist(tmp_path, 120, 50)
     ds = load_dataset("mnist", tmp_path)
     assert len(ds.y_train) == 120 and len(ds.y_test) == 50
     assert ds.y_train[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
@@ -374,15 +380,7 @@ def test_mnist_official_split_when_train_images_exist(tmp_path: Path) -> None:
 @pytest.mark.shared_data
 def test_mnist_first_classes_as_vflair_builds_its_binary_mnist(tmp_path: Path) -> None:
     """``classes: 2``: the rows of digits 0 and 1 only (VFLAIR's LI_2 task), both splits."""
-    src = _data_dir() / "mnist"
-    if not (src / "t10k-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"{src / 't10k-images-idx3-ubyte.gz'} is absent")
-    images = read_idx(src / "t10k-images-idx3-ubyte.gz")
-    labels = read_idx(src / "t10k-labels-idx1-ubyte.gz")
-    (tmp_path / "mnist").mkdir()
-    for part, rows in (("train", slice(0, 300)), ("t10k", slice(300, 400))):
-        _write_idx(tmp_path / "mnist" / f"{part}-images-idx3-ubyte.gz", images[rows])
-        _write_idx(tmp_path / "mnist" / f"{part}-labels-idx1-ubyte.gz", labels[rows])
+    images, labels = _small_mnist(tmp_path, 300, 100)
     ds = load_dataset("mnist", tmp_path, classes=2)
     assert ds.n_classes == 2
     keep = labels[:300] < 2
