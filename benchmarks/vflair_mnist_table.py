@@ -10,9 +10,9 @@ Per defense point: our T-DCS (VFLAIR's DCS, β = 0.5) and our chance-aware T-DCS
 (``ca_tdcs``: the attack's advantage over its no-information baseline in place of AP),
 the published value, and the cells where ours and VFLAIR's differ by more than 0.05.
 Our LI is the multi-class label attacks (DLI, BLI, PMC, AMC): the published ``LI_10``
-column. VFLAIR's ``LI_2`` (NS and DS on a binary MNIST) has no counterpart here, so its
-C-DCS is not comparable to ours; the ranks are compared by Kendall τ over the points both
-rank. Needs ``../shared/datasets/mnist`` (our 10k-row file, 8,000 train rows; VFLAIR's table
+column. VFLAIR's ``LI_2`` (NS and DS on a binary MNIST) runs only with ``--li2`` (below);
+without it its C-DCS is not comparable to ours, and the ranks are compared by Kendall τ
+over the points both rank. Needs ``../shared/datasets/mnist`` (our 10k-row file, 8,000 train rows; VFLAIR's table
 is on the 60k-row MNIST).
 
 ``--li2`` also runs VFLAIR's LI_2 column: NS and DS on MNIST's digits 0 and 1
