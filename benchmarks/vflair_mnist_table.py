@@ -12,8 +12,8 @@ the published value, and the cells where ours and VFLAIR's differ by more than 0
 Our LI is the multi-class label attacks (DLI, BLI, PMC, AMC): the published ``LI_10``
 column. VFLAIR's ``LI_2`` (NS and DS on a binary MNIST) runs only with ``--li2`` (below);
 without it its C-DCS is not comparable to ours, and the ranks are compared by Kendall τ
-over the points both rank. Needs ``../shared/datasets/mnist`` (our 10k-row file, 8,000 train rows; VFLAIR's table
-is on the 60k-row MNIST).
+over the points both rank. Needs ``../shared/datasets/mnist`` (our 10k-row file, 8,000
+train rows; VFLAIR's table is on the 60k-row MNIST).
 
 ``--li2`` also runs VFLAIR's LI_2 column: NS and DS on MNIST's digits 0 and 1
 (``dataset_params: {classes: 2}``, as VFLAIR builds its binary MNIST) under the same
@@ -208,26 +208,31 @@ def space_file(
     folder: Path,
     binary: bool = False,
     batch_size: int | None = None,
+    split_scheme: str | None = None,
 ) -> tuple[str, str]:
     """(the space to run, its name): the shipped one, or a copy with ``procedure`` in its
     base and only ``attacks`` (``binary``: NS and DS on MNIST's digits 0 and 1, VFLAIR's
-    LI_2 column; ``batch_size``: in place of the paper's), written to ``folder``."""
-    if procedure == "standard" and attacks is None and not binary and batch_size is None:
+    LI_2 column; ``batch_size``, ``split_scheme``: in place of the paper's and ours),
+    written to ``folder``."""
+    if procedure == "standard" and not (attacks or binary or batch_size or split_scheme):
         return SPACE, SPACE
     space = yaml.safe_load((ROOT / "search_spaces" / f"{SPACE}.yaml").read_text())
     unknown = sorted(set(attacks or ()) - set(space["attacks"]))
     if unknown:
         raise SystemExit(f"--attacks: {unknown} not in {SPACE}.yaml; allowed: {space['attacks']}")
-    name = f"{SPACE}_{procedure}" + ("_" + "_".join(attacks) if attacks else "")
     space["base"] = {**space["base"], "procedure": procedure}
+    space["attacks"] = attacks or space["attacks"]
+    name = f"{SPACE}_{procedure}" + ("_" + "_".join(attacks) if attacks else "")
+    if binary:
+        name = f"{SPACE}_{procedure}_li2"
+        space["base"]["dataset_params"] = {"classes": 2}
+        space["attacks"] = ["ns", "ds"]
     if batch_size is not None:
         name += f"_batch{batch_size}"
         space["base"]["batch_size"] = batch_size
-    space["attacks"] = attacks or space["attacks"]
-    if binary:
-        name = f"{SPACE}_{procedure}_li2" + (f"_batch{batch_size}" if batch_size else "")
-        space["base"]["dataset_params"] = {"classes": 2}
-        space["attacks"] = ["ns", "ds"]
+    if split_scheme is not None:
+        name += f"_{split_scheme}"
+        space["base"]["split_scheme"] = split_scheme
     space["name"] = name
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
@@ -244,16 +249,25 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="in place of the paper's 2048 (e.g. 273: VFLAIR's ~29 batches "
                              "per epoch of its 60k rows, on our 8,000)")  # fmt: skip
+    parser.add_argument(
+        "--split-scheme",
+        default=None,
+        help="in place of ours (bands: VFLAIR's top / bottom image halves)",
+    )
     args = parser.parse_args()
     suffix = "" if args.procedure == "standard" else f"_{args.procedure}"
     results = args.results or Path(tempfile.gettempdir()) / f"vflsweep_vflair_mnist{suffix}"
     start = time.perf_counter()
-    space, name = space_file(args.procedure, args.attacks, results, batch_size=args.batch_size)
+    space, name = space_file(
+        args.procedure, args.attacks, results, False, args.batch_size, args.split_scheme
+    )
     seconds = run_space(space, results)
     records = read_records(results / name)
     li2 = None
     if args.li2:  # NS and DS on binary MNIST under the same defenses
-        space2, name2 = space_file(args.procedure, None, results, True, args.batch_size)
+        space2, name2 = space_file(
+            args.procedure, None, results, True, args.batch_size, args.split_scheme
+        )
         seconds += run_space(space2, results)
         li2 = ranking_table(prepare(read_records(results / name2), 0.5), DEFAULT_WEIGHTS)
     ranking = with_li2(ranking_table(prepare(records, 0.5), DEFAULT_WEIGHTS), li2)

@@ -125,6 +125,16 @@ def test_digits_halves_are_left_and_right() -> None:
     assert all(np.array_equal(a, b) for a, b in zip(parts, halves, strict=True))
 
 
+def test_image_bands_are_vflairs_top_and_bottom_halves() -> None:
+    ds = load_dataset("digits")  # 8 x 8
+    top, bottom = vertical_split(ds, 2, "bands")
+    _check_partition([top, bottom], 64)
+    assert top.tolist() == list(range(32)) and bottom.tolist() == list(range(32, 64))
+    assert [len(b) for b in vertical_split(ds, 3, "bands")] == [24, 24, 16]  # 3, 3, 2 rows
+    with pytest.raises(ConfigError, match="image rows"):
+        vertical_split(ds, 9, "bands")
+
+
 def test_digits_quarters_and_stripes() -> None:
     ds = load_dataset("digits")
     quarters = vertical_split(ds, 4)

@@ -28,7 +28,9 @@ import numpy as np
 from trainables.data.dataset import Dataset
 from trainables.errors import ConfigError, MissingDataError
 
-FIXED = ("auto", "blocks", "halves", "quarters", "stripes")  # a function of the data alone
+# a function of the data alone; ``bands``: horizontal image bands, party 0 the top one
+# (VFLAIR's image partition: ``dataset_partition``, ``[:, :, :half, :]``)
+FIXED = ("auto", "blocks", "halves", "quarters", "stripes", "bands")
 SCHEMES = (*FIXED, "importance", "correlation")  # the last two: VertiBench's, seeded
 
 
@@ -41,6 +43,14 @@ def _stripes(shape: tuple[int, int], n_parties: int) -> list[np.ndarray]:
     h, w = shape
     grid = np.arange(h * w).reshape(h, w)
     return [_cols(grid[:, cols].ravel()) for cols in np.array_split(np.arange(w), n_parties)]
+
+
+def _bands(shape: tuple[int, int], n_parties: int) -> list[np.ndarray]:
+    """Horizontal bands of near-equal height, party 0 the top one: each party sees every
+    column of its image rows (VFLAIR splits its images so)."""
+    h, w = shape
+    grid = np.arange(h * w).reshape(h, w)
+    return [_cols(grid[rows].ravel()) for rows in np.array_split(np.arange(h), n_parties)]
 
 
 def _quarters(shape: tuple[int, int]) -> list[np.ndarray]:
@@ -99,6 +109,9 @@ def vertical_split(ds: Dataset, n_parties: int, scheme: str = "auto") -> list[np
     if scheme == "stripes":
         _check_parties(ds, n_parties, shape[1], "image columns")
         return _stripes(shape, n_parties)
+    if scheme == "bands":
+        _check_parties(ds, n_parties, shape[0], "image rows")
+        return _bands(shape, n_parties)
     wanted = 2 if scheme == "halves" else 4
     if n_parties != wanted:
         raise ConfigError(
