@@ -20,5 +20,8 @@ def run_space(space: str, results: Path) -> float:
     start = time.perf_counter()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     cmd = [sys.executable, "sweep.py", "--space", space, "--results", str(results)]
-    subprocess.run([*cmd, "--no-mlflow"], cwd=ROOT, env=env, check=True, capture_output=True)
+    done = subprocess.run([*cmd, "--no-mlflow"], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:  # the sweep's own error (a missing dataset, a bad space) says why
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"benchmark: {' '.join(cmd)} exited {done.returncode}")
     return time.perf_counter() - start

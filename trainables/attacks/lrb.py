@@ -174,17 +174,16 @@ class LabelReplacementBackdoor(Attack):
         rows = poison_rows(len(x), float(self.params["poison_ratio"]), party.config.seed)
         target, margin = int(self.params["target"]), float(self.params["margin"])
         known = self._target_rows(aux)
+        poison: torch.Tensor | None = None  # (len(rows), d) the triggered rows, at the attacker
+        if party.party_id != party.active_id:
+            columns, values = trigger_of(x, int(self.params["trigger_size"]))
+            poison = torch.from_numpy(add_trigger(x[rows], columns, values)).to(party.device)
         if self.colludes():  # at the attacker and at the active party (``lrb_colluding``)
             first = np.arange(min(len(known), len(x)), dtype=np.int64)
             targets = first if self.params["target_rows"] == "first" else known
-            poison = None
-            if party.party_id != party.active_id:
-                columns, values = trigger_of(x, int(self.params["trigger_size"]))
-                poison = torch.from_numpy(add_trigger(x[rows], columns, values)).to(party.device)
             party.hooks.insert(0, injection_hook(party, rows, targets, poison, target))
             return
-        columns, values = trigger_of(x, int(self.params["trigger_size"]))
-        poison = torch.from_numpy(add_trigger(x[rows], columns, values)).to(party.device)
+        assert poison is not None, "the swap is installed at the attacker only"
         if party.config.partition != "agg":  # embeddings feed a trainable head: not logits
             margin = 0.0
         party.hooks.insert(0, ReplacementHook(known, poison, target, margin))
