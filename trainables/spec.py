@@ -154,7 +154,10 @@ VFLAIR_ATTACK_PARAMS: dict[str, dict[str, Any]] = {
     "mf": {"mp": "tampered"},  # AP against the MP with the attacked rows in it
     "nsb": {"mp": "tampered", "over": "epochs"},
 }
-VFLAIR_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {"dcor": {"distances": "vflair"}}
+VFLAIR_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {
+    "dcor": {"distances": "vflair"},
+    "gper": {"form": "vflair"},
+}
 
 
 def procedure_params(spec: TrialSpec, attack: str, params: dict[str, Any]) -> dict[str, Any]:
