@@ -5,9 +5,19 @@ With softmax cross-entropy over aggregated logits, dL/dH_k for sample i is
 (p_i - onehot(y_i)) / B: the only negative element sits at the true label. The attacker
 takes, for every training row, the argmin of its last received gradient row.
 AP: accuracy of the inferred labels over the training rows.
+
+Option ``rounds``: ``last`` (default) is the above. ``first`` is VFLAIR's
+(``DirectLabelScoring``): only the first round's batch (its ``first_epoch_state``), each
+row's *first* negative element, a random class where none is negative; AP over that
+batch. The first round's gradients carry the most signal (an untrained model's p is near
+uniform, so the true class's element is about -(1 - 1/C) / B against +1 / (C B)), while
+the last ones, from a trained model, are near zero: a little noise breaks the last
+round's argmin long before the first round's sign. ``procedure: vflair`` sets it.
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -20,7 +30,12 @@ class DirectLabelInference(Attack):
         type="LI", role="passive", training_time=False, needs_messages=True, logit_embeddings=True
     )
 
+    defaults: ClassVar[dict[str, Any]] = {"rounds": "last"}  # or "first": see above
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"rounds": ("last", "first")}
+
     def run(self, view: PartyView) -> LabelGuess:
+        if self.params["rounds"] == "first":
+            return _first_round(view)
         guessed: dict[int, int] = {}
         for msg in view.received:  # in training order: later rounds overwrite earlier ones
             if msg.kind != "gradient" or msg.batch is None:
@@ -31,6 +46,20 @@ class DirectLabelInference(Attack):
         rows = np.array(sorted(guessed), dtype=np.int64)
         labels = np.array([guessed[r] for r in rows.tolist()], dtype=np.int64)
         return LabelGuess(split="train", rows=rows, labels=labels)
+
+
+def _first_round(view: PartyView) -> LabelGuess:
+    """VFLAIR's DLI: the first gradient message's rows, each labelled with the index of its
+    first negative element (a seeded random class where there is none)."""
+    first = next((m for m in view.received if m.kind == "gradient" and m.batch is not None), None)
+    if first is None:
+        return LabelGuess(split="train", rows=np.zeros(0, np.int64), labels=np.zeros(0, np.int64))
+    grad = np.asarray(first.payload)  # (B, C)
+    negative = grad < 0.0  # (B, C)
+    rng = np.random.default_rng([view.seed, 7211])
+    fallback = rng.integers(0, grad.shape[1], size=len(grad))  # (B,)
+    labels = np.where(negative.any(axis=1), negative.argmax(axis=1), fallback)
+    return LabelGuess(split="train", rows=view.schedule.rows(first.batch), labels=labels)
 
 
 ATTACK = DirectLabelInference
