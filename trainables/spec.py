@@ -151,7 +151,10 @@ VFLAIR_PROCEDURE: dict[str, Any] = {"lr_decay": "inv_sqrt", "shuffle": False}
 VFLAIR_ATTACK_PARAMS: dict[str, dict[str, Any]] = {
     # the per-batch injection, its AP count, AP and MP as means over epochs
     "lrb": {"injection": "colluding", "count": "all", "over": "epochs"},
-    "dli": {"rounds": "first"},  # the first batch's gradients, first negative element
+    # the first batch's gradients (DLI: each row's first negative element)
+    "dli": {"rounds": "first"},
+    "ns": {"rounds": "first"},
+    "ds": {"rounds": "first"},
     "mf": {"mp": "tampered"},  # AP against the MP with the attacked rows in it
     "nsb": {"mp": "tampered", "over": "epochs"},
 }

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
+from trainables.attacks.ns import first_gradients
 
 
 class DirectLabelInference(Attack):
@@ -49,17 +50,14 @@ class DirectLabelInference(Attack):
 
 
 def _first_round(view: PartyView) -> LabelGuess:
-    """VFLAIR's DLI: the first gradient message's rows, each labelled with the index of its
-    first negative element (a seeded random class where there is none)."""
-    first = next((m for m in view.received if m.kind == "gradient" and m.batch is not None), None)
-    if first is None:
-        return LabelGuess(split="train", rows=np.zeros(0, np.int64), labels=np.zeros(0, np.int64))
-    grad = np.asarray(first.payload)  # (B, C)
+    """VFLAIR's DLI: the first round's rows, each labelled with the index of its first
+    negative gradient element (a seeded random class where there is none)."""
+    rows, grad = first_gradients(view)  # (B,), (B, C)
     negative = grad < 0.0  # (B, C)
     rng = np.random.default_rng([view.seed, 7211])
-    fallback = rng.integers(0, grad.shape[1], size=len(grad))  # (B,)
+    fallback = rng.integers(0, max(grad.shape[1], 1), size=len(grad))  # (B,)
     labels = np.where(negative.any(axis=1), negative.argmax(axis=1), fallback)
-    return LabelGuess(split="train", rows=view.schedule.rows(first.batch), labels=labels)
+    return LabelGuess(split="train", rows=rows, labels=labels.astype(np.int64))
 
 
 ATTACK = DirectLabelInference

@@ -8,16 +8,22 @@ cos(g_i, g_+) is +1 for rows of the positive class and -1 for the others; a deep
 layer blurs this, but same-class gradients still point the same way. VFLAIR grants the
 attacker one positive example; here the threat model grants one known row per class
 (``aux_labels_per_class=1``) and the attack uses the row of class 1. Each row's gradient
-is its last one, as in NS and DLI. Binary tasks only.
+is its last one, as in NS and DLI. ``rounds: first`` reads first-round gradients, as
+VFLAIR does (its ``first_epoch_state``): VFLAIR picks a positive row of its first batch at
+random, as if the attacker knew one there; here the attacker keeps its one known positive
+row, and the round read is the first whose batch holds that row (in the first epoch).
+Binary tasks only.
 AP: AUC of the scores against the true labels of the training rows (judge.py).
 """
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 
 from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
-from trainables.attacks.ns import last_gradients
+from trainables.attacks.ns import ROUNDS, gradients_of
 
 
 class DirectionScoring(Attack):
@@ -31,9 +37,13 @@ class DirectionScoring(Attack):
         aux_labels_per_class=1,
     )
 
+    defaults: ClassVar[dict[str, Any]] = {"rounds": "last"}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = ROUNDS
+
     def run(self, view: PartyView) -> LabelGuess:
-        rows, grads = last_gradients(view)  # (n,), (n, C)
         known = view.aux.label_rows[view.aux.labels == 1]  # the known positive row(s)
+        holding = int(known[0]) if len(known) else None
+        rows, grads = gradients_of(view, str(self.params["rounds"]), holding)  # (n,), (n, C)
         position = {r: i for i, r in enumerate(rows.tolist())}
         found = [position[r] for r in known.tolist() if r in position]
         if not found:  # no gradient of a known positive was received: no direction to use

@@ -8,11 +8,15 @@ class the model fits worse gets the larger norms. Li et al. observe that this is
 positive class of an imbalanced task; VFLAIR takes the norm as the score of class 1 as it
 is, and so does this attack (no orientation is learned: the attacker has no labels).
 Each row is scored with its gradient from the last epoch it was trained in, the model's
-state after training. Binary tasks only.
+state after training (``rounds: last``, the default). ``rounds: first`` is VFLAIR's
+(``NormbasedScoring`` reads its ``first_epoch_state``): only the first round's batch,
+scored by the gradients of the untrained model. Binary tasks only.
 AP: AUC of the scores against the true labels of the training rows (judge.py).
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,14 +38,40 @@ def last_gradients(view: PartyView) -> tuple[np.ndarray, np.ndarray]:
     return rows, np.stack([latest[r] for r in rows.tolist()])  # (n, C)
 
 
+def first_gradients(view: PartyView, holding: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(B,) rows and (B, C) gradients of the first round (VFLAIR's ``first_epoch_state``);
+    with ``holding``, of the first round whose batch holds that training row."""
+    for msg in view.received:
+        if msg.kind != "gradient" or msg.batch is None:
+            continue
+        rows = view.schedule.rows(msg.batch)  # (B,)
+        if holding is None or holding in rows:
+            return rows, np.asarray(msg.payload, dtype=np.float64)
+    return np.zeros(0, dtype=np.int64), np.zeros((0, view.n_classes))
+
+
+def gradients_of(
+    view: PartyView, rounds: str, holding: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows and gradients an attack reads: each row's last (``rounds: last``) or the
+    first round's (``first``, the first that holds ``holding``)."""
+    return last_gradients(view) if rounds == "last" else first_gradients(view, holding)
+
+
+ROUNDS = {"rounds": ("last", "first")}  # which gradients: see the module docstring
+
+
 class NormScoring(Attack):
     name = "ns"
     info = AttackInfo(
         type="LI", role="passive", training_time=False, binary_only=True, needs_messages=True
     )
 
+    defaults: ClassVar[dict[str, Any]] = {"rounds": "last"}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = ROUNDS
+
     def run(self, view: PartyView) -> LabelGuess:
-        rows, grads = last_gradients(view)  # (n,), (n, C)
+        rows, grads = gradients_of(view, str(self.params["rounds"]))  # (n,), (n, C)
         scores = np.linalg.norm(grads, axis=1)  # (n,) ||g_i||_2
         return LabelGuess(split="train", rows=rows, scores=scores)
 

@@ -1,5 +1,6 @@
-"""DLI's ``rounds: first`` (VFLAIR's DirectLabelScoring): the first round's batch only, each
-row's first negative gradient element, a seeded random class where none is negative."""
+"""``rounds: first`` of DLI, NS and DS (VFLAIR reads its ``first_epoch_state``): the first
+round's batch only. DLI takes each row's first negative gradient element, a seeded random
+class where none is negative."""
 
 from __future__ import annotations
 
@@ -50,3 +51,18 @@ def test_first_round_survives_noise_that_breaks_the_last_rounds() -> None:
     assert ap["dli"] is not None and ap["dli"] < 0.99
     vflair = TrialSpec.build(dataset="digits", procedure="vflair")
     assert procedure_params(vflair, "dli", {}) == {"rounds": "first"}
+
+
+def test_ns_and_ds_read_the_first_round_by_name() -> None:
+    # G-DP 1e-4 on breast_cancer: DS on the first round's gradients still separates the
+    # classes; on each row's last gradient (a trained model's, near zero) it does not
+    spec = TrialSpec.build(dataset="breast_cancer", seed=0, defense="gdp", defense_param=1e-4)
+    attacks = [(name, params) for name in ("ns", "ds") for params in ({}, {"rounds": "first"})]
+    records = run_trial(spec, attacks=attacks)
+    ap = {json.loads(r.extra)["attack_label"]: r.ap for r in records if r.attack in ("ns", "ds")}
+    assert ap["ds[rounds=first]"] is not None and ap["ds[rounds=first]"] > 0.95
+    assert ap["ds"] is not None and ap["ds"] < 0.7
+    assert set(ap) == {"ns", "ns[rounds=first]", "ds", "ds[rounds=first]"}
+    vflair = TrialSpec.build(dataset="breast_cancer", procedure="vflair")
+    assert procedure_params(vflair, "ns", {}) == procedure_params(vflair, "ds", {})
+    assert procedure_params(vflair, "ds", {"rounds": "last"}) == {"rounds": "last"}
