@@ -32,6 +32,7 @@ SCENARIO_COLUMNS = (
     "ssl_variant",
     "aligned_ratio",
     "n_labeled",
+    "procedure",  # standard or vflair (``with_procedure``): their numbers do not pair
 )
 CATEGORICAL = (
     "sweep",
@@ -48,6 +49,7 @@ CATEGORICAL = (
     "attack",
     "attack_type",
     "ssl_variant",
+    "procedure",
     "status",
     "engine_version",
     "spec_json",
@@ -77,7 +79,7 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
 
     The ``attack`` column becomes each row's attack label (``attack_labels``).
     """
-    table = attack_labels(table)
+    table = with_procedure(attack_labels(table))
     arrays = []
     for name in table.column_names:
         column = table.column(name)
@@ -85,6 +87,26 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
             column = column.dictionary_encode()
         arrays.append(column)
     return pa.table(arrays, names=table.column_names).to_pandas()
+
+
+def with_procedure(table: pa.Table) -> pa.Table:
+    """A ``procedure`` column from ``spec_json`` when some record ran ``procedure: vflair``
+    (older records, written before the field, ran the standard one): a defense's numbers
+    under VFLAIR's procedure form a scenario of their own, not a pair with the standard's.
+    Without such a record the table is left as it is."""
+    if "spec_json" not in table.column_names or "procedure" in table.column_names:
+        return table
+    specs = table.column("spec_json")
+    if not pc.any(pc.fill_null(pc.match_substring(specs, '"procedure":"vflair"'), False)).as_py():
+        return table
+    names = {
+        text: str(json.loads(text).get("procedure", "standard"))
+        for text in pc.unique(specs).to_pylist()
+        if text
+    }
+    keys, values = pa.array(list(names), pa.string()), pa.array(list(names.values()), pa.string())
+    picked = pc.coalesce(pc.take(values, pc.index_in(specs, value_set=keys)), "standard")
+    return table.append_column("procedure", picked)
 
 
 def attack_labels(table: pa.Table) -> pa.Table:

@@ -13,17 +13,18 @@ import numpy as np
 import pytest
 import torch
 
+from analysis.load import scenario_labels, table_to_frame
 from sweep_engine.plan import expand
 from sweep_engine.space import load_space
 from trainables.data import load_dataset
 from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
 from trainables.messages import BatchSchedule
-from trainables.records import Record
+from trainables.records import Record, records_to_table
 from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer, lr_scale
 from trainables.transport.placement import LOCAL
-from trainables.trial import incompatibility, prepare_parties, train_prepared
+from trainables.trial import incompatibility, prepare_parties, run_trial, train_prepared
 from trainables.vfl.training import attacks_of
 
 TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None, "extra": ""}
@@ -163,3 +164,17 @@ def test_scores_over_epochs_are_the_means_of_each_epochs_model(
     assert mean.ap == pytest.approx((first.ap + last.ap) / 2, abs=1e-12)
     assert mean.mp == pytest.approx((first.mp + last.mp) / 2, abs=1e-12)
     assert (first.ap, first.mp) != (last.ap, last.mp)  # two different models were judged
+
+
+def test_analysis_keeps_the_procedures_apart() -> None:
+    records = [
+        r
+        for procedure in ("standard", "vflair")
+        for r in run_trial(_spec(procedure=procedure, epochs=1), attacks=[("bli", {})])
+    ]
+    frame = table_to_frame(records_to_table(records))
+    assert list(frame["procedure"].astype(str).unique()) == ["standard", "vflair"]
+    labels = scenario_labels(frame).astype(str)
+    assert set(labels) == {"procedure=standard", "procedure=vflair"}
+    standard = table_to_frame(records_to_table(records[: len(records) // 2]))
+    assert "procedure" not in standard.columns  # only frames holding VFLAIR's get it
