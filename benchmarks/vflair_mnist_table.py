@@ -102,6 +102,7 @@ PUBLISHED_LI2: dict[tuple[str, float], float] = {
     ("dcae", 0.0): 0.5858, ("gper", 10.0): 0.5903, ("gper", 1.0): 0.7306, ("gper", 0.1): 0.7357,
     ("gper", 0.01): 0.7360,
 }  # fmt: skip
+PAPER_BATCH = 2048  # the table's MNIST batch size (vflair_mnist.yaml)
 LI2_WEIGHT = 0.2  # the published LI = 0.2 LI_2 + 0.8 LI_10; its C-DCS: mean of LI, FR, TB, NTB
 
 
@@ -132,8 +133,40 @@ def with_li2(ranking: pd.DataFrame, li2: pd.DataFrame | None) -> pd.DataFrame:
     return out
 
 
-def compare(ranking: pd.DataFrame) -> tuple[pd.DataFrame, list[dict[str, object]]]:
-    """Our ranking rows joined to the published table, and the cells differing > TOLERANCE."""
+# Measured causes of cells over TOLERANCE (docs/vflair.md has each measurement):
+# (type, defenses or None for any, procedure, needs steps per epoch unmatched) -> cause
+CAUSES: tuple[tuple[str, tuple[str, ...] | None, str, bool, str], ...] = (
+    ("TB", None, "standard", False,
+     "LRB's passive swap; VFLAIR's code injects two rows per batch (colluding: "
+     "procedure vflair)"),
+    ("TB", None, "vflair", True,
+     "poison steps per epoch: 4 here at batch 2048, ~29 on VFLAIR's 60k rows "
+     "(--batch-size 273)"),
+    ("LI", ("gper",), "standard", False,
+     "GPer's strength read the other way: VFLAIR's code takes it as epsilon "
+     "(defense_params.form: vflair)"),
+    ("LI", ("gdp", "ldp"), "standard", False,
+     "DLI reads each row's last gradient, VFLAIR's the first round's (rounds: first)"),
+    ("NTB", None, "standard", False,
+     "MF's MP without the attacked rows, final-model scores (mp: tampered, over: epochs)"),
+)  # fmt: skip
+UNMATCHED_STEPS_BATCH = 1024  # at or over this batch, 8,000 rows give <= 8 steps per epoch
+
+
+def cause_of(kind: str, defense: str, procedure: str, batch_size: int) -> str:
+    """The measured cause of a cell over TOLERANCE, or where to read what was ruled out."""
+    for t, defenses, proc, unmatched, text in CAUSES:
+        if t == kind and proc == procedure and (defenses is None or defense in defenses):
+            if not unmatched or batch_size >= UNMATCHED_STEPS_BATCH:
+                return text
+    return "not explained: docs/vflair.md lists what was ruled out"
+
+
+def compare(
+    ranking: pd.DataFrame, procedure: str = "standard", batch_size: int = 2048
+) -> tuple[pd.DataFrame, list[dict[str, object]]]:
+    """Our ranking rows joined to the published table, and the cells differing > TOLERANCE,
+    each with its measured cause (``cause_of``)."""
     ours = ranking.copy()
     ours["strength"] = ours["strength"].astype("float64")
     table = published_frame().merge(ours, on=["defense", "strength"], how="left")
@@ -151,6 +184,7 @@ def compare(ranking: pd.DataFrame) -> tuple[pd.DataFrame, list[dict[str, object]
                     "ours": round(float(mine), 4), "vflair": theirs,
                     "ours_chance_aware": round(float(row.get(f"ca_tdcs_{t}", np.nan)), 4)
                     if t != "LI2" else None,
+                    "cause": cause_of(t, str(row["defense"]), procedure, batch_size),
                 })  # fmt: skip
     return table, differ
 
@@ -271,7 +305,7 @@ def main() -> None:
         seconds += run_space(space2, results)
         li2 = ranking_table(prepare(read_records(results / name2), 0.5), DEFAULT_WEIGHTS)
     ranking = with_li2(ranking_table(prepare(records, 0.5), DEFAULT_WEIGHTS), li2)
-    table, differ = compare(ranking)
+    table, differ = compare(ranking, args.procedure, args.batch_size or PAPER_BATCH)
     print(json.dumps({
         "benchmark": "vflair_mnist_table", "space": name, "procedure": args.procedure,
         "results": str(results),
