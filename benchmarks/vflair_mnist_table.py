@@ -134,8 +134,9 @@ def with_li2(ranking: pd.DataFrame, li2: pd.DataFrame | None) -> pd.DataFrame:
 
 
 # Measured causes of cells over TOLERANCE (docs/vflair.md has each measurement):
-# (type, defenses or None for any, procedure, needs steps per epoch unmatched) -> cause
-CAUSES: tuple[tuple[str, tuple[str, ...] | None, str, bool, str], ...] = (
+# (type, defenses or None for any, procedure or None for both, needs steps per epoch
+# unmatched) -> cause
+CAUSES: tuple[tuple[str, tuple[str, ...] | None, str | None, bool, str], ...] = (
     ("TB", None, "standard", False,
      "LRB's passive swap; VFLAIR's code injects two rows per batch (colluding: "
      "procedure vflair)"),
@@ -149,6 +150,12 @@ CAUSES: tuple[tuple[str, tuple[str, ...] | None, str, bool, str], ...] = (
      "DLI reads each row's last gradient, VFLAIR's the first round's (rounds: first)"),
     ("NTB", None, "standard", False,
      "MF's MP without the attacked rows, final-model scores (mp: tampered, over: epochs)"),
+    ("LI", ("dcae",), None, False,
+     "VFLAIR's DCAE loads autoencoders it trained offline (absent here); ours trains its own"),
+    ("LI2", None, "vflair", False,
+     "partly: NS's first-round AUC is 0 or 1 by the class the untrained model favours, "
+     "where VFLAIR's reads 1; DS reads the first round holding its known positive, after "
+     "the 0-vs-1 task is fit (gradients ~1e-4), VFLAIR's a positive of the first batch"),
 )  # fmt: skip
 UNMATCHED_STEPS_BATCH = 1024  # at or over this batch, 8,000 rows give <= 8 steps per epoch
 
@@ -156,7 +163,7 @@ UNMATCHED_STEPS_BATCH = 1024  # at or over this batch, 8,000 rows give <= 8 step
 def cause_of(kind: str, defense: str, procedure: str, batch_size: int) -> str:
     """The measured cause of a cell over TOLERANCE, or where to read what was ruled out."""
     for t, defenses, proc, unmatched, text in CAUSES:
-        if t == kind and proc == procedure and (defenses is None or defense in defenses):
+        if t == kind and proc in (None, procedure) and (defenses is None or defense in defenses):
             if not unmatched or batch_size >= UNMATCHED_STEPS_BATCH:
                 return text
     return "not explained: docs/vflair.md lists what was ruled out"

@@ -22,13 +22,13 @@ def _ranking(shift: dict[tuple[str, float, str], float]) -> pd.DataFrame:
 
 
 def test_cells_over_the_tolerance_carry_their_cause() -> None:
-    shift = {("gper", 0.01, "LI"): -0.15, ("mid", 1.0, "TB"): 0.12, ("dcae", 0.0, "LI"): -0.1}
+    shift = {("gper", 0.01, "LI"): -0.15, ("mid", 1.0, "TB"): 0.12, ("gs", 97.0, "LI"): -0.1}
     _, differ = compare(_ranking(shift), "standard", 2048)
     cause = {(d["defense"], d["type"]): d["cause"] for d in differ}
-    assert set(cause) == {("gper", "LI"), ("mid", "TB"), ("dcae", "LI")}
+    assert set(cause) == {("gper", "LI"), ("mid", "TB"), ("gs", "LI")}
     assert "epsilon" in str(cause[("gper", "LI")])
     assert "colluding" in str(cause[("mid", "TB")])
-    assert str(cause[("dcae", "LI")]).startswith("not explained")
+    assert str(cause[("gs", "LI")]).startswith("not explained")
     # under VFLAIR's procedure the standard procedure's causes no longer apply
     _, differ = compare(_ranking(shift), "vflair", 273)
     assert all(str(d["cause"]).startswith("not explained") for d in differ)
