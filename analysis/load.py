@@ -56,10 +56,11 @@ CATEGORICAL = (
 )
 
 
-def read_records(sweep_dir: Path, with_spec: bool = True) -> pd.DataFrame:
+def read_records(sweep_dir: Path | str, with_spec: bool = True) -> pd.DataFrame:
     """All records of ``sweep_dir/records`` (or of ``sweep_dir`` if it holds Parquet files),
     in the layout the sink writes: single files and compacted parts, each training once
     (``trainables/results/layout.py``), read while a compaction may run."""
+    sweep_dir = Path(sweep_dir)  # a notebook passes a str
     folder = sweep_dir / "records" if (sweep_dir / "records").is_dir() else sweep_dir
     columns = [n for n in RECORD_SCHEMA.names if with_spec or n != "spec_json"]
     try:
