@@ -10,9 +10,10 @@ import json
 import numpy as np
 
 from trainables.attacks import ATTACKS
-from trainables.attacks.harness import draw_aux, make_view
+from trainables.attacks.harness import draw_aux, make_view, nn_view_of
 from trainables.data import load_dataset
 from trainables.defenses.base import with_payload
+from trainables.messages import BatchRef
 from trainables.spec import TrialSpec, procedure_params
 from trainables.trial import prepare_parties, run_trial, train_local_parties
 
@@ -64,5 +65,25 @@ def test_ns_and_ds_read_the_first_round_by_name() -> None:
     assert ap["ds"] is not None and ap["ds"] < 0.7
     assert set(ap) == {"ns", "ns[rounds=first]", "ds", "ds[rounds=first]"}
     vflair = TrialSpec.build(dataset="breast_cancer", procedure="vflair")
-    assert procedure_params(vflair, "ns", {}) == procedure_params(vflair, "ds", {})
-    assert procedure_params(vflair, "ds", {"rounds": "last"}) == {"rounds": "last"}
+    assert procedure_params(vflair, "ns", {}) == {"rounds": "first"}
+    assert procedure_params(vflair, "ds", {}) == {"rounds": "first", "positive": "first_batch"}
+    assert procedure_params(vflair, "ds", {"rounds": "last"})["rounds"] == "last"  # own wins
+
+
+def test_ds_first_batch_grant_draws_its_known_rows_from_the_first_batch() -> None:
+    spec = TrialSpec.build(dataset="breast_cancer", seed=0, epochs=1, batch_size=64)
+    prepared = prepare_parties(spec, load_dataset("breast_cancer"), [("ds", {})])
+    parties = train_local_parties(prepared, 1)[1]
+    view_of = nn_view_of(parties, 0)
+    first = parties[0].schedule.rows(BatchRef(0, 0))  # (64,) the first round's rows
+    granted = ATTACKS.create("ds", rounds="first", positive="first_batch")
+    _, view = view_of(granted.view_info())
+    assert len(view.aux.label_rows) == 2 and set(view.aux.label_rows) <= set(first.tolist())
+    assert sorted(view.aux.labels.tolist()) == [0, 1]  # one known row per class
+    _, plain = view_of(ATTACKS.create("ds").view_info())  # the default grant: any row
+    y = parties[-1].y_train.numpy()
+    expected = draw_aux(ATTACKS.get("ds").info, y, parties[1].X_train.numpy(), 0)
+    assert np.array_equal(plain.aux.label_rows, expected.label_rows)
+    # the positive read is the first batch's own: DS reads the first round itself
+    guess = granted.run(view)
+    assert np.array_equal(guess.rows, first)

@@ -154,7 +154,7 @@ VFLAIR_ATTACK_PARAMS: dict[str, dict[str, Any]] = {
     # the first batch's gradients (DLI: each row's first negative element)
     "dli": {"rounds": "first"},
     "ns": {"rounds": "first"},
-    "ds": {"rounds": "first"},
+    "ds": {"rounds": "first", "positive": "first_batch"},  # VFLAIR's grant: one of that batch
     "mf": {"mp": "tampered"},  # AP against the MP with the attacked rows in it
     "nsb": {"mp": "tampered", "over": "epochs"},
 }

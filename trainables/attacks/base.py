@@ -46,6 +46,9 @@ class AttackInfo:
     aux_labels_per_class: int = 0  # labeled training rows the attacker is assumed to know
     aux_labels_total: int = 0  # or a total, spread evenly over the classes (MC: 80)
     aux_feature_fraction: float = 0.0  # share of training rows whose peer features it knows
+    # the known label rows come from the first round's batch (VFLAIR grants DS a positive
+    # row of its first batch), not from all training rows
+    aux_from_first_batch: bool = False
     query_model: bool = False  # may query the released trained model (GRN's setting)
     # reads the exchanged embeddings / gradients as per-class scores (aggVFL's bottoms
     # output C logits): meaningless where a kind exchanges wider representations
@@ -223,6 +226,11 @@ class Attack:
         VFLAIR's): the attack's ``install`` then also runs at the active party, and its
         records say ``threat_model: colluding``. Default: the attacker alone."""
         return False
+
+    def view_info(self) -> AttackInfo:
+        """What the harness builds this attack's view from: ``info``, unless its settings
+        change the knowledge granted (DS's ``positive: first_batch``)."""
+        return self.info
 
     def record_extra(self) -> dict[str, Any]:
         """What an attack record's ``extra`` JSON says about the settings that ran."""

@@ -12,12 +12,15 @@ is its last one, as in NS and DLI. ``rounds: first`` reads first-round gradients
 VFLAIR does (its ``first_epoch_state``): VFLAIR picks a positive row of its first batch at
 random, as if the attacker knew one there; here the attacker keeps its one known positive
 row, and the round read is the first whose batch holds that row (in the first epoch).
-Binary tasks only.
+``positive: first_batch`` is VFLAIR's grant: the known row of each class is drawn from
+the first round's batch (``AttackInfo.aux_from_first_batch``), the same amount of
+knowledge, about another row. Binary tasks only.
 AP: AUC of the scores against the true labels of the training rows (judge.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,8 +40,16 @@ class DirectionScoring(Attack):
         aux_labels_per_class=1,
     )
 
-    defaults: ClassVar[dict[str, Any]] = {"rounds": "last"}
-    choices: ClassVar[dict[str, tuple[str, ...]]] = ROUNDS
+    defaults: ClassVar[dict[str, Any]] = {"rounds": "last", "positive": "any"}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        **ROUNDS,
+        "positive": ("any", "first_batch"),  # where its known rows come from: see above
+    }
+
+    def view_info(self) -> AttackInfo:
+        if self.params["positive"] == "first_batch":
+            return dataclasses.replace(self.info, aux_from_first_batch=True)
+        return self.info
 
     def run(self, view: PartyView) -> LabelGuess:
         known = view.aux.label_rows[view.aux.labels == 1]  # the known positive row(s)

@@ -16,6 +16,7 @@ from trainables.attacks.chance import Score, mean_score
 from trainables.attacks.judge import Judge, QueryModel
 from trainables.attacks.tuning import Adapt, split_adapt, tune
 from trainables.hooks import MessageLog
+from trainables.messages import BatchRef
 from trainables.results.labels import adapted_label
 
 
@@ -50,9 +51,14 @@ def attacker_index(info: AttackInfo, n_parties: int) -> int:
 
 
 def draw_aux(
-    info: AttackInfo, y_train: np.ndarray, peer_X_train: np.ndarray | None, seed: int
+    info: AttackInfo,
+    y_train: np.ndarray,
+    peer_X_train: np.ndarray | None,
+    seed: int,
+    pool: np.ndarray | None = None,
 ) -> AuxData:
-    """The auxiliary knowledge ``info`` grants, drawn from the training rows by ``seed``.
+    """The auxiliary knowledge ``info`` grants, drawn from the training rows by ``seed``
+    (the known label rows from ``pool`` alone where given: ``aux_from_first_batch``).
 
     The same function runs before training (for training-time attacks) and after it, so
     an attacker gets the same knowledge in both places.
@@ -64,7 +70,9 @@ def draw_aux(
         per_class = max(1, info.aux_labels_total // len(np.unique(y_train)))
     if per_class:
         for c in np.unique(y_train):
-            members = np.flatnonzero(y_train == c)
+            members = np.flatnonzero(y_train == c)  # (n_c,) training rows of class c
+            if pool is not None:
+                members = np.intersect1d(members, pool)
             take = min(per_class, len(members))
             label_rows += rng.choice(members, size=take, replace=False).tolist()
     rows = np.sort(np.asarray(label_rows, dtype=np.int64))
@@ -126,7 +134,7 @@ def evaluate(
         params, adapt = split_adapt(given)
         attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
         start = time.perf_counter()
-        who, view = view_of(attack.info)
+        who, view = view_of(attack.view_info())
         guess = attack.run(view)
         score, judged = score_of(guess, who)
         seconds = time.perf_counter() - start
@@ -143,11 +151,11 @@ def adapted(
     """``attack`` tuned by its attacker on its own view (never the judge's rows), then
     judged once at the best setting; the default's outcome is reused when it won."""
     start = time.perf_counter()
-    who, view = view_of(attack.info)
+    who, view = view_of(attack.view_info())
     tuned = tune(attack, view, adapt)
     if tuned.best:
         best = type(attack)(preset=attack.preset, **{**_explicit(attack), **tuned.best})
-        score, judged = score_of(best.run(view_of(attack.info)[1]), who)
+        score, judged = score_of(best.run(view_of(attack.view_info())[1]), who)
     else:  # the default setting scored best on the attacker's own rows: same guess
         best, score, judged = attack, default.score, {}
     extra = {
@@ -175,7 +183,8 @@ def nn_view_of(parties: Sequence[Any], seed: int) -> ViewOf:
         who = attacker_index(info, len(parties))
         y = parties[-1].y_train.cpu().numpy()
         peer_x = parties[peer_index(who)].X_train.cpu().numpy()
-        aux = draw_aux(info, y, peer_x, seed)
+        pool = parties[who].schedule.rows(BatchRef(0, 0)) if info.aux_from_first_batch else None
+        aux = draw_aux(info, y, peer_x, seed, pool)
         query = QueryModel(parties) if info.query_model else None
         return who, make_view(parties[who], info, aux, query, seed)
 
@@ -221,7 +230,7 @@ def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
             continue
         attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
         start = time.perf_counter()
-        seen = [view_of(attack.info) for view_of in views]
+        seen = [view_of(attack.view_info()) for view_of in views]
         guesses = attack.run_many([view for _, view in seen])
         share = (time.perf_counter() - start) / len(trainings)
         for k, ((who, _), guess) in enumerate(zip(seen, guesses, strict=True)):
