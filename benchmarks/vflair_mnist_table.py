@@ -169,7 +169,7 @@ def cause_of(kind: str, defense: str, procedure: str, batch_size: int) -> str:
 
 
 def compare(
-    ranking: pd.DataFrame, procedure: str = "standard", batch_size: int = 2048
+    ranking: pd.DataFrame, procedure: str = "standard", batch_size: int = PAPER_BATCH
 ) -> tuple[pd.DataFrame, list[dict[str, object]]]:
     """Our ranking rows joined to the published table, and the cells differing > TOLERANCE,
     each with its measured cause (``cause_of``)."""

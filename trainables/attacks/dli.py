@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
-from trainables.attacks.ns import first_gradients
+from trainables.attacks.ns import ROUNDS, first_gradients
 
 
 class DirectLabelInference(Attack):
@@ -32,7 +32,7 @@ class DirectLabelInference(Attack):
     )
 
     defaults: ClassVar[dict[str, Any]] = {"rounds": "last"}  # or "first": see above
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"rounds": ("last", "first")}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = ROUNDS
 
     def run(self, view: PartyView) -> LabelGuess:
         if self.params["rounds"] == "first":
