@@ -152,9 +152,12 @@ CAUSES: tuple[tuple[str, tuple[str, ...] | None, str | None, bool, str], ...] = 
      "MF's MP without the attacked rows, final-model scores (mp: tampered, over: epochs)"),
     ("LI", ("dcae",), None, False,
      "VFLAIR's DCAE loads autoencoders it trained offline (absent here); ours trains its own"),
+    ("LI2", None, "standard", False,
+     "NS and DS score AUC on each row's last gradient; VFLAIR tables the first round's "
+     "thresholded accuracy, NS's as max(acc, 1 - acc) (rounds: first, score: vflair)"),
     ("LI2", None, "vflair", False,
-     "partly: NS's first-round AUC is 0 or 1 by the class the untrained model favours "
-     "(mean 0.50 over seeds), where VFLAIR's reads 1 in every run"),
+     "not explained: NS's seeds spread (0.59 for seed 2 with no defense, 1 for the "
+     "others) where VFLAIR's reads 1 in every run; docs/vflair.md has the rest"),
 )  # fmt: skip
 UNMATCHED_STEPS_BATCH = 1024  # at or over this batch, 8,000 rows give <= 8 steps per epoch
 

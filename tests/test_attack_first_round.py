@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from trainables.attacks import ATTACKS
+from trainables.attacks import ATTACKS, chance
 from trainables.attacks.harness import draw_aux, make_view, nn_view_of
 from trainables.data import load_dataset
 from trainables.defenses.base import with_payload
@@ -65,8 +65,10 @@ def test_ns_and_ds_read_the_first_round_by_name() -> None:
     assert ap["ds"] is not None and ap["ds"] < 0.7
     assert set(ap) == {"ns", "ns[rounds=first]", "ds", "ds[rounds=first]"}
     vflair = TrialSpec.build(dataset="breast_cancer", procedure="vflair")
-    assert procedure_params(vflair, "ns", {}) == {"rounds": "first"}
-    assert procedure_params(vflair, "ds", {}) == {"rounds": "first", "positive": "first_batch"}
+    assert procedure_params(vflair, "ns", {}) == {"rounds": "first", "score": "vflair"}
+    assert procedure_params(vflair, "ds", {}) == {
+        "rounds": "first", "positive": "first_batch", "score": "vflair"
+    }  # fmt: skip
     assert procedure_params(vflair, "ds", {"rounds": "last"})["rounds"] == "last"  # own wins
 
 
@@ -87,3 +89,41 @@ def test_ds_first_batch_grant_draws_its_known_rows_from_the_first_batch() -> Non
     # the positive read is the first batch's own: DS reads the first round itself
     guess = granted.run(view)
     assert np.array_equal(guess.rows, first)
+
+
+def test_vflair_score_is_its_thresholded_accuracy_in_the_better_orientation() -> None:
+    # VFLAIR tables NS as max(acc, 1 - acc) of min-max norms above 0.5, and DS as the acc
+    # of a positive cosine: the untrained model that favours class 1 gives class 1 the
+    # smaller norms, an AUC of 0 that VFLAIR reads as 1
+    spec = TrialSpec.build(dataset="breast_cancer", seed=0, epochs=1, batch_size=64)
+    prepared = prepare_parties(spec, load_dataset("breast_cancer"), [("ns", {})])
+    parties = train_local_parties(prepared, 1)[1]
+    y = parties[-1].y_train.numpy()
+    info = ATTACKS.get("ds").info
+    rows = parties[0].schedule.rows(BatchRef(0, 0))  # (64,) the first round's rows
+    aux = draw_aux(info, y, parties[1].X_train.numpy(), 0, pool=rows)  # VFLAIR's grant
+    view = make_view(parties[0], info, aux, None, 0)
+    grads = [m for m in view.received if m.kind == "gradient" and m.batch is not None]
+    p1 = np.where(y[rows] == 1, 0.7, 0.6)  # (64,) the untrained model favours class 1
+    crafted = np.stack([(1 - p1) - (y[rows] == 0), p1 - (y[rows] == 1)], axis=1)  # p - onehot
+    view = dataclasses.replace(view, received=(with_payload(grads[0], crafted), *grads[1:]))
+
+    def ap(name: str, **params: str) -> float:
+        guess = ATTACKS.create(name, rounds="first", **params).run(view)
+        return chance.score_labels(guess, y, y).ap
+
+    assert ap("ns") == 0.0  # AUC: class 1 has the smaller norms everywhere
+    assert ap("ns", score="vflair") == 1.0  # the better orientation
+    flat = dataclasses.replace(view, received=(with_payload(grads[0], crafted * 0 + 1), *grads[1:]))
+    guess = ATTACKS.create("ns", rounds="first", score="vflair").run(flat)
+    majority = max(y[rows].mean(), 1 - y[rows].mean())
+    assert chance.score_labels(guess, y, y).ap == majority  # one class guessed: never < 0.5
+    assert ap("ds", score="vflair") == 1.0 and ap("ds") == 1.0  # the cosine is +-1 here
+    noisy = crafted + np.random.default_rng(0).normal(0, 0.3, crafted.shape)
+    view = dataclasses.replace(view, received=(with_payload(grads[0], noisy), *grads[1:]))
+    guess = ATTACKS.create("ds", rounds="first", score="vflair").run(view)
+    known = view.aux.label_rows[view.aux.labels == 1][0]
+    g_pos = noisy[np.flatnonzero(rows == known)[0]]  # (2,) the granted positive's gradient
+    expected = ((noisy @ g_pos > 0).astype(int) == y[rows]).mean()  # by hand
+    assert 0.5 < expected < 1.0  # the noise makes mistakes
+    assert chance.score_labels(guess, y, y).ap == expected

@@ -3,9 +3,10 @@ type, defense and procedure (``benchmarks/vflair_mnist_table.py``; needs no data
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from benchmarks.vflair_mnist_table import PUBLISHED, TYPES, compare
+from benchmarks.vflair_mnist_table import PUBLISHED, PUBLISHED_LI2, TYPES, compare
 
 
 def _ranking(shift: dict[tuple[str, float, str], float]) -> pd.DataFrame:
@@ -35,3 +36,16 @@ def test_cells_over_the_tolerance_carry_their_cause() -> None:
     _, differ = compare(_ranking(shift), "vflair", 2048)  # steps per epoch unmatched
     tb = next(d for d in differ if d["type"] == "TB")
     assert "steps per epoch" in str(tb["cause"])
+
+
+def test_li2_cells_name_the_scoring_under_the_standard_procedure() -> None:
+    ranking = _ranking({})
+    ranking["tdcs_LI2"] = np.nan
+    for i, key in enumerate(PUBLISHED):  # every LI2 cell 0.1 over the published one
+        if key in PUBLISHED_LI2:
+            ranking.loc[i, "tdcs_LI2"] = PUBLISHED_LI2[key] + 0.1
+    _, differ = compare(ranking, "standard", 2048)
+    li2 = [d for d in differ if d["type"] == "LI2"]
+    assert li2 and all("score: vflair" in str(d["cause"]) for d in li2)
+    _, differ = compare(ranking, "vflair", 273)
+    assert all(str(d["cause"]).startswith("not explained") for d in differ if d["type"] == "LI2")

@@ -153,8 +153,9 @@ VFLAIR_ATTACK_PARAMS: dict[str, dict[str, Any]] = {
     "lrb": {"injection": "colluding", "count": "all", "over": "epochs"},
     # the first batch's gradients (DLI: each row's first negative element)
     "dli": {"rounds": "first"},
-    "ns": {"rounds": "first"},
-    "ds": {"rounds": "first", "positive": "first_batch"},  # VFLAIR's grant: one of that batch
+    "ns": {"rounds": "first", "score": "vflair"},  # its acc, max(acc, 1 - acc)
+    # VFLAIR's grant (one row of that batch) and its acc
+    "ds": {"rounds": "first", "positive": "first_batch", "score": "vflair"},
     "mf": {"mp": "tampered"},  # AP against the MP with the attacked rows in it
     "nsb": {"mp": "tampered", "over": "epochs"},
 }

@@ -94,6 +94,9 @@ class LabelGuess:
     rows: np.ndarray  # (n,) row positions in that split
     labels: np.ndarray | None = None  # (n,) predicted classes
     scores: np.ndarray | None = None  # (n,) score of class 1 (binary attacks, AUC)
+    # binary labels scored in their better orientation, max(acc, 1 - acc): VFLAIR's NS
+    # report (metrics/data_process.py). The judge picks it from the truth, not the attacker
+    either_way: bool = False
 
 
 @dataclass(frozen=True)

@@ -226,6 +226,17 @@ def untargeted_score(
                  collapse=top_share(tampered))  # fmt: skip
 
 
+def oriented(guess: LabelGuess, truth: np.ndarray) -> LabelGuess:
+    """An ``either_way`` guess of binary labels, flipped where that is right more often
+    (VFLAIR reports NS as max(acc, 1 - acc)); any other guess as it is."""
+    if not guess.either_way or guess.labels is None or not len(truth):
+        return guess
+    labels = np.asarray(guess.labels)
+    if (labels == truth).mean() >= 0.5:
+        return guess
+    return dataclasses.replace(guess, labels=1 - labels)
+
+
 def label_ap(guess: LabelGuess, y_train: np.ndarray, y_test: np.ndarray) -> float:
     """VFLAIR's label-inference AP: accuracy of inferred labels (AUC for binary scores).
 
@@ -233,6 +244,7 @@ def label_ap(guess: LabelGuess, y_train: np.ndarray, y_test: np.ndarray) -> floa
     score label guesses by the same rule.
     """
     truth = (y_train if guess.split == "train" else y_test)[guess.rows]
+    guess = oriented(guess, truth)
     if guess.scores is not None:
         if len(np.unique(truth)) < 2:
             return NAN
@@ -248,6 +260,7 @@ def score_labels(guess: LabelGuess, y_train: np.ndarray, y_test: np.ndarray) -> 
     ``mp`` is left NaN (the caller knows the main task)."""
     truth = (y_train if guess.split == "train" else y_test)[guess.rows]
     ap = label_ap(guess, y_train, y_test)
+    guess = oriented(guess, truth)
     if guess.scores is not None:
         return auc_score(truth, np.asarray(guess.scores), ap)
     assert guess.labels is not None, "a LabelGuess needs labels or scores"

@@ -15,7 +15,10 @@ row, and the round read is the first whose batch holds that row (in the first ep
 ``positive: first_batch`` is VFLAIR's grant: the known row of each class is drawn from
 the first round's batch (``AttackInfo.aux_from_first_batch``), the same amount of
 knowledge, about another row. Binary tasks only.
-AP: AUC of the scores against the true labels of the training rows (judge.py).
+AP: AUC of the scores against the true labels of the training rows (judge.py), the
+default ``score: auc``. ``score: vflair`` is the number VFLAIR reports: the accuracy of
+"class 1 where the cosine is positive" (its ``DirectionbasedScoring`` returns acc and AUC,
+and its ``metrics/data_process.py`` tables the acc).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
-from trainables.attacks.ns import ROUNDS, gradients_of
+from trainables.attacks.ns import ROUNDS, SCORE, gradients_of
 
 
 class DirectionScoring(Attack):
@@ -40,9 +43,10 @@ class DirectionScoring(Attack):
         aux_labels_per_class=1,
     )
 
-    defaults: ClassVar[dict[str, Any]] = {"rounds": "last", "positive": "any"}
+    defaults: ClassVar[dict[str, Any]] = {"rounds": "last", "positive": "any", "score": "auc"}
     choices: ClassVar[dict[str, tuple[str, ...]]] = {
         **ROUNDS,
+        **SCORE,
         "positive": ("any", "first_batch"),  # where its known rows come from: see above
     }
 
@@ -58,10 +62,14 @@ class DirectionScoring(Attack):
         position = {r: i for i, r in enumerate(rows.tolist())}
         found = [position[r] for r in known.tolist() if r in position]
         if not found:  # no gradient of a known positive was received: no direction to use
-            return LabelGuess(split="train", rows=rows, scores=np.zeros(len(rows)))
-        g_pos = grads[found[0]]  # (C,) the known positive's gradient
-        norms = np.linalg.norm(grads, axis=1) * np.linalg.norm(g_pos)  # (n,)
-        scores = grads @ g_pos / np.maximum(norms, np.finfo(np.float64).tiny)  # (n,) cos
+            scores = np.zeros(len(rows))
+        else:
+            g_pos = grads[found[0]]  # (C,) the known positive's gradient
+            norms = np.linalg.norm(grads, axis=1) * np.linalg.norm(g_pos)  # (n,)
+            scores = grads @ g_pos / np.maximum(norms, np.finfo(np.float64).tiny)  # (n,) cos
+        if self.params["score"] == "vflair":
+            labels = (scores > 0).astype(np.int64)  # (n,) class 1 where the cosine is positive
+            return LabelGuess(split="train", rows=rows, labels=labels)
         return LabelGuess(split="train", rows=rows, scores=scores)
 
 

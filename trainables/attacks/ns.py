@@ -11,7 +11,12 @@ Each row is scored with its gradient from the last epoch it was trained in, the 
 state after training (``rounds: last``, the default). ``rounds: first`` is VFLAIR's
 (``NormbasedScoring`` reads its ``first_epoch_state``): only the first round's batch,
 scored by the gradients of the untrained model. Binary tasks only.
-AP: AUC of the scores against the true labels of the training rows (judge.py).
+AP: AUC of the scores against the true labels of the training rows (judge.py), the
+default ``score: auc``. ``score: vflair`` is the number VFLAIR reports: the norms scaled
+to [0, 1] by their min and max, class 1 above 0.5, and the accuracy of that in its better
+orientation, max(acc, 1 - acc) (its ``NormbasedScoring`` returns acc and AUC, and its
+``metrics/data_process.py`` tables max(acc, 1 - acc)). The orientation is chosen with the
+truth, so this AP is never under 0.5: read it against that, not against AUC's chance.
 """
 
 from __future__ import annotations
@@ -59,6 +64,15 @@ def gradients_of(
 
 
 ROUNDS = {"rounds": ("last", "first")}  # which gradients: see the module docstring
+SCORE = {"score": ("auc", "vflair")}  # what AP is: see the module docstrings of NS and DS
+
+
+def minmax(values: np.ndarray) -> np.ndarray:
+    """(n,) values scaled to [0, 1] as VFLAIR's scoring attacks do (1e-16 for a flat batch)."""
+    if not len(values):
+        return values
+    lo, hi = values.min(), values.max()
+    return (values - lo + 1e-16) / (hi - lo + 1e-16)
 
 
 class NormScoring(Attack):
@@ -67,12 +81,15 @@ class NormScoring(Attack):
         type="LI", role="passive", training_time=False, binary_only=True, needs_messages=True
     )
 
-    defaults: ClassVar[dict[str, Any]] = {"rounds": "last"}
-    choices: ClassVar[dict[str, tuple[str, ...]]] = ROUNDS
+    defaults: ClassVar[dict[str, Any]] = {"rounds": "last", "score": "auc"}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {**ROUNDS, **SCORE}
 
     def run(self, view: PartyView) -> LabelGuess:
         rows, grads = gradients_of(view, str(self.params["rounds"]))  # (n,), (n, C)
         scores = np.linalg.norm(grads, axis=1)  # (n,) ||g_i||_2
+        if self.params["score"] == "vflair":
+            labels = (minmax(scores) > 0.5).astype(np.int64)  # (n,)
+            return LabelGuess(split="train", rows=rows, labels=labels, either_way=True)
         return LabelGuess(split="train", rows=rows, scores=scores)
 
 
