@@ -25,11 +25,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from sweep_engine.machine_load import LoadWatch, busy_text
 from sweep_engine.words import duration, plural
 
 HEARTBEAT_S = 30.0  # seconds without a finished training before a heartbeat line
 HEARTBEAT_ENV = "VFLSWEEP_HEARTBEAT_S"
 SAVE_EVERY_S = 2.0  # progress.json at most this often (each write is an fsync)
+LOAD_SAMPLE_S = 10.0  # how often other work's share of the machine is read (machine_load)
 _PRINT = threading.Lock()
 
 
@@ -103,6 +105,8 @@ class Tracker:
         self.first_start: float | None = None
         self._saved = float("-inf")
         self._ran = False  # past "starting": from then on progress.json is written
+        self.others: float | None = None  # other work's CPU share lately (machine_load.py)
+        self.cpus = os.cpu_count() or 1
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -184,9 +188,11 @@ class Tracker:
         seconds = self.eta(now)
         counts = f"{self.done + self.failed} of {plural(self.to_run, 'training')} done"
         counts += f" ({self.failed} failed)" if self.failed else ""
+        from_rate = self.done + self.failed > 0
         return (
             f"[still running] {duration(now - self.started)}: {self.running_text(now)}; "
-            f"{counts}, {self.left} left; {eta_text(seconds, self.done + self.failed > 0)}"
+            f"{counts}, {self.left} left; {eta_text(seconds, from_rate)}"
+            + busy_text(self.others, self.cpus, from_rate)
         )
 
     def snapshot(self, now: float) -> dict[str, Any]:
@@ -218,6 +224,7 @@ class Tracker:
             "elapsed_s": round(now - self.started, 1),
             "eta_s": None if eta is None else round(eta, 1),
             "eta_from": "rate" if self.done + self.failed else "plan",
+            "others_cpu_share": None if self.others is None else round(self.others, 3),
         }
 
     def save(self, force: bool = False) -> None:
@@ -277,8 +284,11 @@ class Heartbeat:
 
     def _run(self) -> None:
         tick = min(1.0, self.every / 4) if self.every > 0 else 1.0
+        watch, sampled = LoadWatch(), time.monotonic()
         while not self._stop.wait(tick):
             now = time.monotonic()
+            if now - sampled >= LOAD_SAMPLE_S:  # other work's share since the last sample
+                self.tracker.others, sampled = watch.sample(), now
             if self.stopping.is_set():
                 continue
             if self.every > 0 and self.tracker.quiet_for(now) >= self.every:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep_engine.lock import LOCK_NAME, holder_of
+from sweep_engine.machine_load import BUSY_SHARE
 from sweep_engine.words import duration, plural
 from trainables.results.manifest import MANIFEST, read_manifest
 
@@ -147,6 +148,7 @@ def status(sweep_dir: Path) -> dict[str, Any]:
             out["now"] = progress.get("running", [])
             out["eta_s"] = _eta_now(progress)
             out["eta_from"] = progress.get("eta_from")
+            out["others_cpu_share"] = progress.get("others_cpu_share")
     return out
 
 
@@ -194,6 +196,9 @@ def status_lines(sweep_dir: Path) -> list[str]:
         eta = s["eta_s"]
         basis = " (the plan's estimate)" if s.get("eta_from") == "plan" else ""
         lines.append("  ETA: no estimate yet" if eta is None else f"  ETA: ~{duration(eta)}{basis}")
+        others = s.get("others_cpu_share")
+        if others is not None and others >= BUSY_SHARE:
+            lines.append(f"  the machine is busy: other work takes {others:.0%} of its CPUs")
     elif s["left"]:
         lines.append(f"  {plural(s['left'], 'training')} left: re-run the sweep to resume")
     if s["failed"] and not s["running"]:
