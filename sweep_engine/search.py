@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,31 @@ def distribution(param: SearchParam) -> optuna.distributions.BaseDistribution:
     )
 
 
+class PicklableNSGAII(optuna.samplers.NSGAIISampler):
+    """NSGA-II that Tune can pickle. Optuna 5.1's genetic samplers hold a
+    ``threading.Lock`` (their generation cache), and ``tune.Tuner`` pickles its search
+    algorithm into ``tuner.pkl``: every ``sampler: nsga2`` study failed before its first
+    trial (defense_pareto.yaml, 2026-12-04). The lock is left out and made anew."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_thread_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._thread_lock = threading.Lock()  # unused by an Optuna without one
+
+
+for _key in ("_GENERATION_KEY", "_PARENT_CACHE_KEY_PREFIX"):  # Optuna's own study keys
+    if hasattr(optuna.samplers.NSGAIISampler, _key):  # named by class since Optuna 4.x
+        setattr(PicklableNSGAII, _key, getattr(optuna.samplers.NSGAIISampler, _key))
+
+
 def sampler(search: SearchBlock, offset: int) -> optuna.samplers.BaseSampler:
     seed = search.seed + offset  # a resumed study samples new points, not the same ones again
     if search.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if search.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
+        return PicklableNSGAII(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
 
 

@@ -116,6 +116,32 @@ def test_optuna_search_of_lr_records_its_trials_and_best(tmp_path: Path, ray_ses
     assert summary["best"]["trial_id"] in {r["trial_id"] for r in rows}
 
 
+def test_nsga2_search_of_two_objectives_runs_under_tune(tmp_path: Path, ray_session: None) -> None:
+    """Tune pickles its search algorithm; Optuna 5.1's NSGA-II holds a lock (search.py)."""
+    import pickle
+
+    import ray
+
+    from sweep_engine.search import PicklableNSGAII
+
+    assert pickle.loads(pickle.dumps(PicklableNSGAII(seed=0)))._get_generation_key()
+    space = write_space(
+        tmp_path,
+        "front",
+        "base: {dataset: breast_cancer, epochs: 3, defense: gdp}\n"
+        "search:\n  params: {defense_param: {low: 1.0e-4, high: 1.0, log: true}}\n"
+        "  objectives: [{metric: mp, mode: max}, {metric: 'ap:ns', mode: min}]\n"
+        "  n_trials: 3\n  sampler: nsga2\n"
+        "attacks: [ns]\nresources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n",
+    )
+    results = tmp_path / "results"
+    address = ray.get_runtime_context().gcs_address
+    out = sweep("--space", str(space), "--results", str(results), "--address", address)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_records(results, "front")
+    assert {r["status"] for r in rows} == {"ok"} and len({r["trial_id"] for r in rows}) == 3
+
+
 def test_failing_training_is_recorded_as_error_and_exits_1(
     tmp_path: Path, ray_session: None
 ) -> None:
