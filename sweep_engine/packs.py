@@ -50,6 +50,11 @@ ATTACK_S = {  # median CPU seconds of one evaluation on digits: benchmarks.attac
     "dli": 0.01, "lrb": 0.01, "nsb": 0.01, "mf": 0.01, "ns": 0.01, "ds": 0.01,
 }  # fmt: skip
 OTHER_ATTACK_S = 1.0
+# Model completion runs ``epochs`` x ``steps_per_epoch`` steps of a fixed batch
+# (completion.py) however many rows a training has, so its cost does not scale with rows:
+# breast_cancer's PMC took 3.6 s against digits' 4.0 s (attacks.yaml, 2026-12-04), where
+# scaling by rows said 0.6 s
+FIXED_STEPS = frozenset({"pmc", "mc", "amc", "mc_pretrained"})
 # Why a floor for stacked packs on actors: on the ray transport every round of a training
 # is an actor round trip, ~2-3 ms of CPU on the two actors once they sleep between rounds
 # (``benchmarks.transport``); a heavy FedBCD training has 756 of them. A stacked pack of K
@@ -147,9 +152,14 @@ def _rows(spec: TrialSpec, data_dir: str | None) -> tuple[int, int, int]:
 
 
 def attack_cost(name: str, spec: TrialSpec, data_dir: str | None = None) -> float:
-    """The cost model's seconds of one evaluation of ``name``: its digits profile, by rows."""
-    rows = _rows(spec, data_dir)[1]
-    return ATTACK_S.get(name, OTHER_ATTACK_S) * rows / DIGITS_ROWS
+    """The cost model's seconds of one evaluation of ``name``: its digits profile, by rows
+    (model completion's fixed steps: not by rows)."""
+    return _attack_s(name, _rows(spec, data_dir)[1])
+
+
+def _attack_s(name: str, rows: int) -> float:
+    seconds = ATTACK_S.get(name, OTHER_ATTACK_S)
+    return seconds if name in FIXED_STEPS else seconds * rows / DIGITS_ROWS
 
 
 def cost(training: Training, remote: bool = True, data_dir: str | None = None) -> Cost:
@@ -171,8 +181,7 @@ def cost(training: Training, remote: bool = True, data_dir: str | None = None) -
     pretrain = pretrain_epochs(spec)
     if pretrain:  # every training row: local SSL reads the unaligned ones too
         local += pretrain * every * features * PRETRAIN_ROW_S
-    scale = rows / DIGITS_ROWS
-    attacks = sum(ATTACK_S.get(n, OTHER_ATTACK_S) * scale * k for n, k in evaluations(training))
+    attacks = sum(_attack_s(n, rows) * k for n, k in evaluations(training))
     return Cost(local, transport, attacks)
 
 

@@ -148,3 +148,15 @@ def test_a_bad_pack_size_is_refused_naming_the_key(
 ) -> None:
     space = _space(tmp_path, "badpack", bad, seeds=1)
     refused_sweep(space, ["run.pack", "allowed: a whole number >= 1, or auto"])  # type: ignore[operator]
+
+
+def test_model_completion_costs_the_same_whatever_the_rows() -> None:
+    """Completion runs epochs x steps_per_epoch steps of a fixed batch; BLI, GRN and TBM
+    read the training's rows, so their cost model scales with them."""
+    from sweep_engine.packs import attack_cost
+    from trainables.spec import TrialSpec
+
+    digits, breast = TrialSpec.build(dataset="digits"), TrialSpec.build(dataset="breast_cancer")
+    for name in ("pmc", "mc", "amc"):
+        assert attack_cost(name, breast) == attack_cost(name, digits) > 0
+    assert attack_cost("bli", breast) < 0.5 * attack_cost("bli", digits)
