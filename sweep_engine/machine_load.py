@@ -64,7 +64,6 @@ class LoadWatch:
 
     def __init__(self, root: int | None = None) -> None:
         self.root = os.getpid() if root is None else root
-        self.cpus = os.cpu_count() or 1
         self._last = self._read()
 
     def _read(self) -> tuple[int, int, int] | None:
