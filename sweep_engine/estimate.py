@@ -11,6 +11,8 @@ The estimate of what is left::
                (training seconds + seconds of each of its attack evaluations)
                + the start of each pack's processes) / concurrency
 
+(a search: each study's trials, and its Tuner's fresh processes, instead of packs).
+
 Each part comes from the per-machine cache of ``costs.py``: seconds the actors reported in
 an earlier sweep here, else a *probe* run now in this process (one- and two-epoch runs of one
 training per class, with its attacks; cached, so the next plan is instant), else, past the
@@ -23,6 +25,7 @@ keeps about one CPU busy (its parties take turns).
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -41,7 +44,12 @@ if TYPE_CHECKING:
     from sweep_engine.plan import Plan, Training
     from trainables.spec import TrialSpec
 
-STARTUP_S = 12.0  # Ray start, Tune set-up, cold actors, MLflow at the end (smoke: 10-14 s)
+# the whole command's fixed seconds: imports, planning, Ray's start, Tune's set-up, cold
+# actors, MLflow and the summary at the end. `python -m benchmarks.estimate_constants`
+# (2026-12-04, 2 cores): the smoke command less its measured parts, 22.2-27.4 s, median
+# 23.6 (12 s before counted only the sweep's own wall, not the command's, which a user
+# and benchmarks.estimate_accuracy time)
+STARTUP_S = 23.6
 # probing stops after this (its child process is stopped); the rest uses the cost model
 # scaled to its family's probed classes. 20 s: planning ssl.yaml takes ~10 s, and a dry
 # run answers within 35 s (issue 45)
@@ -57,6 +65,12 @@ PROCESS_S = 1.5
 # on reused actors (fitted on defense_pareto.yaml, the one shipped search: 72 trials ran
 # ~36 s of wall at 2 concurrent trials above their measured parts)
 SEARCH_TRIAL_S = 1.0
+# CPU seconds of a fresh process importing a trial's or a party's code (Ray's worker,
+# torch, the party): `python -m benchmarks.estimate_constants`, 3.1-3.6, median 3.3.
+# Each study of a search is a Tuner of its own: its trial processes and their party
+# actors start again (a grid's Tuner reuses its processes for pack after pack, and its
+# per-pack cost is PROCESS_S above)
+IMPORT_S = 3.3
 
 
 @dataclass(frozen=True)
@@ -215,6 +229,8 @@ def estimate(
         left = max(0, trials - recorded)
         total = total * plan.space.search.n_trials * left / max(1, trials)
         total += left * SEARCH_TRIAL_S
+        studies = math.ceil(left / plan.space.search.n_trials)  # with trials left to run
+        total += studies * min(fit, cpus) * (1 + (n if remote else 0)) * IMPORT_S
     elif known:  # each pack starts its processes: the trial's, and its party actors on ray
         packs = packs_for(known, plan.space.run, fit, data_dir)
         total += sum(PROCESS_S * (1 + (p.n_parties if remote else 0)) for p in packs)

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweep_engine.costs import Costs, attack_key, train_key
-from sweep_engine.packs import cost, pretrain_epochs
+from sweep_engine.packs import attack_cost, cost, pretrain_epochs
 from trainables.attacks.tuning import split_adapt, without_adapt
 from trainables.errors import ConfigError
 from trainables.results.labels import adapted_label
 from trainables.trial import kind_of, run_trial
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Set
     from multiprocessing.connection import Connection
 
     from sweep_engine.plan import Training
@@ -33,16 +34,27 @@ _WARM: set[str] = set()  # datasets this process has trained on (first calls are
 PROBE_LONG_S = 1.0  # the longer probe run lasts about this long (short ones drown in noise)
 
 
-def _probe(training: Training, costs: Costs, data_dir: str | None) -> None:
-    """Time one training of ``training``'s class at one epoch, with each of its attacks,
-    then at enough epochs to last ``PROBE_LONG_S``, in this process; add both to ``costs``
-    as ``probe``. A first training on a dataset runs once untimed (imports, caches)."""
+def _nothing() -> None:
+    return None
+
+
+def _probe(
+    training: Training,
+    costs: Costs,
+    data_dir: str | None,
+    report: Callable[[], None] = _nothing,
+    known: Set[str] = frozenset(),
+) -> None:
+    """Time one training of ``training``'s class at one epoch, and each of its attacks,
+    then at enough epochs to last ``PROBE_LONG_S``, in this process; add them to ``costs``
+    as ``probe``, calling ``report`` after each part. Keys in ``known`` are measured
+    already and skipped. A first training on a dataset runs once untimed (imports, caches)."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in every party actor: more threads on 2 busy cores is 10x slower
     try:
-        _probe_timed(training, costs, data_dir)
+        _probe_timed(training, costs, data_dir, report, known)
     finally:
         torch.set_num_threads(threads)
 
@@ -61,25 +73,67 @@ def _timed(records: list[Record]) -> tuple[float, float]:
     return max(0.0, records[0].train_seconds - pre), pre
 
 
-def _probe_timed(training: Training, costs: Costs, data_dir: str | None) -> None:
-    spec = training.spec
-    epochs, pre = int(spec.epochs or 0), pretrain_epochs(spec)
-    short = _at(spec, 1 if epochs else 0, pre > 0)
-    if spec.dataset not in _WARM and epochs:
-        run_trial(short, data_dir=data_dir)
-        _WARM.add(spec.dataset)
-    # one run per attack: an adaptive attacker's tuning is its cost times ``runs``
-    records = run_trial(short, data_dir=data_dir, attacks=without_adapt(training.attacks))
-    t1, pre_1 = _timed(records)
+def _evaluations(records: list[Record], spec: TrialSpec, costs: Costs) -> None:
     for r in records:
         if r.attack not in ("none", spec.train_attack):
             costs.add_evaluation(attack_key(r.attack, spec), r.attack_seconds, "probe")
-    pretraining = pre_1 * pre  # its epochs at the one's seconds, in the class's fixed part
+
+
+def _probe_timed(
+    training: Training,
+    costs: Costs,
+    data_dir: str | None,
+    report: Callable[[], None],
+    known: Set[str],
+) -> None:
+    spec = training.spec
+    epochs, pre = int(spec.epochs or 0), pretrain_epochs(spec)
+    short = _at(spec, 1 if epochs else 0, pre > 0)
+    # one run per attack: an adaptive attacker's tuning is its cost times ``runs``
+    attacks = without_adapt(training.attacks)
+    if spec.dataset not in _WARM and epochs:
+        run_trial(short, data_dir=data_dir)
+        _WARM.add(spec.dataset)
+    if pre or not epochs or spec.train_attack != "none":
+        # one run with every attack: pretraining (seconds to a minute) is not repeated per
+        # attack, a training-time attack is part of its training, a tree has no epochs
+        records = run_trial(short, data_dir=data_dir, attacks=attacks)
+        t1, pre_1 = _timed(records)
+        _evaluations(records, spec, costs)
+        _add_training(spec, t1, pre_1 * pre, epochs, costs, data_dir, pre > 0)
+        report()
+        return
+    # part by part, each reported as it is measured: a probe stopped at its budget keeps
+    # what it finished (defenses.yaml's first digits class with eight attacks takes ~20 s,
+    # the whole budget). The training, then its attacks, costliest first by the cost model;
+    # each attack on its own one-epoch training (digits: ~0.1 s each)
+    if train_key(spec) not in known:
+        t1, _ = _timed(run_trial(short, data_dir=data_dir))
+        _add_training(spec, t1, 0.0, epochs, costs, data_dir, False)
+        report()
+    for name, params in sorted(attacks, key=lambda a: -attack_cost(a[0], spec, data_dir)):
+        if attack_key(name, spec) in known:
+            continue
+        _evaluations(run_trial(short, data_dir=data_dir, attacks=[(name, params)]), spec, costs)
+        report()
+
+
+def _add_training(
+    spec: TrialSpec,
+    t1: float,
+    pretraining: float,
+    epochs: int,
+    costs: Costs,
+    data_dir: str | None,
+    pretrain: bool,
+) -> None:
+    """Add the class's (fixed, per-epoch) seconds from ``t1``, its one-epoch run, and a run
+    long enough to time an epoch; ``pretraining``: its pretraining epochs' seconds."""
     if not epochs:
         costs.add_training(train_key(spec), t1 + pretraining, 0.0, "probe")
         return
     n = min(epochs, max(2, int(PROBE_LONG_S / max(t1, 1e-3))))
-    tn, _ = _timed(run_trial(_at(spec, n, pre > 0), data_dir=data_dir))
+    tn, _ = _timed(run_trial(_at(spec, n, pretrain), data_dir=data_dir))
     per_epoch = max(tn - t1, 0.0) / (n - 1) if n > 1 else t1
     costs.add_training(train_key(spec), max(0.0, t1 - per_epoch) + pretraining, per_epoch, "probe")
 
@@ -161,15 +215,27 @@ def to_probe(trainings: list[Training], costs: Costs, remote: bool) -> list[Trai
     return picked
 
 
-def _probe_child(trainings: list[Training], data_dir: str | None, conn: Connection) -> None:
-    """In a child process: probe each training; send its costs after each one."""
+def _probe_child(
+    trainings: list[Training], data_dir: str | None, known: frozenset[str], conn: Connection
+) -> None:
+    """In a child process: probe each training; send each part's costs as it is measured
+    (``("part", train, attack)``), then ``("class",)`` after each training. A part one
+    class measured is not timed again for the next."""
+    seen = set(known)
     for t in trainings:
         got = Costs(path=Path(os.devnull))
+
+        def report(got: Costs = got) -> None:
+            conn.send(("part", got.train, got.attack))
+            seen.update(got.train, got.attack)
+            got.train, got.attack = {}, {}
+
         try:
-            _probe(t, got, data_dir)
+            _probe(t, got, data_dir, report, seen)
         except (ConfigError, RuntimeError, ValueError):
             pass  # the scaled cost model in the parent
-        conn.send((got.train, got.attack))
+        report()
+        conn.send(("class",))
     conn.close()
 
 
@@ -180,7 +246,8 @@ def probe_in_child(
     measured to ``costs``; the child is stopped once ``budget_s`` has passed, mid-probe if
     need be. Why a child: one probe of an SSL class can take a minute (pretraining), and
     a budget checked between probes let ``--dry-run`` of ssl.yaml take 2.5 min against its
-    30 s. Returns the classes measured."""
+    30 s. Each part (a training, an attack) counts as soon as it is measured, so a class
+    the budget cuts short still informs the estimate. Returns the classes finished."""
     import multiprocessing
 
     picked = to_probe(trainings, costs, remote)
@@ -189,23 +256,31 @@ def probe_in_child(
     deadline = time.perf_counter() + budget_s
     ctx = multiprocessing.get_context("spawn")  # fork after torch's threads can hang
     here, there = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_probe_child, args=(picked, data_dir, there), daemon=True)
+    known = frozenset(
+        [k for k in costs.train if costs.training(k) is not None]
+        + [k for k in costs.attack if costs.evaluation(k) is not None]
+    )  # a class a budget cut short last time: its measured parts are not timed again
+    args = (picked, data_dir, known, there)
+    child = ctx.Process(target=_probe_child, args=args, daemon=True)
     child.start()
     there.close()
     done = 0
     try:
         while done < len(picked) and here.poll(max(0.0, deadline - time.perf_counter())):
             try:
-                train, attack = here.recv()
+                message = here.recv()
             except EOFError:
                 break  # the child died: the rest by the scaled cost model
+            if message[0] == "class":
+                done += 1
+                continue
+            _, train, attack = message
             for key, slot in train.items():
                 for fixed, per_epoch in zip(slot["fixed"], slot["epoch"], strict=True):
                     costs.add_training(key, fixed, per_epoch, "probe")
             for key, seconds in attack.items():
                 for one in seconds:
                     costs.add_evaluation(key, one, "probe")
-            done += 1
     finally:
         if child.is_alive():
             child.kill()

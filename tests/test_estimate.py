@@ -179,3 +179,78 @@ def test_a_pretraining_class_is_probed_at_one_pretraining_epoch_and_scaled(
     assert fixed >= 4 * runs[-1][1] * 0.5 > 0  # four epochs of the (noisy) one
     got = estimate(plan, cpus=2, probe=False, costs=costs)
     assert got.measured == 2  # the two seeds of the probed class
+
+
+class _Sent:
+    """The probe child's pipe end: what it sent, in order."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple] = []
+
+    def send(self, message: tuple) -> None:
+        self.messages.append(message)
+
+    def close(self) -> None:
+        pass
+
+
+def _parts_sent(messages: list[tuple]) -> list[list[str]]:
+    """Per message: ``train`` for a training's seconds, the attacks' names, or ``class``."""
+    out = []
+    for m in messages:
+        if m[0] == "class":
+            out.append(["class"])
+            continue
+        _, train, attack = m
+        names = ["train"] * len(train) + sorted(k.split("|")[0] for k in attack)
+        if names:
+            out.append(names)
+    return out
+
+
+def test_the_probe_sends_each_part_as_it_is_measured_costliest_attack_first(
+    tmp_path: Path,
+) -> None:
+    """A probe stopped at its budget keeps what it finished: the child sends the training's
+    seconds, then each attack's on its own, the cost model's costliest first (tbm before
+    ns and ds), then the end of the class; parts measured already are not timed again."""
+    from sweep_engine.packs import attack_cost
+    from sweep_engine.probe import _probe_child
+
+    plan = _plan(tmp_path, SPACE.replace("attacks: [ns]", "attacks: [ns, ds, tbm]"))
+    t = plan.trainings[0]
+    assert attack_cost("tbm", t.spec) > attack_cost("ns", t.spec)  # the order's premise
+    sent = _Sent()
+    _probe_child([t], None, frozenset(), sent)
+    assert _parts_sent(sent.messages) == [["train"], ["tbm"], ["ns"], ["ds"], ["class"]]
+    train = sent.messages[0][1][train_key(t.spec)]
+    assert train["epoch"][0] > 0  # a real timing
+    known = frozenset({train_key(t.spec), attack_key("tbm", t.spec)})
+    again = _Sent()
+    _probe_child([t], None, known, again)
+    assert _parts_sent(again.messages) == [["ns"], ["ds"], ["class"]]
+
+
+def test_each_study_of_a_search_pays_its_processes_start(tmp_path: Path) -> None:
+    """A search runs a Tuner per cell, whose trial processes and party actors start anew:
+    a second cell adds its trials and one more set of process starts; a grid of the same
+    trainings pays per pack instead."""
+    from sweep_engine.estimate import IMPORT_S, SEARCH_TRIAL_S
+
+    search = (
+        "search:\n  params:\n    lr: {low: 0.01, high: 0.1, log: true}\n"
+        "  objectives: [{metric: mp, mode: max}]\n  n_trials: 3\n"
+    )
+    one = _plan(tmp_path, SPACE.replace("  seed: [0, 1, 2]", "  seed: [0]") + search)
+    two = _plan(tmp_path, SPACE.replace("  seed: [0, 1, 2]", "  seed: [0, 1]") + search)
+    costs = Costs(path=tmp_path / "costs.json")
+    costs.add_training(train_key(one.trainings[0].spec), 0.5, 0.25, "sweep")
+    costs.add_evaluation(attack_key("ns", one.trainings[0].spec), 0.2, "sweep")
+    a = estimate(one, cpus=2, probe=False, costs=costs)
+    b = estimate(two, cpus=2, probe=False, costs=costs)
+    from sweep_engine.estimate import TRAINING_S
+
+    trial = 0.5 + 0.25 * 4 + 0.2 + TRAINING_S + SEARCH_TRIAL_S  # CPU-s of one trial
+    assert a.slots == b.slots == 1  # a CPU per party by default: one trial on 2 CPUs
+    study = (1 + 2) * IMPORT_S  # its trial's process and 2 party actors
+    assert b.seconds - a.seconds == pytest.approx(3 * trial + study)
