@@ -14,10 +14,11 @@ The estimate of what is left::
 (a search: each study's trials, and its Tuner's fresh processes, instead of packs).
 
 Each part comes from the per-machine cache of ``costs.py``: seconds the actors reported in
-an earlier sweep here, else a *probe* run now in this process (one- and two-epoch runs of one
-training per class, with its attacks; cached, so the next plan is instant), else, past the
-probe's time budget, the cost model of ``packs.py`` scaled by how far it was off on the
-classes that were probed. Trainings whose data file is missing are counted as *unknown*,
+an earlier sweep here, else a *probe* run now in a child process (``probe.py``: a short
+and a longer run of one training per class, then each of its attacks, every part kept as
+soon as it is measured; cached, so the next plan is instant), else, past the probe's time
+budget, the cost model of ``packs.py`` scaled by how far it was off on the parts that
+were probed. Trainings whose data file is missing are counted as *unknown*,
 never as free. ``concurrency`` is the trials that fit at once, at most the CPUs: each trial
 keeps about one CPU busy (its parties take turns).
 """

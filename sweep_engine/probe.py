@@ -45,10 +45,10 @@ def _probe(
     report: Callable[[], None] = _nothing,
     known: Set[str] = frozenset(),
 ) -> None:
-    """Time one training of ``training``'s class at one epoch, and each of its attacks,
-    then at enough epochs to last ``PROBE_LONG_S``, in this process; add them to ``costs``
-    as ``probe``, calling ``report`` after each part. Keys in ``known`` are measured
-    already and skipped. A first training on a dataset runs once untimed (imports, caches)."""
+    """Time one training of ``training``'s class at one epoch and at enough epochs to last
+    ``PROBE_LONG_S``, then each of its attacks, in this process; add them to ``costs`` as
+    ``probe``, calling ``report`` after each part. Keys in ``known`` are measured already
+    and skipped. A first training on a dataset runs once untimed (imports, caches)."""
     import torch
 
     threads = torch.get_num_threads()
