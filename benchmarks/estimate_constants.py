@@ -1,15 +1,16 @@
 """``python -m benchmarks.estimate_constants [--repeats N]``: the estimate's fixed costs.
 
-``sweep_engine/estimate.py`` adds two constants to the measured parts of a plan; this
-measures both on spaces and processes that ``benchmarks.estimate_accuracy`` does not judge,
-so they are not fitted on the spaces that test them:
+``sweep_engine/estimate.py`` adds constants to the measured parts of a plan; this
+measures two of them (``STARTUP_S``, ``IMPORT_S``) on spaces and processes that
+``benchmarks.estimate_accuracy`` does not judge, so they are not fitted on the spaces
+that test them:
 
 - ``startup_s``: the whole ``vflsweep run smoke`` command (imports, planning, Ray's start,
   Tune's set-up, cold actors, MLflow, the summary) less the smoke sweep's own measured
   parts, as the estimate counts them on the cost cache that run taught. Per repeat: a
   fresh results folder, planned first (the probe is not timed); the cache is kept, and
   the parts are read after each run, on the actors' own numbers.
-- ``process_s``: CPU seconds of a fresh Python importing what each process of a pack
+- ``import_s``: CPU seconds of a fresh Python importing what each process of a pack
   imports before its first training (Ray's worker, torch, the party and its actor).
 
 Prints one JSON object with each repeat and the medians. The machine must be otherwise
@@ -26,20 +27,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from sweep_engine.estimate import PROCESS_S, STARTUP_S
+from benchmarks.estimate_accuracy import _vflsweep
+from sweep_engine.estimate import IMPORT_S, STARTUP_S
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPORTS = "import ray, torch; import trainables.party, trainables.transport.ray_actors.actor"
-
-
-def _vflsweep(args: list[str], env: dict[str, str]) -> tuple[float, str]:
-    start = time.perf_counter()
-    cmd = [sys.executable, "-m", "sweep_engine.vflsweep", *args]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-    return time.perf_counter() - start, done.stdout
 
 
 def startup(work: Path, repeat: int) -> dict[str, float]:
@@ -77,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "startup_runs": runs,
         "startup_s": statistics.median(r["startup_s"] for r in runs),
-        "process_cpu_runs": imports,
-        "process_s": statistics.median(imports),
-        "shipped": {"STARTUP_S": STARTUP_S, "PROCESS_S": PROCESS_S},
+        "import_cpu_runs": imports,
+        "import_s": statistics.median(imports),
+        "shipped": {"STARTUP_S": STARTUP_S, "IMPORT_S": IMPORT_S},
     }
     print(json.dumps(out))
     return 0

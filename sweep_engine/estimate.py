@@ -225,17 +225,17 @@ def estimate(
                 )
             train += seconds
         total += train + TRAINING_S
+    concurrency = max(1, min(fit, cpus))
     if plan.space.search is not None:  # each cell is a study of n_trials trainings
         trials = len(todo) * plan.space.search.n_trials
         left = max(0, trials - recorded)
         total = total * plan.space.search.n_trials * left / max(1, trials)
         total += left * SEARCH_TRIAL_S
         studies = math.ceil(left / plan.space.search.n_trials)  # with trials left to run
-        total += studies * min(fit, cpus) * (1 + (n if remote else 0)) * IMPORT_S
+        total += studies * concurrency * (1 + (n if remote else 0)) * IMPORT_S
     elif known:  # each pack starts its processes: the trial's, and its party actors on ray
         packs = packs_for(known, plan.space.run, fit, data_dir)
         total += sum(PROCESS_S * (1 + (p.n_parties if remote else 0)) for p in packs)
-    concurrency = max(1, min(fit, cpus))
     seconds = STARTUP_S + total / concurrency if known else 0.0
     per = plan.space.search.n_trials if plan.space.search is not None else 1  # per cell
     n_todo = len(todo) * per - (recorded if per > 1 else 0)

@@ -233,9 +233,8 @@ def test_the_probe_sends_each_part_as_it_is_measured_costliest_attack_first(
 
 def test_each_study_of_a_search_pays_its_processes_start(tmp_path: Path) -> None:
     """A search runs a Tuner per cell, whose trial processes and party actors start anew:
-    a second cell adds its trials and one more set of process starts; a grid of the same
-    trainings pays per pack instead."""
-    from sweep_engine.estimate import IMPORT_S, SEARCH_TRIAL_S
+    a second cell adds its trials and one more set of process starts."""
+    from sweep_engine.estimate import IMPORT_S, SEARCH_TRIAL_S, TRAINING_S
 
     search = (
         "search:\n  params:\n    lr: {low: 0.01, high: 0.1, log: true}\n"
@@ -248,8 +247,6 @@ def test_each_study_of_a_search_pays_its_processes_start(tmp_path: Path) -> None
     costs.add_evaluation(attack_key("ns", one.trainings[0].spec), 0.2, "sweep")
     a = estimate(one, cpus=2, probe=False, costs=costs)
     b = estimate(two, cpus=2, probe=False, costs=costs)
-    from sweep_engine.estimate import TRAINING_S
-
     trial = 0.5 + 0.25 * 4 + 0.2 + TRAINING_S + SEARCH_TRIAL_S  # CPU-s of one trial
     assert a.slots == b.slots == 1  # a CPU per party by default: one trial on 2 CPUs
     study = (1 + 2) * IMPORT_S  # its trial's process and 2 party actors
