@@ -205,6 +205,7 @@ def test_gdp_reports_epsilon_from_opacus_that_falls_with_noise() -> None:
         ({"defense": "iso", "defense_params": {"target": "weights"}}, "target='weights'; allowed"),
         ({"defense": "iso", "defense_params": {"on": "both"}}, "'on' was renamed to 'target'"),
         ({"defense": "gs", "defense_params": {"residual": 2}}, "residual=2; allowed: 0, 1"),
+        ({"defense": "gs", "defense_params": {"carry": "sample"}}, "carry='sample'; allowed"),
     ],
 )
 def test_bad_defense_settings_are_config_errors(fields: dict[str, object], match: str) -> None:
@@ -233,3 +234,24 @@ def test_gs_residual_delivers_what_it_dropped_later() -> None:
     kept = gs._residuals(active.schedule.n_rows, 0, 10)
     assert np.allclose(sent + kept, produced, atol=1e-5)
     assert np.abs(kept).sum() > 0
+
+
+def test_gs_position_carry_adds_the_previous_messages_remainder_by_position() -> None:
+    """VFLAIR's carry: each message gets the last one's remainder element by element when
+    both have as many rows (else none), so sent + kept back == every gradient produced."""
+    spec = _spec(defense="gs", defense_param=99.0, defense_params={"carry": "position"})
+    active = prepare_parties(spec, DIGITS).inits[-1].build()
+    gs = active.defenses[0]
+    rng = np.random.default_rng(0)
+    kept = np.zeros((128, 10), np.float32)
+    for i, n in enumerate([128, 128, 128, 77, 128]):  # 77: an epoch's last, shorter batch
+        g = rng.normal(0, 0.01, (n, 10)).astype(np.float32)
+        ref = BatchRef(epoch=0, index=i)
+        out = np.asarray(gs.on_send(active, Message.of("gradient", 1, 0, g, ref)).payload)
+        assert (out != 0).sum() == math.ceil(0.01 * g.size)  # the kept share of B * C
+        carried = kept if kept.shape == g.shape else np.zeros_like(g)
+        kept = gs.stores[0]
+        assert kept.shape == g.shape
+        np.testing.assert_allclose(out + kept, g + carried, atol=1e-7)
+    assert np.abs(kept).sum() > 0
+    assert DEFENSES.get("gs").defaults["carry"] == "row"  # the default stays per row

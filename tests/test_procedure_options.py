@@ -116,6 +116,8 @@ def test_the_vflair_procedure_sets_each_option_and_leaves_explicit_ones(
     assert own.train_attack_params == {"injection": "colluding", "count": "other", "over": "epochs"}
     dcor = _spec(procedure="vflair", defense="dcor", defense_param=0.3)
     assert dcor.defense_params == {"distances": "vflair"}
+    gs = _spec(procedure="vflair", defense="gs", defense_param=99.0)
+    assert gs.defense_params == {"carry": "position"}
     evaluated = attacks_of(vflair, [("mf", {}), ("nsb", {"mp": "clean"}), ("bli", {})])
     assert evaluated == [
         ("mf", {"mp": "tampered"}), ("nsb", {"mp": "clean", "over": "epochs"}), ("bli", {})

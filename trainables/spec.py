@@ -162,6 +162,7 @@ VFLAIR_ATTACK_PARAMS: dict[str, dict[str, Any]] = {
 VFLAIR_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {
     "dcor": {"distances": "vflair"},
     "gper": {"form": "vflair"},
+    "gs": {"carry": "position"},  # the previous message's remainder, by position
 }
 
 
