@@ -12,9 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.bli_batch import plain_adam
 from trainables.attacks import bli
-from trainables.attacks.bli_fast import PlainMLP, adam, gradient, gram_basis, whitened
+from trainables.attacks.bli_fast import PlainMLP, gradient, gram_basis, whitened
 from trainables.errors import ConfigError
 from trainables.models import mlp
 
@@ -178,28 +177,3 @@ def test_the_record_says_which_match_ran_and_a_bad_match_is_refused() -> None:
     assert attack.record_extra()["attack_label"] == "bli[match=plain]"
     with pytest.raises(ConfigError, match=r"match='whiten'.*allowed: 'auto'"):
         bli.BatchLabelInference(match="whiten")
-
-
-@pytest.mark.parametrize("how", ["whitened", "plain"])
-def test_the_in_place_steps_equal_the_plain_expressions_bit_for_bit(how: str) -> None:
-    """``Workspace`` only saves allocations: the same operations in the same order give
-    the same dummies, every bit, after 150 steps (no early stop: patience above steps), as
-    the loop written as plain expressions (``benchmarks.bli_batch.plain_adam``)."""
-    model, x, grad = _case(24, 4)
-    params = {**PARAMS, "steps": 150, "patience": 1000}
-    with torch.no_grad():
-        h0 = model(x).numpy()
-    if how == "plain":
-        match = PlainMLP(model, x.numpy(), grad.numpy())
-    else:
-        jac = bli.jacobian(model, x)
-        assert jac is not None
-        basis_target = gram_basis(jac, jac.T @ grad.reshape(-1).double())
-        assert basis_target is not None
-        match = whitened(*basis_target)
-    labels, got = adam(h0, match, params, 5)
-    want = plain_adam(h0, match, params, 5)
-    assert got.dtype == want.dtype == np.float32
-    assert np.array_equal(got, want)
-    assert np.array_equal(labels, want[1].argmax(axis=1))
-    assert np.abs(got - plain_adam(h0, match, {**params, "steps": 149}, 5)).max() > 0

@@ -146,47 +146,21 @@ class PlainMLP:
         return (2.0 / self.scale) * self.forward(res), loss
 
 
-class Workspace:
-    """Preallocated buffers for one inversion's steps (B rows, C classes). Why: a step is a
-    few dozen numpy operations on (2, B, C) arrays; at batch 2048 each fresh result array
-    is a fresh allocation, which took about a third of a step. The steps below run the same
-    operations in the same order into these buffers, so the floats are the same bit for bit
-    (``tests/test_attack_bli_fast.py`` runs the plain expressions beside them). The float64
-    pair is where NumPy 2 promotes: Adam's bias correction is a float64 scalar."""
-
-    def __init__(self, n: int, c: int) -> None:
-        shape, f32 = (2, n, c), np.float32
-        self.a, self.pq, self.dd, self.tmp, self.grad = (np.empty(shape, f32) for _ in range(5))
-        self.col = np.empty((2, n, 1), f32)  # per row: the max, then the sums
-        self.g, self.dn = np.empty((n, c), f32), np.empty((n, c), f32)
-        self.den, self.step = np.empty(shape, np.float64), np.empty(shape, np.float64)
-
-
-def gradient(
-    shift: np.ndarray, both: np.ndarray, match: Match, work: Workspace | None = None
-) -> tuple[np.ndarray, float]:
+def gradient(shift: np.ndarray, both: np.ndarray, match: Match) -> tuple[np.ndarray, float]:
     """(d loss / d[Z, V] (2, B, C), loss) of ``match`` at G' = (softmax(h0 + Z) -
-    softmax(V)) / B; both = [Z, V], shift = [h0, 0] (2, B, C). The gradient is
-    ``work.grad``: the next call overwrites it."""
-    _, n, c = both.shape
-    w = work or Workspace(n, c)
-    np.add(both, shift, out=w.a)  # (2, B, C) the two softmaxes' inputs
-    np.max(w.a, axis=2, keepdims=True, out=w.col)
-    np.exp(np.subtract(w.a, w.col, out=w.a), out=w.a)
-    np.divide(w.a, np.sum(w.a, axis=2, keepdims=True, out=w.col), out=w.pq)  # p, q
-    np.divide(np.subtract(w.pq[0], w.pq[1], out=w.g), n, out=w.g)  # (B, C) G'
-    d, loss = match(w.g)  # (B, C) dloss/dG'
-    np.multiply(SIGN, np.divide(d, n, out=w.dn), out=w.dd)  # +d/B for p, -d/B for q
-    np.sum(np.multiply(w.dd, w.pq, out=w.tmp), axis=2, keepdims=True, out=w.col)
-    np.multiply(w.pq, np.subtract(w.dd, w.col, out=w.dd), out=w.grad)  # through each softmax
-    return w.grad, loss
+    softmax(V)) / B; both = [Z, V], shift = [h0, 0] (2, B, C)."""
+    _, n, _ = both.shape
+    a = both + shift  # (2, B, C) the two softmaxes' inputs
+    e = np.exp(a - a.max(axis=2, keepdims=True))
+    pq = e / e.sum(axis=2, keepdims=True)  # (2, B, C): softmax(h0 + Z), softmax(V)
+    d, loss = match((pq[0] - pq[1]) / n)  # (B, C) dloss/dG'
+    dd = SIGN * (d / n)  # (2, B, C) dloss/d(softmax): +d/B for p, -d/B for q
+    return pq * (dd - (dd * pq).sum(axis=2, keepdims=True)), loss  # through each softmax
 
 
-def adam(
-    h0: np.ndarray, match: Match, params: dict[str, Any], seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """((B,) labels, the final dummies [Z, V] (2, B, C)): ``bli.invert_autograd``'s steps,
-    draws and stops, with the match loss's gradient in closed form (h0: (B, C) own logits)."""
+def invert_fast(h0: np.ndarray, match: Match, params: dict[str, Any], seed: int) -> np.ndarray:
+    """(B,) labels: ``bli.invert_autograd``'s steps, draws and stops, with the match loss's
+    gradient in closed form (h0: (B, C) own logits)."""
     n, c = h0.shape
     gen = torch.Generator().manual_seed(seed)
     scale_init = float(params["init_scale"])
@@ -198,16 +172,13 @@ def adam(
     lr, (b1, b2) = float(params["lr"]), BETAS
     match_tol, patience = float(params["match_tol"]), int(params["patience"])
     labels, stable = both[1].argmax(axis=1), 0
-    w = Workspace(n, c)
     for t in range(1, int(params["steps"]) + 1):
-        grad, loss = gradient(shift, both, match, w)  # (2, B, C), loss before this step
-        m1 += np.multiply(np.subtract(grad, m1, out=w.tmp), 1.0 - b1, out=w.tmp)
+        grad, loss = gradient(shift, both, match)  # (2, B, C), loss before this step
+        m1 += (1.0 - b1) * (grad - m1)
         m2 *= b2
-        m2 += np.multiply(np.multiply(grad, 1.0 - b2, out=w.tmp), grad, out=w.tmp)
-        # denominator sqrt(m2) / sqrt(1 - b2^t) + eps, in float64 as NumPy promotes it
-        np.add(np.divide(np.sqrt(m2, out=w.tmp), np.sqrt(1.0 - b2**t), out=w.den), EPS, out=w.den)
-        step = np.multiply(m1, lr / (1.0 - b1**t), out=w.tmp)
-        np.subtract(both, np.divide(step, w.den, out=w.step), out=both, casting="same_kind")
+        m2 += (1.0 - b2) * grad * grad
+        denom = np.sqrt(m2) / np.sqrt(1.0 - b2**t) + EPS
+        both -= (lr / (1.0 - b1**t)) * m1 / denom
         now = both[1].argmax(axis=1)
         stable = stable + 1 if np.array_equal(now, labels) else 0
         labels = now
@@ -215,10 +186,4 @@ def adam(
             break
         if match_tol and loss <= match_tol:  # the gradients match
             break
-    return labels.astype(np.int64), both
-
-
-def invert_fast(h0: np.ndarray, match: Match, params: dict[str, Any], seed: int) -> np.ndarray:
-    """(B,) labels: ``bli.invert_autograd``'s steps, draws and stops, with the match loss's
-    gradient in closed form (h0: (B, C) own logits)."""
-    return adam(h0, match, params, seed)[0]
+    return labels.astype(np.int64)
