@@ -252,17 +252,27 @@ def space_file(
     binary: bool = False,
     batch_size: int | None = None,
     split_scheme: str | None = None,
+    defenses: list[str] | None = None,
 ) -> tuple[str, str]:
     """(the space to run, its name): the shipped one, or a copy with ``procedure`` in its
     base and only ``attacks`` (``binary``: NS and DS on MNIST's digits 0 and 1, VFLAIR's
-    LI_2 column; ``batch_size``, ``split_scheme``: in place of the paper's and ours),
-    written to ``folder``."""
-    if procedure == "standard" and not (attacks or binary or batch_size or split_scheme):
+    LI_2 column; ``batch_size``, ``split_scheme``: in place of the paper's and ours;
+    ``defenses``: only those of its grid, with the undefended twins), written to ``folder``."""
+    if procedure == "standard" and not (
+        attacks or binary or batch_size or split_scheme or defenses
+    ):
         return SPACE, SPACE
     space = yaml.safe_load((ROOT / "search_spaces" / f"{SPACE}.yaml").read_text())
     unknown = sorted(set(attacks or ()) - set(space["attacks"]))
     if unknown:
         raise SystemExit(f"--attacks: {unknown} not in {SPACE}.yaml; allowed: {space['attacks']}")
+    missing = sorted(set(defenses or ()) - set(space["defenses"]))
+    if missing:
+        raise SystemExit(
+            f"--defenses: {missing} not in {SPACE}.yaml; allowed: {[*space['defenses']]}"
+        )
+    if defenses:
+        space["defenses"] = {k: v for k, v in space["defenses"].items() if k in defenses}
     space["base"] = {**space["base"], "procedure": procedure}
     space["attacks"] = attacks or space["attacks"]
     name = f"{SPACE}_{procedure}" + ("_" + "_".join(attacks) if attacks else "")
@@ -276,6 +286,8 @@ def space_file(
     if split_scheme is not None:
         name += f"_{split_scheme}"
         space["base"]["split_scheme"] = split_scheme
+    if defenses:
+        name += "_" + "_".join(sorted(defenses))
     space["name"] = name
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
@@ -289,6 +301,9 @@ def main() -> None:
     parser.add_argument("--procedure", choices=["standard", "vflair"], default="standard")
     parser.add_argument("--attacks", nargs="+", default=None)
     parser.add_argument("--li2", action="store_true", help="also VFLAIR's LI_2 column")
+    parser.add_argument("--defenses", nargs="+", default=None,
+                        help="only these defenses of the grid (the table then has their "
+                             "cells only, and no rank comparison)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=None,
                         help="in place of the paper's 2048 (e.g. 273: VFLAIR's ~29 batches "
                              "per epoch of its 60k rows, on our 8,000)")  # fmt: skip
@@ -302,14 +317,26 @@ def main() -> None:
     results = args.results or Path(tempfile.gettempdir()) / f"vflsweep_vflair_mnist{suffix}"
     start = time.perf_counter()
     space, name = space_file(
-        args.procedure, args.attacks, results, False, args.batch_size, args.split_scheme
+        args.procedure,
+        args.attacks,
+        results,
+        False,
+        args.batch_size,
+        args.split_scheme,
+        args.defenses,
     )
     seconds = run_space(space, results)
     records = read_records(results / name)
     li2 = None
     if args.li2:  # NS and DS on binary MNIST under the same defenses
         space2, name2 = space_file(
-            args.procedure, None, results, True, args.batch_size, args.split_scheme
+            args.procedure,
+            None,
+            results,
+            True,
+            args.batch_size,
+            args.split_scheme,
+            args.defenses,
         )
         seconds += run_space(space2, results)
         li2 = ranking_table(prepare(read_records(results / name2), 0.5), DEFAULT_WEIGHTS)

@@ -83,6 +83,7 @@ import textwrap
 import time
 import types
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,15 @@ TARGET_LABEL = 0
 NODEFENSE_CONFIG = "passive_party_attack/multi_class/mnist_test_attack_nodefense"
 DCOR_CONFIG = "passive_party_attack/multi_class/mnist_test_attack_dcor"
 ATTACK_INDEX = {"lrb": 4, "nsb": 6, "bli": 0}  # positions in the configs' attack_list
+# --defense NAME for --run lrb and nsb: (VFLAIR's MNIST config with that defense, its strength key)
+DEFENSE_CONFIGS = {
+    "gdp": ("passive_party_attack/multi_class/mnist_test_attack_dp", "dp_strength"),
+    "ldp": ("passive_party_attack/multi_class/mnist_test_attack_ldp", "dp_strength"),
+    "gs": ("passive_party_attack/multi_class/mnist_test_attack_gs", "gradient_sparse_rate"),
+    "dcor": ("passive_party_attack/multi_class/mnist_test_attack_dcor", "lambda"),
+    "mid": ("passive_party_attack/multi_class/mnist_test_attack_mid", "lambda"),
+    "gper": ("passive_party_attack/multi_class/mnist_test_attack_gp", "perturb_epsilon"),
+}
 STUB_PREFIXES = (
     "tensorflow",
     "transformers",
@@ -557,16 +567,40 @@ def fedsgd_changes(epochs: int | None) -> dict[str, Any]:
     return changes
 
 
-def run_lrb(
-    v: Vflair, seed: int, epochs: int | None, batch_size: int | None = None
-) -> dict[str, Any]:
-    changes = fedsgd_changes(epochs)
-    name = "vflsweep_lrb_fedsgd"
-    if batch_size is not None:
+@dataclass(frozen=True)
+class Overrides:
+    """What a run changes in VFLAIR's config: None keeps the config's value; ``defense``
+    (name, strength: ``DEFENSE_CONFIGS``) runs on VFLAIR's MNIST config of that defense."""
+
+    epochs: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    defense: tuple[str, float] | None = None
+
+
+def overridden(stem: str, how: Overrides) -> tuple[str, str, dict[str, Any]]:
+    """(config name, base config, changes): the no-defense config or ``how.defense``'s,
+    FedSGD, with ``how``'s epochs, batch size and lr where given."""
+    changes = fedsgd_changes(how.epochs)
+    name, base = f"vflsweep_{stem}_fedsgd", NODEFENSE_CONFIG
+    if how.batch_size is not None:
         # config "batch_size"; LoadConfigs.py:60-61 makes test_batch_size follow it
-        changes["batch_size"] = batch_size
-        name += f"_batch{batch_size}"
-    config = v.write_config(name, NODEFENSE_CONFIG, **changes)
+        changes["batch_size"] = how.batch_size
+        name += f"_batch{how.batch_size}"
+    if how.lr is not None:
+        changes["lr"] = how.lr
+        name += f"_lr{how.lr:g}"
+    if how.defense is not None:
+        base, key = DEFENSE_CONFIGS[how.defense[0]]
+        changes[f"defense__parameters__{key}"] = how.defense[1]
+        name += f"_{how.defense[0]}{how.defense[1]:g}"
+    return name, base, changes
+
+
+def run_lrb(v: Vflair, seed: int, how: Overrides) -> dict[str, Any]:
+    """LRB on VFLAIR's config as ``how`` changes it (``overridden``)."""
+    name, base, changes = overridden("lrb", how)
+    config = v.write_config(name, base, **changes)
     v.reset()
     args = v.basic_args(config, seed)
     args.targeted_backdoor_list = ["ReplacementBackdoor"]
@@ -587,6 +621,8 @@ def run_lrb(
         "epochs": args.main_epochs,
         "lr": args.main_lr,
         "batch_size": args.batch_size,
+        "defense": getattr(args, "defense_name", None),
+        "defense_param": getattr(args, "defense_param", None),
         "vflair_reported_main_acc_mean_over_epochs": mean_test,
         "vflair_reported_backdoor_acc_mean_over_epochs": mean_backdoor,
         "final_test_acc": v.epochs[-1]["test_acc"],
@@ -604,9 +640,10 @@ def run_lrb(
     }
 
 
-def run_nsb(v: Vflair, seed: int, epochs: int | None) -> dict[str, Any]:
-    changes = fedsgd_changes(epochs)
-    config = v.write_config("vflsweep_nsb_fedsgd", NODEFENSE_CONFIG, **changes)
+def run_nsb(v: Vflair, seed: int, how: Overrides) -> dict[str, Any]:
+    """NSB on VFLAIR's config as ``how`` changes it (``overridden``)."""
+    name, base, changes = overridden("nsb", how)
+    config = v.write_config(name, base, **changes)
     v.reset()
     args = v.basic_args(config, seed)
     args.untargeted_backdoor_list = ["NoisySample"]
@@ -628,6 +665,8 @@ def run_nsb(v: Vflair, seed: int, epochs: int | None) -> dict[str, Any]:
         "epochs": args.main_epochs,
         "lr": args.main_lr,
         "batch_size": args.batch_size,
+        "defense": getattr(args, "defense_name", None),
+        "defense_param": getattr(args, "defense_param", None),
         "noise_lambda": args.attack_configs["noise_lambda"],
         "noise_rate": args.attack_configs["noise_rate"],
         "vflair_reported_main_acc_mean_over_epochs": main_acc,
@@ -726,8 +765,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--batch-size",
         type=int,
         default=None,
-        help="lrb only: override the config's batch_size (default: the config's, 1024); "
+        help="lrb, nsb: override the config's batch_size (default: the config's, 1024); "
         "the entry is then keyed e.g. lrb_batch128",
+    )
+    p.add_argument("--lr", type=float, default=None, help="lrb, nsb: override the config's lr")
+    p.add_argument(
+        "--defense",
+        nargs=2,
+        metavar=("NAME", "STRENGTH"),
+        default=None,
+        help=f"lrb, nsb: run under a defense, one of {sorted(DEFENSE_CONFIGS)}, on VFLAIR's "
+        "MNIST config of it (FedSGD); the entry is keyed e.g. lrb_gdp0.0001",
     )
     p.add_argument("--dcor-lambdas", type=float, nargs="+", default=[0.3, 0.0001])
     p.add_argument("--bli-seeds", type=int, nargs="*", default=None, help="default: all")
@@ -739,8 +787,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
-    if opts.batch_size is not None and opts.run != "lrb":
-        raise SystemExit("--batch-size is only wired for --run lrb")
+    if opts.run == "dcor" and (opts.batch_size, opts.lr, opts.defense) != (None, None, None):
+        raise SystemExit("--batch-size, --lr and --defense are wired for --run lrb and nsb")
+    defense = None
+    if opts.defense is not None:
+        if opts.defense[0] not in DEFENSE_CONFIGS:
+            raise SystemExit(f"--defense {opts.defense[0]!r}: one of {sorted(DEFENSE_CONFIGS)}")
+        defense = (opts.defense[0], float(opts.defense[1]))
+    how = Overrides(opts.epochs, opts.batch_size, opts.lr, defense)
     out_path = Path(opts.out).resolve()
     rows_info = load_rows(opts.data_dir, Path(opts.rows_npz))
     import torch
@@ -750,7 +804,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join([sys.executable, *sys.argv])
     entry: dict[str, Any] = {"command": command, "cwd_at_start": os.environ.get("PWD", "")}
     if opts.run == "lrb":
-        runs = [run_lrb(v, s, opts.epochs, opts.batch_size) for s in opts.seeds]
+        runs = [run_lrb(v, s, how) for s in opts.seeds]
         entry["seeds"] = runs
         entry["summary"] = summarize(
             runs,
@@ -766,7 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         key = "lrb"
     elif opts.run == "nsb":
-        runs = [run_nsb(v, s, opts.epochs) for s in opts.seeds]
+        runs = [run_nsb(v, s, how) for s in opts.seeds]
         entry["seeds"] = runs
         entry["summary"] = summarize(
             runs,
@@ -799,8 +853,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
             }
         key = "dcor"
+    if defense is not None:
+        key += f"_{defense[0]}{defense[1]:g}"
     if opts.batch_size is not None:
         key += f"_batch{opts.batch_size}"
+    if opts.lr is not None:
+        key += f"_lr{opts.lr:g}"
     if opts.epochs is not None:
         key += f"_epochs{opts.epochs}"
     result: dict[str, Any] = {}
