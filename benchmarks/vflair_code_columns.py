@@ -1,6 +1,8 @@
-"""``python -m benchmarks.vflair_tb_column``: the MNIST table's TB column three ways, per
+"""``python -m benchmarks.vflair_code_columns``: cells of the MNIST table three ways, per
 defense point: ours under ``procedure: vflair``, VFLAIR's own code on the same rows, and
-the published value (issue 47's TB cells).
+the published value (issue 47). ``--attack lrb`` (default) is the TB column; ``--attack
+nsb`` is NSB, one of the two attacks of the NTB column (VFLAIR's NTB averages NSB's and
+MF's DCS, so the published NTB value is shown beside it, not compared as its equal).
 
 Why: under the procedure and at VFLAIR's steps per epoch (batch 273 on our 8,000 rows,
 docs/vflair.md) our TB column is 0.076 from the published one on average, higher in every
@@ -9,18 +11,20 @@ defense, so the question is whether VFLAIR's code itself, run on our rows at the
 settings, lands on the published cells or on ours.
 
 VFLAIR's side is read from ``benchmarks/vflair_code/measured.json``: the entries
-``lrb[_<defense><strength>]_batch273_lr0.01_epochs30`` that ``run_vflair.py --run lrb
---batch-size 273 --lr 0.01 --epochs 30 [--defense NAME STRENGTH]`` wrote (its README has
-the commands; VFLAIR's MNIST config of that defense, FedSGD). Ours is re-run now on each
-of those points with the same seeds: LRB (target 0) under ``procedure: vflair``, the
-table's settings (lr 0.01, 30 epochs, batch 273).
+``<attack>[_<defense><strength>]_batch273_lr0.01_epochs30`` that ``run_vflair.py --run
+<attack> --batch-size 273 --lr 0.01 --epochs 30 [--defense NAME STRENGTH]`` wrote (its
+README has the commands; VFLAIR's MNIST config of that defense, FedSGD). Ours is re-run
+now on each of those points with the same seeds, under ``procedure: vflair`` at the
+table's settings (lr 0.01, 30 epochs, batch 273): LRB (target 0) as the training's attack,
+or NSB evaluated on it.
 
-Per seed and side: AP and MP as VFLAIR reports them (means over the epochs, AP over all
-triggered test rows), DCS = 1 / (1 + sqrt(0.5 AP^2 + 0.5 max(0, MP* - MP)^2)) with MP*
-the same side's undefended run of that seed; a cell's T-DCS is the mean over seeds. "AP
-agrees" is |mean ours - mean VFLAIR's| <= the larger std over seeds, as the side-by-side
-benchmark's. Points VFLAIR's code cannot run here (CAE, DCAE: its autoencoder files are
-not in the snapshot) and those not measured are left out.
+Per seed and side: AP and MP as VFLAIR reports them (means over the epochs; LRB's AP over
+all triggered test rows; NSB's AP the MP less the accuracy on the noisy rows), DCS = 1 /
+(1 + sqrt(0.5 AP^2 + 0.5 max(0, MP* - MP)^2)) with MP* the same side's undefended run of
+that seed; a cell's T-DCS is the mean over seeds. "AP agrees" is |mean ours - mean
+VFLAIR's| <= the larger std over seeds, as the side-by-side benchmark's. Points VFLAIR's
+code cannot run here (CAE, DCAE: its autoencoder files are not in the snapshot) and those
+not measured are left out.
 """
 
 from __future__ import annotations
@@ -44,31 +48,45 @@ from trainables.trial import run_trial
 
 SETTINGS = {"batch_size": 273, "lr": 0.01, "epochs": 30}
 SUFFIX = "_batch273_lr0.01_epochs30"
-KEY = re.compile(r"^lrb_(?P<defense>[a-z]+)(?P<strength>[0-9.e+-]+)" + re.escape(SUFFIX) + "$")
-TB = 2  # the TB column in PUBLISHED's tuples
+# attack: (the published column, its index in PUBLISHED's tuples, VFLAIR's AP and MP keys)
+COLUMNS = {
+    "lrb": ("TB", 2, "vflair_reported_backdoor_acc_mean_over_epochs",
+            "vflair_reported_main_acc_mean_over_epochs"),
+    "nsb": ("NTB", 3, "vflair_reported_attack_metric_acc_loss",
+            "vflair_reported_main_acc_mean_over_epochs"),
+}  # fmt: skip
 
 
-def points(measured: dict[str, Any]) -> dict[tuple[str, float], list[dict[str, Any]]]:
-    """(defense, strength) -> VFLAIR's per-seed runs; ("none", 0.0) is the undefended one."""
+def points(
+    measured: dict[str, Any], attack: str = "lrb"
+) -> dict[tuple[str, float], list[dict[str, Any]]]:
+    """(defense, strength) -> VFLAIR's per-seed runs of ``attack``; ("none", 0.0) is the
+    undefended one."""
+    key_re = re.compile(rf"^{attack}_(?P<defense>[a-z]+)(?P<strength>[0-9.e+-]+){SUFFIX}$")
     out: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for key, entry in measured.items():
-        if key == "lrb" + SUFFIX:
+        if key == attack + SUFFIX:
             out[("none", 0.0)] = entry["seeds"]
-        elif match := KEY.match(key):
+        elif match := key_re.match(key):
             out[(match["defense"], float(match["strength"]))] = entry["seeds"]
     return out
 
 
-def ours(defense: str, strength: float, seed: int) -> tuple[float, float]:
-    """(AP, MP) of our LRB under the procedure at the table's settings, as VFLAIR reports."""
+def ours(attack: str, defense: str, strength: float, seed: int) -> tuple[float, float]:
+    """(AP, MP) of our ``attack`` under the procedure at the table's settings, as VFLAIR
+    reports them."""
     fields: dict[str, Any] = {} if defense == "none" else {"defense": defense}
     if fields:
         fields["defense_param"] = strength
-    spec = TrialSpec.build(
-        dataset="mnist", seed=seed, procedure="vflair", train_attack="lrb",
-        train_attack_params={"target": 0}, **SETTINGS, **fields,
-    )  # fmt: skip
-    rec = row(run_trial(spec), "lrb")
+    if attack == "lrb":
+        spec = TrialSpec.build(
+            dataset="mnist", seed=seed, procedure="vflair", train_attack="lrb",
+            train_attack_params={"target": 0}, **SETTINGS, **fields,
+        )  # fmt: skip
+        rec = row(run_trial(spec), "lrb")
+    else:
+        spec = TrialSpec.build(dataset="mnist", seed=seed, procedure="vflair", **SETTINGS, **fields)
+        rec = row(run_trial(spec, attacks=[(attack, {})]), attack)
     return float(rec.ap), float(rec.mp)
 
 
@@ -80,20 +98,21 @@ def tdcs(ap: list[float], mp: list[float], mp_star: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attack", choices=sorted(COLUMNS), default="lrb")
     parser.add_argument("--only", nargs="+", default=None, help="defense names (and none)")
     args = parser.parse_args()
+    column, index, ap_key, mp_key = COLUMNS[args.attack]
     torch.set_num_threads(1)  # as VFLAIR's side ran; two threads beside another job crawl
     start = time.perf_counter()
-    theirs = points(json.loads(MEASURED.read_text()))
+    theirs = points(json.loads(MEASURED.read_text()), args.attack)
     if ("none", 0.0) not in theirs:
-        raise SystemExit(f"{MEASURED}: no lrb{SUFFIX} entry (VFLAIR's undefended run)")
+        raise SystemExit(f"{MEASURED}: no {args.attack}{SUFFIX} entry (VFLAIR's undefended run)")
     seeds = [int(s["seed"]) for s in theirs[("none", 0.0)]]
     keep = sorted(p for p in theirs if args.only is None or p[0] in {"none", *args.only})
     runs: dict[tuple[str, float], dict[str, Any]] = {}
     for point in [("none", 0.0), *[p for p in keep if p != ("none", 0.0)]]:
         by_seed = {int(s["seed"]): s for s in theirs[point]}
-        mine = [ours(point[0], point[1], seed) for seed in seeds]
-        ap_key, mp_key = (f"vflair_reported_{q}_acc_mean_over_epochs" for q in ("backdoor", "main"))
+        mine = [ours(args.attack, point[0], point[1], seed) for seed in seeds]
         runs[point] = {
             "ours_ap": [a for a, _ in mine], "ours_mp": [m for _, m in mine],
             "vflair_ap": [by_seed[s][ap_key] for s in seeds],
@@ -116,9 +135,10 @@ def main() -> None:
             "tdcs_vflair_code": round(tdcs(r["vflair_ap"], r["vflair_mp"], base["vflair_mp"]), 4),
         }  # fmt: skip
         published = PUBLISHED.get((defense, strength))
-        cell["tdcs_published"] = None if published is None else published[TB]
+        cell["tdcs_published"] = None if published is None else published[index]
         cells.append(cell)
-    print(json.dumps({"benchmark": "vflair_tb_column", "settings": SETTINGS, "seeds": seeds,
+    print(json.dumps({"benchmark": "vflair_code_columns", "attack": args.attack,
+                      "published_column": column, "settings": SETTINGS, "seeds": seeds,
                       **summary(cells), "cells": cells,
                       "seconds": round(time.perf_counter() - start, 1)}))  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""The TB-column benchmark's bookkeeping (``benchmarks/vflair_tb_column.py``; needs no
+"""The VFLAIR-code columns benchmark's bookkeeping (``benchmarks/vflair_code_columns.py``; needs no
 data): which measured entries are its points, VFLAIR's DCS per cell, and the three-way
 summary."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.vflair_tb_column import SUFFIX, points, summary, tdcs
+from benchmarks.vflair_code_columns import SUFFIX, points, summary, tdcs
 
 
 def test_points_are_the_table_settings_entries_only() -> None:
@@ -20,6 +20,8 @@ def test_points_are_the_table_settings_entries_only() -> None:
     got = points(measured)
     assert set(got) == {("none", 0.0), ("gdp", 1e-4), ("mid", 1e-8)}
     assert got[("gdp", 1e-4)] == [{"seed": 1}]
+    measured["nsb_gs99.5" + SUFFIX] = {"seeds": [{"seed": 2}]}
+    assert points(measured, "nsb") == {("gs", 99.5): [{"seed": 2}]}
 
 
 def test_tdcs_is_vflairs_dcs_with_the_mp_gap_clipped_at_zero() -> None:
