@@ -33,6 +33,7 @@ import argparse
 import json
 import re
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -118,7 +119,7 @@ def main() -> None:
             "vflair_ap": [by_seed[s][ap_key] for s in seeds],
             "vflair_mp": [by_seed[s][mp_key] for s in seeds],
         }  # fmt: skip
-        print(json.dumps({"point": point, **runs[point]}), flush=True)  # progress
+        print(json.dumps({"point": point, **runs[point]}), file=sys.stderr, flush=True)
     base = runs[("none", 0.0)]
     cells = []
     for (defense, strength), r in runs.items():

@@ -24,7 +24,8 @@ of LI = 0.2 LI_2 + 0.8 LI_10, FR, TB and NTB), ranked against the published rank
 one per procedure). ``--procedure vflair`` runs the space with ``procedure: vflair`` in its
 ``base`` (VFLAIR's lr decay, batch order, dCor distances, LRB's colluding per-batch
 injection and its AP count: docs/vflair.md). ``--attacks lrb`` (any subset of the space's
-attacks) runs and scores those only: the other types' cells are then empty.
+attacks) runs and scores those only: the other types' cells are then empty. ``--defenses
+gs`` (any subset of its defenses) runs those points only.
 """
 
 from __future__ import annotations
@@ -133,9 +134,20 @@ def with_li2(ranking: pd.DataFrame, li2: pd.DataFrame | None) -> pd.DataFrame:
     return out
 
 
+# TB points where VFLAIR's own code on our rows, under the procedure's settings at batch 273,
+# gives a T-DCS within TOLERANCE of ours (``benchmarks.vflair_code_columns``, 3 seeds)
+CODE_AGREES_TB = tuple(
+    f"{d}@{s:g}"
+    for d, strengths in (
+        ("gdp", (1e-4, 1e-3, 0.01, 0.1)), ("ldp", (1e-4, 1e-3, 0.01, 0.1)),
+        ("dcor", (1e-4, 0.01, 0.1, 0.3)), ("gper", (0.01, 0.1, 1.0, 10.0)),
+        ("gs", (95.0, 97.0, 99.0, 99.5)), ("mid", (0.01, 0.1, 1.0, 100.0, 1e4)),
+    )
+    for s in strengths
+)  # fmt: skip
 # Measured causes of cells over TOLERANCE (docs/vflair.md has each measurement):
-# (type, defenses or None for any, procedure or None for both, needs steps per epoch
-# unmatched) -> cause
+# (type, defenses (a name, or "name@strength" for one point) or None for any, procedure
+# or None for both, needs steps per epoch unmatched) -> cause
 CAUSES: tuple[tuple[str, tuple[str, ...] | None, str | None, bool, str], ...] = (
     ("TB", None, "standard", False,
      "LRB's passive swap; VFLAIR's code injects two rows per batch (colluding: "
@@ -143,6 +155,17 @@ CAUSES: tuple[tuple[str, tuple[str, ...] | None, str | None, bool, str], ...] = 
     ("TB", None, "vflair", True,
      "poison steps per epoch: 4 here at batch 2048, ~29 on VFLAIR's 60k rows "
      "(--batch-size 273)"),
+    ("TB", CODE_AGREES_TB, "vflair", False,
+     "VFLAIR's own code on these rows at these settings is within 0.05 of ours, not near "
+     "the published value (python -m benchmarks.vflair_code_columns)"),
+    ("TB", ("mid@0", "mid@1e-08", "mid@1e-06", "mid@0.0001"), "vflair", False,
+     "not explained: VFLAIR's own code on these rows is further from the published value "
+     "than ours (its LRB AP 0.10-0.12, ours 0.20-0.22; python -m "
+     "benchmarks.vflair_code_columns)"),
+    ("NTB", ("mid@0", "mid@1e-08", "mid@1e-06", "mid@0.0001", "gs@95", "gdp@0.001",
+             "ldp@0.001", "gdp@0.1", "mid@0.1"), "vflair", False,
+     "not explained, located in NSB: VFLAIR's own code's NSB moves its cell the way the gap "
+     "goes (python -m benchmarks.vflair_code_columns --attack nsb)"),
     ("LI", ("gper",), "standard", False,
      "GPer's strength read the other way: VFLAIR's code takes it as epsilon "
      "(defense_params.form: vflair)"),
@@ -162,10 +185,12 @@ CAUSES: tuple[tuple[str, tuple[str, ...] | None, str | None, bool, str], ...] = 
 UNMATCHED_STEPS_BATCH = 1024  # at or over this batch, 8,000 rows give <= 8 steps per epoch
 
 
-def cause_of(kind: str, defense: str, procedure: str, batch_size: int) -> str:
+def cause_of(kind: str, defense: str, procedure: str, batch_size: int, strength: float) -> str:
     """The measured cause of a cell over TOLERANCE, or where to read what was ruled out."""
+    point = f"{defense}@{strength:g}"
     for t, defenses, proc, unmatched, text in CAUSES:
-        if t == kind and proc in (None, procedure) and (defenses is None or defense in defenses):
+        named = defenses is None or defense in defenses or point in defenses
+        if t == kind and proc in (None, procedure) and named:
             if not unmatched or batch_size >= UNMATCHED_STEPS_BATCH:
                 return text
     return "not explained: docs/vflair.md lists what was ruled out"
@@ -193,7 +218,9 @@ def compare(
                     "ours": round(float(mine), 4), "vflair": theirs,
                     "ours_chance_aware": round(float(row.get(f"ca_tdcs_{t}", np.nan)), 4)
                     if t != "LI2" else None,
-                    "cause": cause_of(t, str(row["defense"]), procedure, batch_size),
+                    "cause": cause_of(
+                        t, str(row["defense"]), procedure, batch_size, float(row["strength"])
+                    ),
                 })  # fmt: skip
     return table, differ
 
