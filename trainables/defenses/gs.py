@@ -18,8 +18,9 @@ what VFLAIR's code does (``defense_functions.GradientSparsification``): the rema
 the *previous* gradient message to that party is added to the next one element by
 element, by position in the batch (so to other samples), whenever the two have the same
 number of rows (rows a colluding LRB puts into a batch included). It is delivered the
-next step instead of the next epoch; at MNIST batch 273 and 99.5 % it keeps MP at 0.84
-where ``row`` drops it to 0.64 (docs/vflair.md). ``procedure: vflair`` sets it.
+next step instead of the next epoch. ``procedure: vflair`` sets it. With it, on LRB's
+trainings at MNIST batch 273 and 99.5 %, MP is 0.807 against VFLAIR's code's 0.839
+(``python -m benchmarks.vflair_code_columns``; docs/vflair.md, "GS with VFLAIR's carry").
 """
 
 from __future__ import annotations
