@@ -166,6 +166,9 @@ CAUSES: tuple[tuple[str, tuple[str, ...] | None, str | None, bool, str], ...] = 
              "ldp@0.001", "gdp@0.1", "mid@0.1"), "vflair", False,
      "not explained, located in NSB: VFLAIR's own code's NSB moves its cell the way the gap "
      "goes (python -m benchmarks.vflair_code_columns --attack nsb)"),
+    ("NTB", ("gs@99.5",), "vflair", False,
+     "not explained: with VFLAIR's GS carry our MP at 99.5 is still 0.03-0.04 below VFLAIR's "
+     "own code's on these rows (python -m benchmarks.vflair_code_columns)"),
     ("LI", ("gper",), "standard", False,
      "GPer's strength read the other way: VFLAIR's code takes it as epsilon "
      "(defense_params.form: vflair)"),

@@ -43,6 +43,8 @@ def test_cells_over_the_tolerance_carry_their_cause() -> None:
     assert cause[("cae", "TB")] == "not explained: docs/vflair.md lists what was ruled out"
     _, differ = compare(_ranking({("mid", 1e-6, "NTB"): -0.09}), "vflair", 273)
     assert "located in NSB" in str(differ[0]["cause"])
+    _, differ = compare(_ranking({("gs", 99.5, "NTB"): -0.09}), "vflair", 273)
+    assert "GS carry" in str(differ[0]["cause"])
     _, differ = compare(_ranking(shift), "vflair", 2048)  # steps per epoch unmatched
     tb = next(d for d in differ if d["type"] == "TB")
     assert "steps per epoch" in str(tb["cause"])
