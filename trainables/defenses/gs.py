@@ -64,7 +64,9 @@ class GradientSparsification(Defense):
 
     def __init__(self, *args: Any, **params: Any) -> None:
         super().__init__(*args, **params)
-        self.stores: dict[int, np.ndarray] = {}  # receiver -> (n_rows, C) dropped remainder
+        # receiver -> the dropped remainder: (n_rows, C) per training row (carry: row), or
+        # the last message's (B, C) (carry: position)
+        self.stores: dict[int, np.ndarray] = {}
 
     def validate(self) -> None:
         self.choice("residual", (0, 1))
