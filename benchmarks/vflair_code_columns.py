@@ -73,11 +73,14 @@ def points(
     return out
 
 
-def ours(attack: str, defense: str, strength: float, seed: int) -> tuple[float, float]:
+def ours(
+    attack: str, defense: str, strength: float, seed: int, split_scheme: str | None = None
+) -> tuple[float, float]:
     """(AP, MP) of our ``attack`` under the procedure at the table's settings, as VFLAIR
-    reports them."""
-    fields: dict[str, Any] = {} if defense == "none" else {"defense": defense}
-    if fields:
+    reports them; ``split_scheme``: in place of the procedure's (VFLAIR's top / bottom)."""
+    fields: dict[str, Any] = {} if split_scheme is None else {"split_scheme": split_scheme}
+    if defense != "none":
+        fields["defense"] = defense
         fields["defense_param"] = strength
     if attack == "lrb":
         spec = TrialSpec.build(
@@ -101,6 +104,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attack", choices=sorted(COLUMNS), default="lrb")
     parser.add_argument("--only", nargs="+", default=None, help="defense names (and none)")
+    parser.add_argument(
+        "--split-scheme", default=None,
+        help="ours: a feature split in place of the procedure's (VFLAIR's top / bottom "
+        "image halves, as its code on the other side has), e.g. halves (left / right)",
+    )  # fmt: skip
     args = parser.parse_args()
     column, index, ap_key, mp_key = COLUMNS[args.attack]
     torch.set_num_threads(1)  # as VFLAIR's side ran; two threads beside another job crawl
@@ -113,7 +121,7 @@ def main() -> None:
     runs: dict[tuple[str, float], dict[str, Any]] = {}
     for point in [("none", 0.0), *[p for p in keep if p != ("none", 0.0)]]:
         by_seed = {int(s["seed"]): s for s in theirs[point]}
-        mine = [ours(args.attack, point[0], point[1], seed) for seed in seeds]
+        mine = [ours(args.attack, *point, seed, args.split_scheme) for seed in seeds]
         runs[point] = {
             "ours_ap": [a for a, _ in mine], "ours_mp": [m for _, m in mine],
             "vflair_ap": [by_seed[s][ap_key] for s in seeds],
@@ -140,6 +148,7 @@ def main() -> None:
         cells.append(cell)
     print(json.dumps({"benchmark": "vflair_code_columns", "attack": args.attack,
                       "published_column": column, "settings": SETTINGS, "seeds": seeds,
+                      "split_scheme": args.split_scheme or "vflair",
                       **summary(cells), "cells": cells,
                       "seconds": round(time.perf_counter() - start, 1)}))  # fmt: skip
 

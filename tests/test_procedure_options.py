@@ -96,7 +96,7 @@ def test_options_stack_and_each_record_equals_the_training_alone() -> None:
 
 
 def test_kinds_that_do_not_follow_them_refuse_them_at_plan_time() -> None:
-    for field, value in (("lr_decay", "inv_sqrt"), ("shuffle", False)):
+    for field, value in (("lr_decay", "inv_sqrt"), ("shuffle", False), ("weight_init", "vflair")):
         tree = TrialSpec.build(dataset="breast_cancer", model="xgboost", **{field: value})
         reason = incompatibility(tree)
         assert reason is not None and field in reason and "only plain NN VFL" in reason
@@ -107,12 +107,13 @@ def test_the_vflair_procedure_sets_each_option_and_leaves_explicit_ones(
     tmp_path: Path,
 ) -> None:
     vflair = _spec(procedure="vflair")
-    assert (vflair.lr_decay, vflair.shuffle) == ("inv_sqrt", False)
-    assert vflair.config_hash != _spec(lr_decay="inv_sqrt", shuffle=False).config_hash
+    assert (vflair.lr_decay, vflair.shuffle, vflair.weight_init) == ("vflair", False, "vflair")
+    alone = _spec(lr_decay="vflair", shuffle=False, weight_init="vflair")
+    assert vflair.config_hash != alone.config_hash
     assert _spec(procedure="standard").config_hash == _spec().config_hash
     own = _spec(procedure="vflair", shuffle=True, train_attack="lrb",
                 train_attack_params={"count": "other"})  # fmt: skip
-    assert own.shuffle is True and own.lr_decay == "inv_sqrt"
+    assert own.shuffle is True and own.lr_decay == "vflair"
     assert own.train_attack_params == {"injection": "colluding", "count": "other", "over": "epochs"}
     dcor = _spec(procedure="vflair", defense="dcor", defense_param=0.3)
     assert dcor.defense_params == {"distances": "vflair"}

@@ -24,7 +24,7 @@ from torch import nn
 from trainables.endpoint import Endpoint
 from trainables.errors import ConfigError
 from trainables.messages import BatchSchedule
-from trainables.models import DefendedTop, build_bottom, build_top
+from trainables.models import DefendedTop, build_bottom, build_top, vflair_init
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,9 @@ class PartyConfig:
     # bottom (FedHSSL fine-tuning) outputs its representation width instead
     emb_dim: int | None = None
     metric: str = "accuracy"  # test MP: "accuracy", or "auc" (binary tasks, FedHSSL)
-    lr_decay: str = "none"  # "inv_sqrt": epoch e at lr / sqrt(e + 1) (``stacked.lr_scale``)
+    lr_decay: str = "none"  # "inv_sqrt", "vflair": the epoch's factor (``stacked.lr_scale``)
     shuffle: bool = True  # False: batches in row order
+    weight_init: str = "torch"  # "vflair": the bottom starts as VFLAIR's class (``vflair_init``)
     # keep each epoch's trained weights (``Party.epoch_states``): an attack scored over
     # epochs (``Attack.over_epochs``: VFLAIR's epoch means) judges every epoch's model
     keep_epochs: bool = False
@@ -150,7 +151,10 @@ class Party(Endpoint):
                 seed_cpu(cfg.seed * 1009 + init.party_id)
                 self.bottom = build_bottom(
                     cfg.model, self.X_train.shape[1], cfg.n_classes, cfg.hidden, cfg.dataset
-                ).to(self.device)
+                )
+                if cfg.weight_init == "vflair":
+                    vflair_init(cfg.model, self.bottom)
+                self.bottom.to(self.device)
         self.schedule = BatchSchedule(
             self.X_train.shape[0], cfg.batch_size, cfg.seed, shuffle=cfg.shuffle
         )

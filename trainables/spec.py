@@ -143,11 +143,15 @@ class DefenseEntry(BaseModel):
 
 # Fields added after records existed: at their default they are left out of config_hash,
 # so a sweep started before them resumes and golden records keep their ids.
-NEW_AT_DEFAULT_UNHASHED = ("split_params", "val_ratio", "lr_decay", "shuffle", "procedure")
+NEW_AT_DEFAULT_UNHASHED = (
+    "split_params", "val_ratio", "lr_decay", "shuffle", "procedure", "weight_init"
+)  # fmt: skip
 
 # ``procedure: vflair``: the options it sets where the spec does not set them itself, each
 # one a named option of its own that the record's ``spec_json`` shows (docs/vflair.md)
-VFLAIR_PROCEDURE: dict[str, Any] = {"lr_decay": "inv_sqrt", "shuffle": False}
+VFLAIR_PROCEDURE: dict[str, Any] = {
+    "lr_decay": "vflair", "shuffle": False, "weight_init": "vflair", "split_scheme": "vflair",
+}  # fmt: skip
 VFLAIR_ATTACK_PARAMS: dict[str, dict[str, Any]] = {
     # the per-batch injection, its AP count, AP and MP as means over epochs
     "lrb": {"injection": "colluding", "count": "all", "over": "epochs"},
@@ -163,6 +167,15 @@ VFLAIR_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {
     "dcor": {"distances": "vflair"},
     "gper": {"form": "vflair"},
     "gs": {"carry": "position"},  # the previous message's remainder, by position
+    "mid": {"form": "vflair"},  # its MID_model (trainables/defenses/mid.py)
+}
+# per dataset, where VFLAIR's configs set them (its MID's own learning rate: the
+# ``passive_party_attack`` configs, ``defense.parameters.lr``)
+VFLAIR_DATASET_DEFENSE_PARAMS: dict[tuple[str, str], dict[str, Any]] = {
+    ("mid", "mnist"): {"lr": 1e-4},
+    ("mid", "cifar10"): {"lr": 1e-3},
+    ("mid", "nuswide"): {"lr": 1e-3},
+    ("mid", "breast_cancer"): {"lr": 0.05},
 }
 
 
@@ -186,8 +199,9 @@ def _vflair_procedure(values: dict[str, Any]) -> dict[str, Any]:
     defense = values.get("defense")
     if isinstance(defense, str) and defense in VFLAIR_DEFENSE_PARAMS:
         given = values.get("defense_params") or {}
+        own = VFLAIR_DATASET_DEFENSE_PARAMS.get((defense, str(values.get("dataset"))), {})
         if isinstance(given, dict):
-            values["defense_params"] = {**VFLAIR_DEFENSE_PARAMS[defense], **given}
+            values["defense_params"] = {**VFLAIR_DEFENSE_PARAMS[defense], **own, **given}
     return values
 
 
@@ -218,10 +232,14 @@ class TrialSpec(BaseModel):
     # ``seed``): what searches, schedulers and "best" lines select on (``val_mp``); 0: none
     val_ratio: Float = Field(0.0, ge=0, lt=1)
     # VFLAIR's training procedure, each a named option (docs/vflair.md); NN trainings only:
-    # ``lr_decay: inv_sqrt``: epoch e trains at lr / sqrt(e + 1) (VFLAIR's trainer);
+    # ``lr_decay: inv_sqrt``: epoch e trains at lr / sqrt(e + 1); ``vflair``: VFLAIR's
+    # trainer, which decays after each epoch: lr in epochs 0 and 1, then lr / sqrt(e);
     # ``shuffle: false``: every epoch's batches in row order (VFLAIR does not shuffle)
-    lr_decay: Literal["none", "inv_sqrt"] = "none"
+    # ``weight_init: vflair``: the bottoms start as VFLAIR's model classes start them (its
+    # MLP2: Xavier-uniform first layer, zero bias; ``models.vflair_init``)
+    lr_decay: Literal["none", "inv_sqrt", "vflair"] = "none"
     shuffle: bool = True
+    weight_init: Literal["torch", "vflair"] = "torch"
     # ``vflair``: VFLAIR's procedure, as the options above and the attack and defense
     # parameters in ``VFLAIR_PROCEDURE`` / ``VFLAIR_*_PARAMS``, where the spec leaves them
     # unset (each then shows in the record); ``standard``: the papers' (ours)

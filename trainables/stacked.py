@@ -63,13 +63,20 @@ class StackedMLP:
         return len(self.params) // 2
 
     def forward(
-        self, x: torch.Tensor, index: torch.Tensor | None = None, training: bool = True
+        self,
+        x: torch.Tensor,
+        index: torch.Tensor | None = None,
+        training: bool = True,
+        frozen: bool = False,
     ) -> torch.Tensor:
         """``index`` (K',): only those trainings' models, x (K', B, in) (CELU-VFL's cached
         steps, whose trainings drew batches of different sizes). ``training``: unused (a
-        Linear-ReLU stack has no mode); ``ModuleStack`` takes it."""
+        Linear-ReLU stack has no mode); ``ModuleStack`` takes it. ``frozen``: the weights
+        as constants (the gradient reaches ``x`` only: VFLAIR's MID's KL)."""
         for i in range(self.depth):
             w, b = self.params[2 * i], self.params[2 * i + 1]  # (K, out, in), (K, out)
+            if frozen:
+                w, b = w.detach(), b.detach()
             if index is not None:
                 w, b = w[index], b[index]
             x = torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))  # (K, B, out)
@@ -203,9 +210,17 @@ class StackedOptimizer:
 
 
 def lr_scale(decay: str, epoch: int) -> float:
-    """The factor on every learning rate in ``epoch`` (0-based): 1, or 1 / sqrt(epoch + 1)
-    for ``inv_sqrt`` (VFLAIR's trainer: ``lr_decay``)."""
-    return 1.0 if decay == "none" else 1.0 / math.sqrt(epoch + 1)
+    """The factor on every learning rate in ``epoch`` (0-based): 1 (``none``),
+    1 / sqrt(epoch + 1) (``inv_sqrt``), or VFLAIR's trainer's (``vflair``).
+
+    Why ``vflair`` is its own: VFLAIR calls ``LR_Decay(i_epoch)`` *after* epoch
+    ``i_epoch``, setting lr / sqrt(i_epoch + 1) for the next one, so epochs 0 and 1 both
+    train at lr and epoch e >= 1 at lr / sqrt(e) (``MainTaskVFL*.train``)."""
+    if decay == "none":
+        return 1.0
+    if decay == "vflair":
+        return 1.0 / math.sqrt(max(epoch, 1))
+    return 1.0 / math.sqrt(epoch + 1)
 
 
 def agg_top(embeddings: Sequence[torch.Tensor]) -> torch.Tensor:

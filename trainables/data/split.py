@@ -29,8 +29,10 @@ from trainables.data.dataset import Dataset
 from trainables.errors import ConfigError, MissingDataError
 
 # a function of the data alone; ``bands``: horizontal image bands, party 0 the top one
-# (VFLAIR's image partition: ``dataset_partition``, ``[:, :, :half, :]``)
-FIXED = ("auto", "blocks", "halves", "quarters", "stripes", "bands")
+# (VFLAIR's image partition: ``dataset_partition``, ``[:, :, :half, :]``); ``vflair``:
+# VFLAIR's partition, ``bands`` for an image among 2 parties, else what ``auto`` takes
+# (its 4 parties get image quarters, party 0 the top-left, as ``quarters`` does)
+FIXED = ("auto", "blocks", "halves", "quarters", "stripes", "bands", "vflair")
 SCHEMES = (*FIXED, "importance", "correlation")  # the last two: VertiBench's, seeded
 
 
@@ -94,6 +96,8 @@ def vertical_split(ds: Dataset, n_parties: int, scheme: str = "auto") -> list[np
             f"({', '.join(SCHEMES[len(FIXED) :])} need a trial spec: use columns_for)"
         )
     shape = ds.image_shape
+    if scheme == "vflair":
+        scheme = "bands" if shape is not None and n_parties == 2 else "auto"
     if scheme == "auto":
         scheme = (
             "blocks" if shape is None else {2: "halves", 4: "quarters"}.get(n_parties, "stripes")

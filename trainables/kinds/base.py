@@ -68,6 +68,7 @@ class TrialKind:
             for key, value, default in (
                 ("lr_decay", spec.lr_decay, "none"),
                 ("shuffle", spec.shuffle, True),
+                ("weight_init", spec.weight_init, "torch"),
             ):
                 if value != default:
                     return (

@@ -113,6 +113,7 @@ def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyCo
         device=spec.device,
         lr_decay=spec.lr_decay,
         shuffle=spec.shuffle,
+        weight_init=spec.weight_init,
     )
 
 
