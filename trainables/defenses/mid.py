@@ -212,8 +212,9 @@ class OwnRate:
 class MutualInformationDefense(Defense):
     name = "mid"
     stacked = StackedMID
-    # ``std_shift``, ``lr``: None -> the form's (standard: 0.5 and the main optimizer;
-    # vflair: VFLAIR's shift for the dataset, and the main optimizer unless set)
+    # ``hidden``, ``code``: the standard form's widths (vflair's are fixed: 5C and C).
+    # ``std_shift``: None -> the form's (standard 0.5; vflair VFLAIR's for the dataset).
+    # ``lr``: None -> the main optimizer; set, its own Adam (``OwnRate``, either form)
     defaults: ClassVar[dict[str, Any]] = {
         "hidden": 64, "code": 16, "form": "standard", "std_shift": None, "lr": None,
     }  # fmt: skip
