@@ -49,7 +49,7 @@ def test_vflair_init_is_xavier_on_mlp2s_first_layer_only() -> None:
     bottom = build_bottom("mlp2", 392, 10, None, "mnist")
     second = bottom[2].weight.detach().clone()
     vflair_init("mlp2", bottom)
-    first = bottom[0]
+    first = bottom[0].requires_grad_(False)
     bound = math.sqrt(6 / (392 + 32))  # xavier_uniform_
     assert float(first.bias.abs().max()) == 0.0
     assert float(first.weight.abs().max()) <= bound
