@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from trainables.spec import TrialSpec
 
 KEEP = 25  # observations kept per key (the newest): the median of these is the value
-VERSION = 1
+# 2: a probe keeps a class's pretraining apart ("pretrain"); version 1 held it in "fixed"
+VERSION = 2
 
 
 def fingerprint() -> str:
@@ -68,7 +69,8 @@ def cache_path() -> Path:
 class Costs:
     """Observed seconds by key; each value is the median of the newest ``KEEP`` samples.
 
-    ``train[key]``: ``{"fixed": [...], "epoch": [...]}`` (seconds without and per epoch);
+    ``train[key]``: ``{"fixed": [...], "epoch": [...]}`` (seconds without and per epoch;
+    a probe's also ``"pretrain"``: its pretraining seconds, in one process);
     ``attack[key]``: ``[...]`` seconds of one evaluation; ``source[key]``: ``sweep`` (from
     records on the actors, preferred) or ``probe`` (in this process).
     """
@@ -86,12 +88,20 @@ class Costs:
             return None
         return statistics.median(got["fixed"]), statistics.median(got.get("epoch") or [0.0])
 
+    def pretraining(self, key: str) -> float:
+        """A probe's pretraining seconds of a training class (in one process: the parties
+        one after the other), 0 where none was kept apart (the actors' own numbers)."""
+        got = (self.train.get(key) or {}).get("pretrain")
+        return statistics.median(got) if got else 0.0
+
     def evaluation(self, key: str) -> float | None:
         got = self.attack.get(key)
         return statistics.median(got) if got else None
 
     # -- writing ------------------------------------------------------------------------
-    def add_training(self, key: str, fixed: float, per_epoch: float, source: str) -> None:
+    def add_training(
+        self, key: str, fixed: float, per_epoch: float, source: str, pretrain: float = 0.0
+    ) -> None:
         if source == "probe" and self.source.get(f"train:{key}") == "sweep":
             return  # the actors' own numbers stay
         if source == "sweep" and self.source.get(f"train:{key}") == "probe":
@@ -99,6 +109,8 @@ class Costs:
         slot = self.train.setdefault(key, {"fixed": [], "epoch": []})
         slot["fixed"] = [*slot["fixed"], max(0.0, fixed)][-KEEP:]
         slot["epoch"] = [*slot["epoch"], max(0.0, per_epoch)][-KEEP:]
+        if pretrain or "pretrain" in slot:  # kept apart: the actors pretrain side by side
+            slot["pretrain"] = [*slot.get("pretrain", []), max(0.0, pretrain)][-KEEP:]
         self.source[f"train:{key}"] = source
 
     def add_evaluation(self, key: str, seconds: float, source: str) -> None:
@@ -157,14 +169,31 @@ def load(path: Path | None = None) -> Costs:
         data: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         return Costs(path=path)
-    if not isinstance(data, dict) or data.get("version") != VERSION:
+    if not isinstance(data, dict) or data.get("version") not in (1, VERSION):
         return Costs(path=path)
+    if data["version"] == 1:
+        _drop_probed_pretraining(data)
     return Costs(
         train=dict(data.get("train", {})),
         attack=dict(data.get("attack", {})),
         source=dict(data.get("source", {})),
         path=path,
     )
+
+
+def _drop_probed_pretraining(data: dict[str, Any]) -> None:
+    """A version-1 cache: its probe's pretraining classes held their pretraining inside
+    ``fixed`` (one process, not divided among parties that pretrain side by side), so
+    they go and are probed again; everything else, the actors' numbers first, stays."""
+    train, source = data.get("train", {}), data.get("source", {})
+    for key in list(train):
+        try:
+            variant = json.loads(key).get("ssl_variant")
+        except (ValueError, AttributeError):
+            continue
+        if variant not in (None, "splitnn") and source.get(f"train:{key}") == "probe":
+            del train[key]
+            source.pop(f"train:{key}", None)
 
 
 def learn(sweep_dir: Path, costs: Costs | None = None) -> int:

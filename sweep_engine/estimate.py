@@ -158,7 +158,7 @@ def todo_of(plan: Plan, sweep_dir: Path | None) -> tuple[list[Training], int]:
 def _nearest(t: Training, scale: dict[tuple[str, ...], float], overall: float) -> float:
     """The measured / cost-model ratio of ``t``'s nearest measured level; a pretraining
     class looks no further than its variant (a fine-tuning-only class's ratio says nothing
-    of pretraining) and else trusts the cost model (``packs.PRETRAIN_ROW_S``)."""
+    of pretraining) and else trusts the cost model (``packs.pretrain_cost``)."""
     near = levels(t)
     if pretrain_epochs(t.spec):
         return next((scale[lv] for lv in near[:3] if lv in scale), 1.0)
@@ -191,6 +191,10 @@ def estimate(
     why = tuple(sorted({m for m in missing.values() if m}))
 
     known = [t for t in todo if missing[_data_key(t.spec)] is None]
+    concurrency = max(1, min(fit, cpus))
+    # parties on actors share the CPUs a trial has: pretraining (each party on its own
+    # rows) runs up to n at once where each party has a CPU (ssl_iso: cpu_per_party 1)
+    parallel = max(1.0, min(float(n), cpus / concurrency)) if remote else 1.0
     start = time.perf_counter()
     if probe and budget_s > 0:
         probe_in_child(known, costs, data_dir, budget_s, remote)
@@ -200,11 +204,11 @@ def estimate(
     total, measured = 0.0, 0
     train_ratio: dict[tuple[str, ...], list[float]] = {}  # measured / cost model, per level
     attack_ratio: dict[str, list[float]] = {}  # per attack, and "" for all
-    known_parts = [(t, parts(t, costs, remote), cost(t, remote, data_dir)) for t in known]
+    known_parts = [(t, parts(t, costs, remote, parallel), cost(t, remote, data_dir)) for t in known]
     for t, (train, evals), model in known_parts:
-        if train is not None and model.total - model.attacks > 0:
+        if train is not None and model.training(parallel) > 0:
             for level in levels(t):
-                train_ratio.setdefault(level, []).append(train / (model.total - model.attacks))
+                train_ratio.setdefault(level, []).append(train / model.training(parallel))
         for name, seconds in evals:
             if seconds is not None:
                 ratio = seconds / max(attack_cost(name, t.spec, data_dir), 1e-6)
@@ -217,7 +221,7 @@ def estimate(
     for t, (train, evals), model in known_parts:  # what is not measured: the scaled cost model
         measured += train is not None and all(s is not None for _, s in evals)
         if train is None:  # scaled as the nearest level with a measured class
-            train = (model.total - model.attacks) * _nearest(t, t_scale, overall)
+            train = model.training(parallel) * _nearest(t, t_scale, overall)
         for name, seconds in evals:
             if seconds is None:
                 seconds = attack_cost(name, t.spec, data_dir) * a_scale.get(
@@ -225,7 +229,6 @@ def estimate(
                 )
             train += seconds
         total += train + TRAINING_S
-    concurrency = max(1, min(fit, cpus))
     if plan.space.search is not None:  # each cell is a study of n_trials trainings
         trials = len(todo) * plan.space.search.n_trials
         left = max(0, trials - recorded)

@@ -39,9 +39,17 @@ if TYPE_CHECKING:
 ROUND_S = 1.5e-3  # one round of actor calls (ray transport), on top of the arithmetic
 LOCAL_ROUND_S = 1.5e-3  # one round in-process (with its share of evaluation)
 ROW_S = 6e-10  # one row x one input feature x one hidden unit, forward + backward
-# one pretraining epoch, per training row x input feature: adult's local SimSiam (32,561 x
-# 108) took ~7.9 s an epoch here; the estimate scales it per variant by what it measures
-PRETRAIN_ROW_S = 2.2e-6
+# One pretraining epoch in one process (the parties one after the other, as the probe
+# runs it), per FedHSSL stage: the local step per training row (a + b x input features:
+# the towers' hidden layers cost more than the input layer), the cross-party step per
+# aligned row. Fitted on ssl_iso's classes on the actors (issue 45, 2026-12-05: adult local
+# SimSiam 2.8 s an epoch over 32,561 x 108, mnist 0.8-0.95 s over 8,000 x 784, the cross
+# step 1.6 and 0.6 s over 6,512 and 1,600 aligned rows), doubled back to one process: on
+# the actors the parties pretrain side by side (``estimate``'s ``parallel``). The old
+# rows x features constant said 138 s for a mnist class that took 8-16 s.
+PRETRAIN_ROW_S = 1.64e-4
+PRETRAIN_FEATURE_S = 7.1e-8  # per row x input feature
+PRETRAIN_CROSS_ROW_S = 6.0e-4  # per aligned row, the cross-party step (exchanges included)
 TRAINING_S = 0.03  # fixed cost of one training on warm actors (load, evaluate, record)
 DIGITS_ROWS = 1437  # the attack table's rows: digits' training split
 ATTACK_S = {  # median CPU seconds of one evaluation on digits: benchmarks.attack_speed
@@ -55,6 +63,12 @@ OTHER_ATTACK_S = 1.0
 # breast_cancer's PMC took 3.6 s against digits' 4.0 s (attacks.yaml, 2026-12-04), where
 # scaling by rows said 0.6 s
 FIXED_STEPS = frozenset({"pmc", "mc", "amc", "mc_pretrained"})
+# ... but their steps push the jittered and mixed rows through the attacker's bottom, so
+# they cost more with more input columns: (COMPLETION_FEATURES + its columns) / (the same
+# for digits' 32). Fitted on ssl_iso (2026-12-05): MC took 3.4-4.5 s on adult's 54
+# columns and 7.7-12.3 s on mnist's 392
+COMPLETION_FEATURES = 145.0
+DIGITS_FEATURES = 32  # the attacker's columns in the digits profile (2 parties)
 # Why a floor for stacked packs on actors: on the ray transport every round of a training
 # is an actor round trip, ~2-3 ms of CPU on the two actors once they sleep between rounds
 # (``benchmarks.transport``); a heavy FedBCD training has 756 of them. A stacked pack of K
@@ -110,15 +124,21 @@ class Cost:
     transport: float
     attacks: float
     fixed: float = TRAINING_S
+    pretrain: float = 0.0  # FedHSSL pretraining, in one process (the parties in turn)
 
     @property
     def total(self) -> float:
-        return self.local + self.transport + self.attacks + self.fixed
+        return self.local + self.transport + self.attacks + self.fixed + self.pretrain
+
+    def training(self, parallel: float = 1.0) -> float:
+        """Seconds without the attacks, pretraining ``parallel`` times faster: on actors
+        with a CPU each the parties pretrain side by side."""
+        return self.local + self.transport + self.fixed + self.pretrain / parallel
 
 
 def pretrain_epochs(spec: TrialSpec) -> int:
     """Pretraining epochs of a FedHSSL-family class (``model_params.pretrain_epochs``), else
-    0: the cost model counts them (``PRETRAIN_ROW_S``), and the estimate's probe pretrains
+    0: the cost model counts them (``pretrain_cost``), and the estimate's probe pretrains
     one epoch and scales it (a whole pretraining per probe run let 20 s of probing measure
     none of ssl_iso.yaml's 18 classes)."""
     if kind_of(spec).name != "hssl" or spec.ssl_variant == "splitnn":
@@ -153,22 +173,44 @@ def _rows(spec: TrialSpec, data_dir: str | None) -> tuple[int, int, int]:
 
 def attack_cost(name: str, spec: TrialSpec, data_dir: str | None = None) -> float:
     """The cost model's seconds of one evaluation of ``name``: its digits profile, by rows
-    (model completion's fixed steps: not by rows)."""
-    return _attack_s(name, _rows(spec, data_dir)[1])
+    (model completion's fixed steps: by the attacker's columns instead)."""
+    _, rows, features = _rows(spec, data_dir)
+    return _attack_s(name, rows, features / max(1, spec.n_parties))
 
 
-def _attack_s(name: str, rows: int) -> float:
+def _attack_s(name: str, rows: int, columns: float) -> float:
     seconds = ATTACK_S.get(name, OTHER_ATTACK_S)
-    return seconds if name in FIXED_STEPS else seconds * rows / DIGITS_ROWS
+    if name in FIXED_STEPS:
+        return seconds * (COMPLETION_FEATURES + columns) / (COMPLETION_FEATURES + DIGITS_FEATURES)
+    return seconds * rows / DIGITS_ROWS
+
+
+def pretrain_cost(spec: TrialSpec, every: int, features: int) -> float:
+    """One process's seconds of a FedHSSL-family class's pretraining (0 without one):
+    per epoch, the local step over every training row and the cross-party step over the
+    aligned ones, as the variant runs them."""
+    epochs = pretrain_epochs(spec)
+    if not epochs:
+        return 0.0
+    from trainables.ssl.hssl.variants import parse_variant
+
+    stages = parse_variant(spec.ssl_variant).stages
+    per_epoch = 0.0
+    if stages is not None and stages.local:
+        per_epoch += every * (PRETRAIN_ROW_S + features * PRETRAIN_FEATURE_S)
+    if stages is not None and stages.cross:
+        per_epoch += every * float(spec.aligned_ratio) * PRETRAIN_CROSS_ROW_S
+    return epochs * per_epoch
 
 
 def cost(training: Training, remote: bool = True, data_dir: str | None = None) -> Cost:
     """Rough cost of one training with its attack evaluations on one slot.
 
     Rounds x (round trip + per-round overhead) plus rows x features x width x epochs for
-    NN kinds, and pretraining epochs x rows x features; a per-attack cost from the digits
-    profile scaled by rows. Kinds without epochs (trees) get the fixed cost. Good to a
-    factor of a few: enough to size packs; the estimate scales it by what it measured.
+    NN kinds, and pretraining per stage (``pretrain_cost``); a per-attack cost from the
+    digits profile scaled by rows (model completion: by the attacker's columns). Kinds
+    without epochs (trees) get the fixed cost. Good to a factor of a few: enough to size
+    packs; the estimate scales it by what it measured.
     """
     spec = training.spec
     every, rows, features = _rows(spec, data_dir)
@@ -178,11 +220,9 @@ def cost(training: Training, remote: bool = True, data_dir: str | None = None) -
         width = max(spec.hidden or (64,))
         local = rounds * LOCAL_ROUND_S + int(spec.epochs) * rows * features * width * ROW_S
         transport = rounds * ROUND_S if remote else 0.0
-    pretrain = pretrain_epochs(spec)
-    if pretrain:  # every training row: local SSL reads the unaligned ones too
-        local += pretrain * every * features * PRETRAIN_ROW_S
-    attacks = sum(_attack_s(n, rows) * k for n, k in evaluations(training))
-    return Cost(local, transport, attacks)
+    columns = features / max(1, spec.n_parties)
+    attacks = sum(_attack_s(n, rows, columns) * k for n, k in evaluations(training))
+    return Cost(local, transport, attacks, pretrain=pretrain_cost(spec, every, features))
 
 
 def slots(plan: Plan, n_parties: int, cpus: float, gpus: float | None = None) -> int:

@@ -128,29 +128,35 @@ def _add_training(
     pretrain: bool,
 ) -> None:
     """Add the class's (fixed, per-epoch) seconds from ``t1``, its one-epoch run, and a run
-    long enough to time an epoch; ``pretraining``: its pretraining epochs' seconds."""
+    long enough to time an epoch; ``pretraining``: its pretraining epochs' seconds, kept
+    apart (``parts`` divides them among parties that pretrain side by side)."""
+    key = train_key(spec)
     if not epochs:
-        costs.add_training(train_key(spec), t1 + pretraining, 0.0, "probe")
+        costs.add_training(key, t1, 0.0, "probe", pretrain=pretraining)
         return
     n = min(epochs, max(2, int(PROBE_LONG_S / max(t1, 1e-3))))
     tn, _ = _timed(run_trial(_at(spec, n, pretrain), data_dir=data_dir))
     per_epoch = max(tn - t1, 0.0) / (n - 1) if n > 1 else t1
-    costs.add_training(train_key(spec), max(0.0, t1 - per_epoch) + pretraining, per_epoch, "probe")
+    costs.add_training(key, max(0.0, t1 - per_epoch), per_epoch, "probe", pretrain=pretraining)
 
 
 def parts(
-    training: Training, costs: Costs, remote: bool
+    training: Training, costs: Costs, remote: bool, parallel: float = 1.0
 ) -> tuple[float | None, list[tuple[str, float | None]]]:
     """(training seconds, or None if not measured; per attack record it writes, its name
     and measured seconds or None). The records are its kind's (``TrialKind.evaluations``:
-    FedHSSL's MC runs twice); an adaptive attacker's include its tuning runs."""
+    FedHSSL's MC runs twice); an adaptive attacker's include its tuning runs. A probe's
+    pretraining (one process) counts ``parallel`` times faster: parties on actors with a
+    CPU each pretrain side by side (ssl_iso: adult's local SimSiam 54 s in one process,
+    28 s on the actors)."""
     spec = training.spec
     train = None
-    got = costs.training(train_key(spec))
+    key = train_key(spec)
+    got = costs.training(key)
     if got is not None:
         fixed, per_epoch = got
-        train = fixed + per_epoch * int(spec.epochs or 0)
-        if remote and costs.source.get(f"train:{train_key(spec)}") == "probe":
+        train = fixed + per_epoch * int(spec.epochs or 0) + costs.pretraining(key) / parallel
+        if remote and costs.source.get(f"train:{key}") == "probe":
             train += cost(training, remote=True).transport  # actor round trips a probe skips
     adapt_of = {name: split_adapt(params)[1] for name, params in training.attacks}
     evals: list[tuple[str, float | None]] = []
@@ -276,8 +282,9 @@ def probe_in_child(
                 continue
             _, train, attack = message
             for key, slot in train.items():
-                for fixed, per_epoch in zip(slot["fixed"], slot["epoch"], strict=True):
-                    costs.add_training(key, fixed, per_epoch, "probe")
+                pre = slot.get("pretrain") or [0.0] * len(slot["fixed"])
+                for fixed, per_epoch, p in zip(slot["fixed"], slot["epoch"], pre, strict=True):
+                    costs.add_training(key, fixed, per_epoch, "probe", pretrain=p)
             for key, seconds in attack.items():
                 for one in seconds:
                     costs.add_evaluation(key, one, "probe")

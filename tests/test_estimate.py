@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from sweep_engine import packs
 from sweep_engine.cli import main as sweep_main
 from sweep_engine.costs import Costs, attack_key, learn, load, train_key
 from sweep_engine.estimate import estimate
+from sweep_engine.packs import attack_cost, cost
 from sweep_engine.plan import expand
+from sweep_engine.probe import parts
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import load_space
 from trainables.trial import run_trial
@@ -175,10 +178,40 @@ def test_a_pretraining_class_is_probed_at_one_pretraining_epoch_and_scaled(
     ssl = next(t for t in plan.trainings if t.spec.ssl_variant == "local_simsiam")
     est._probe(ssl, costs, None)
     assert runs and all(pre == 1 for pre, _ in runs)
-    fixed, _ = costs.training(train_key(ssl.spec))
-    assert fixed >= 4 * runs[-1][1] * 0.5 > 0  # four epochs of the (noisy) one
+    key = train_key(ssl.spec)
+    fixed, _ = costs.training(key)
+    pretraining = costs.pretraining(key)  # kept apart from the fine-tuning's fixed seconds
+    assert pretraining >= 4 * runs[-1][1] * 0.5 > 0  # four epochs of the (noisy) one
+    assert fixed < pretraining
     got = estimate(plan, cpus=2, probe=False, costs=costs)
     assert got.measured == 2  # the two seeds of the probed class
+    # on actors with a CPU each, the parties pretrain side by side: half the one process's
+    alone, _ = parts(ssl, costs, remote=False)
+    side_by_side, _ = parts(ssl, costs, remote=False, parallel=2.0)
+    assert alone - side_by_side == pytest.approx(pretraining / 2)
+
+
+def test_the_cost_model_pretrains_per_stage_and_completion_costs_more_with_columns(
+    tmp_path: Path,
+) -> None:
+    """Pretraining: none for splitnn, the local step for local_*, the cross-party step on
+    the aligned rows on top for hssl_* (more aligned rows, more cost); it counts
+    ``parallel`` times faster where parties pretrain side by side. Model completion's
+    fixed steps cost more on more attacker columns; other attacks scale by rows."""
+    text = SSL.replace("[splitnn, local_simsiam]", "[splitnn, local_simsiam, hssl_simsiam]")
+    by = {t.spec.ssl_variant: cost(t, remote=False) for t in _plan(tmp_path, text).trainings}
+    assert by["splitnn"].pretrain == 0 < by["local_simsiam"].pretrain < by["hssl_simsiam"].pretrain
+    more = text.replace("aligned_ratio: 0.5", "aligned_ratio: 1.0")
+    hssl = next(t for t in _plan(tmp_path, more).trainings if t.spec.ssl_variant == "hssl_simsiam")
+    assert cost(hssl, remote=False).pretrain > by["hssl_simsiam"].pretrain
+    local = by["local_simsiam"]
+    assert local.training(2.0) == pytest.approx(local.training() - local.pretrain / 2)
+    cancer = _plan(tmp_path, SPACE).trainings[0].spec
+    digits = cancer.model_copy(update={"dataset": "digits"})
+    assert attack_cost("pmc", digits) == pytest.approx(packs.ATTACK_S["pmc"])  # the profile's
+    assert attack_cost("pmc", cancer) < attack_cost("pmc", digits)  # 15 columns against 32
+    assert attack_cost("bli", digits) == pytest.approx(packs.ATTACK_S["bli"])
+    assert attack_cost("bli", cancer) < packs.ATTACK_S["bli"] / 2  # 455 rows against 1,437
 
 
 class _Sent:
@@ -251,3 +284,33 @@ def test_each_study_of_a_search_pays_its_processes_start(tmp_path: Path) -> None
     assert a.slots == b.slots == 1  # a CPU per party by default: one trial on 2 CPUs
     study = (1 + 2) * IMPORT_S  # its trial's process and 2 party actors
     assert b.seconds - a.seconds == pytest.approx(3 * trial + study)
+
+
+def test_a_version_1_cache_drops_only_its_probed_pretraining_classes(tmp_path: Path) -> None:
+    """Version 1 held a probe's pretraining inside ``fixed`` (one process): those classes
+    are probed again; a plain class and the actors' own numbers of an SSL class stay."""
+
+    def key(variant: str | None, seed_free: str) -> str:
+        return json.dumps({"dataset": seed_free, "ssl_variant": variant}, sort_keys=True)
+
+    probed_ssl, plain, learned = (
+        key("local_simsiam", "adult"),
+        key(None, "digits"),
+        key("hssl_simsiam", "mnist"),
+    )
+    slot = {"fixed": [50.0], "epoch": [0.01]}
+    old = {
+        "version": 1,
+        "train": {probed_ssl: slot, plain: slot, learned: slot},
+        "attack": {"mc|adult|{}|2|agg": [3.8]},
+        "source": {f"train:{probed_ssl}": "probe", f"train:{plain}": "probe",
+                   f"train:{learned}": "sweep", "attack:mc|adult|{}|2|agg": "probe"},
+    }  # fmt: skip
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(old))
+    costs = load(path)
+    assert costs.training(probed_ssl) is None
+    assert costs.training(plain) == (50.0, 0.01) and costs.training(learned) == (50.0, 0.01)
+    assert costs.evaluation("mc|adult|{}|2|agg") == 3.8
+    costs.save()
+    assert json.loads(path.read_text())["version"] == 2
