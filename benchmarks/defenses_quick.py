@@ -1,0 +1,134 @@
+"""``python -m benchmarks.defenses_quick``: what the ``converge`` presets buy and cost on the
+whole defense benchmark (issue 45).
+
+Runs ``defenses.yaml`` (the papers' settings) and ``defenses_converge.yaml`` (PMC, MC, AMC
+and BLI at their ``converge`` preset, otherwise the same space) one after the other, each
+as a whole ``vflsweep run`` command into a fresh results folder and a fresh cost cache,
+and reads their records:
+
+- ``wall_s``: the command's wall time (start-up, trainings, attacks, MLflow, summary);
+- ``cpu_s``: the CPU seconds the records report, for the trainings and per attack;
+- per attack with a preset, the AP at the preset less the AP at the defaults, paired on the
+  same cell (dataset, defense, strength, seed: the same training, bit for bit, for the
+  inference-time attacks): mean, a 95 % interval over the cells, the largest change;
+- ``ranking``: whether the analysis ranks the defenses the same (Kendall's tau of the two
+  C-DCS columns, the top cell of each, the largest C-DCS change).
+
+``--spaces defenses_converge`` runs one of them only (no pairs then).
+Prints one JSON object. The machine must be otherwise idle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import read_records
+from analysis.ranking import DEFAULT_WEIGHTS, kendall_tau, ranking_table
+from analysis.report import prepare
+from benchmarks.estimate_accuracy import _vflsweep
+
+SPACES = ("defenses", "defenses_converge")
+CELL = ["dataset", "defense", "defense_param", "seed"]
+
+
+def run_space(space: str, work: Path) -> tuple[float, pd.DataFrame]:
+    """(wall seconds of ``vflsweep run SPACE``, its records with ``base``: the attack's
+    name without its preset)."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "VFLSWEEP_CACHE": str(work / "cache")}
+    results = work / "results"
+    wall, _ = _vflsweep(["run", space, "--results", str(results)], env)
+    df = read_records(results / space, with_spec=False)
+    df["attack"] = df["attack"].astype(str)
+    df["base"] = df["attack"].str.split("@").str[0]
+    return wall, df
+
+
+def ranks(df: pd.DataFrame) -> pd.DataFrame:
+    """The analysis' ranking (C-DCS per scenario, defense, strength) of a sweep's records."""
+    table = ranking_table(prepare(df.drop(columns="base"), 0.5), DEFAULT_WEIGHTS)
+    return table.set_index(["scenario", "defense", "strength"])
+
+
+def same_answer(default: pd.DataFrame, preset: pd.DataFrame) -> dict[str, object]:
+    """Does the preset sweep rank the defenses as the default one: Kendall's tau of the
+    two C-DCS columns over the cells both rank, and whether the top cell is the same."""
+    a, b = ranks(default)["cdcs"].dropna(), ranks(preset)["cdcs"].dropna()
+    both = a.index.intersection(b.index)
+    a, b = a.loc[both], b.loc[both]
+    return {
+        "cells": len(both),
+        "kendall_tau": round(kendall_tau(a.to_numpy(), b.to_numpy()), 4),
+        "top_default": "@".join(map(str, a.idxmax()[1:])),
+        "top_preset": "@".join(map(str, b.idxmax()[1:])),
+        "max_abs_cdcs_diff": round(float((a - b).abs().max()), 4),
+    }
+
+
+def cpu_of(df: pd.DataFrame) -> dict[str, float]:
+    """CPU seconds the records report: ``training`` (each training once), and per attack."""
+    clean = df[df["attack"] == "none"]
+    out = {"training": round(float(clean["train_seconds"].sum()), 1)}
+    attacked = df[df["attack"] != "none"]
+    for name, seconds in attacked.groupby("attack")["attack_seconds"].sum().items():
+        out[str(name)] = round(float(seconds), 1)
+    return out
+
+
+def paired(default: pd.DataFrame, preset: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per attack run with a preset in ``preset``: AP(preset) - AP(default) on each cell."""
+    out = {}
+    presets = preset[preset["attack"].str.contains("@", regex=False)]
+    for base, rows in presets.groupby("base"):
+        a = default[default["attack"] == base].set_index(CELL)["ap"]
+        b = rows.set_index(CELL)["ap"]
+        d = (b - a).dropna().to_numpy(dtype=float)
+        if len(d) == 0:
+            continue
+        half = 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+        out[str(base)] = {
+            "cells": len(d),
+            "mean_diff": round(float(d.mean()), 4),
+            "ci95": [round(float(d.mean()) - half, 4), round(float(d.mean()) + half, 4)],
+            "max_abs_diff": round(float(np.abs(d).max()), 4),
+            "ap_default": round(float(a.mean()), 4),
+            "ap_preset": round(float(b.mean()), 4),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    spaces = list(SPACES)
+    if "--spaces" in args:
+        spaces = args[args.index("--spaces") + 1].split(",")
+    out: dict[str, object] = {"benchmark": "defenses_quick", "cpus": os.cpu_count()}
+    frames = {}
+    for space in spaces:
+        with tempfile.TemporaryDirectory(prefix=f"quick-{space}-") as work:
+            wall, df = run_space(space, Path(work))
+        frames[space] = df
+        trainings = int(df["trial_id"].nunique())
+        failed = int((df["status"] != "ok").sum())
+        out[space] = {"wall_s": round(wall, 1), "trainings": trainings, "failed_records": failed}
+        out[space]["cpu_s"] = cpu_of(df)  # type: ignore[index]
+        print(f"{space}: {out[space]}", file=sys.stderr, flush=True)
+    if set(SPACES) <= set(frames):
+        out["ap_change"] = paired(frames[SPACES[0]], frames[SPACES[1]])
+        out["ranking"] = same_answer(frames[SPACES[0]], frames[SPACES[1]])
+        out["wall_ratio"] = round(
+            out[SPACES[1]]["wall_s"] / out[SPACES[0]]["wall_s"],  # type: ignore[index]
+            3,
+        )
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
