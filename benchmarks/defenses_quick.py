@@ -72,7 +72,9 @@ def same_answer(default: pd.DataFrame, preset: pd.DataFrame) -> dict[str, object
 
 
 def cpu_of(df: pd.DataFrame) -> dict[str, float]:
-    """CPU seconds the records report: ``training`` (each training once), and per attack."""
+    """CPU seconds the records report: ``training``, the trainings' clean rows (AMC's and
+    LRB's own trainings write no clean row, so they are not counted here), and per attack
+    its evaluations."""
     clean = df[df["attack"] == "none"]
     out = {"training": round(float(clean["train_seconds"].sum()), 1)}
     attacked = df[df["attack"] != "none"]

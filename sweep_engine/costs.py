@@ -191,7 +191,7 @@ def _drop_probed_pretraining(data: dict[str, Any]) -> None:
             variant = json.loads(key).get("ssl_variant")
         except (ValueError, AttributeError):
             continue
-        if variant not in (None, "splitnn") and source.get(f"train:{key}") == "probe":
+        if variant not in (None, "none", "splitnn") and source.get(f"train:{key}") == "probe":
             del train[key]
             source.pop(f"train:{key}", None)
 
