@@ -13,12 +13,14 @@ from benchmarks.defenses_quick import cpu_of, paired
 from benchmarks.estimate_accuracy import sliced
 from sweep_engine.space import load_space
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def test_a_seed_slice_keeps_everything_but_the_other_seeds(tmp_path: Path) -> None:
     assert sliced("ssl_iso", None, tmp_path) == "ssl_iso"
     path = Path(sliced("ssl_iso", [0, 2], tmp_path))
     doc = yaml.safe_load(path.read_text())
-    whole = yaml.safe_load((Path("search_spaces") / "ssl_iso.yaml").read_text())
+    whole = yaml.safe_load((ROOT / "search_spaces" / "ssl_iso.yaml").read_text())
     assert doc["grid"]["seed"] == [0, 2] and whole["grid"]["seed"] == [0, 1, 2, 3, 4]
     assert doc["name"] == "ssl_iso_seeds_0_2"
     doc["grid"]["seed"], doc["name"] = whole["grid"]["seed"], whole["name"]
