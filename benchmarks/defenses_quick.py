@@ -88,9 +88,13 @@ def paired(default: pd.DataFrame, preset: pd.DataFrame) -> dict[str, dict[str, f
     out = {}
     presets = preset[preset["attack"].str.contains("@", regex=False)]
     for base, rows in presets.groupby("base"):
-        a = default[default["attack"] == base].set_index(CELL)["ap"]
-        b = rows.set_index(CELL)["ap"]
-        d = (b - a).dropna().to_numpy(dtype=float)
+        both = pd.concat(
+            [default[default["attack"] == base].set_index(CELL)["ap"], rows.set_index(CELL)["ap"]],
+            axis=1,
+            keys=["a", "b"],
+        ).dropna()  # the cells both ran: the means below are of the same cells
+        a, b = both["a"], both["b"]
+        d = (b - a).to_numpy(dtype=float)
         if len(d) == 0:
             continue
         half = 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else float("nan")

@@ -45,9 +45,10 @@ def _rows(attack: str, aps: list[float], seconds: float) -> list[dict[str, objec
 
 def test_the_preset_is_paired_with_the_default_on_the_same_cell() -> None:
     default = pd.DataFrame(_rows("pmc", [0.70, 0.80, 0.60], 2.0) + _rows("none", [0, 0, 0], 0))
+    unpaired = {**_rows("pmc", [0.0], 2.0)[0], "seed": 9}  # a cell the preset run lacks
     preset = pd.DataFrame(_rows("pmc@converge", [0.71, 0.78, 0.60], 0.5))
-    got = paired(default, preset)["pmc"]
-    assert got["cells"] == 3
+    got = paired(pd.concat([default, pd.DataFrame([unpaired])]), preset)["pmc"]
+    assert got["cells"] == 3 and got["ap_default"] == pytest.approx(0.70)  # the paired cells'
     assert got["mean_diff"] == pytest.approx((0.01 - 0.02 + 0.0) / 3, abs=1e-4)
     assert got["max_abs_diff"] == pytest.approx(0.02)
     assert got["ci95"][0] < got["mean_diff"] < got["ci95"][1]
