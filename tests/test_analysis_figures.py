@@ -65,7 +65,8 @@ def issue_42(folder: Path) -> tuple[Plan, list[dict]]:
 
     space = folder / "issue42.yaml"
     space.write_text(ISSUE_42)
-    plan = expand(load_space(str(space)))
+    # planned as a dry run plans it: the records are made up, adult's files are not needed
+    plan = expand(load_space(str(space)), missing_ok=True)
     rows = []
     for t in plan.trainings:
         spec = t.spec

@@ -11,7 +11,17 @@ class ConfigError(ValueError):
 
 
 class MissingDataError(ConfigError):
-    """A dataset file that a loader needs is not where it looked; the message names the path."""
+    """A dataset file that a loader needs is not where it looked; the message names the path.
+
+    ``dataset`` and ``file`` (the file's path relative to a data directory, where known) say
+    what is missing to code that decides on it, e.g. the test suite, which turns a missing
+    shared dataset into a skip (``tests/conftest.py``) without parsing the message.
+    """
+
+    def __init__(self, message: str, *, dataset: str | None = None, file: str | None = None):
+        super().__init__(message)
+        self.dataset = dataset
+        self.file = file
 
 
 def did_you_mean(value: object, allowed: Iterable[object]) -> str:

@@ -76,13 +76,17 @@ def data_file(data_dir: Path | None, relative: str, dataset: str) -> Path:
     if data_dir is None:
         raise MissingDataError(
             f"dataset {dataset!r} needs the file {relative} from a data directory, but none "
-            f"is set and the default {SIBLING_DATA_DIR / relative} does not exist; {how}"
+            f"is set and the default {SIBLING_DATA_DIR / relative} does not exist; {how}",
+            dataset=dataset,
+            file=relative,
         )
     path = data_dir / relative
     if not path.is_file():
         raise MissingDataError(
             f"dataset {dataset!r} needs {path}, which does not exist; {how} "
-            f"(DIR must contain {relative})"
+            f"(DIR must contain {relative})",
+            dataset=dataset,
+            file=relative,
         )
     return path
 

@@ -40,7 +40,7 @@ def read_idx(path: str | Path) -> np.ndarray:
         with opener(path, "rb") as fh:
             raw = fh.read()
     except FileNotFoundError:
-        raise MissingDataError(f"IDX file {path} does not exist") from None
+        raise MissingDataError(f"IDX file {path} does not exist", dataset="mnist") from None
     except (OSError, EOFError) as exc:
         raise ConfigError(f"{path}: cannot read IDX data ({exc})") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
@@ -108,7 +108,9 @@ def mnist(data_dir: Path | None, **params: object) -> Dataset:
     elif train_images.is_file():
         raise MissingDataError(
             f"dataset 'mnist' found {train_images} but not {train_labels}; add it, or remove "
-            f"the training images to use the 10k test-set fallback ({DATA_ENV} / --data-dir)"
+            f"the training images to use the 10k test-set fallback ({DATA_ENV} / --data-dir)",
+            dataset="mnist",
+            file="mnist/train-labels-idx1-ubyte.gz",
         )
     else:
         train, test = stratified_split(y_test)
