@@ -89,6 +89,13 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     report.timings["cpu_plot_workers"] = round(workers.ru_utime + workers.ru_stime, 4)
     summary = {**report.summary, "report": str(out), "timings": report.timings}
     lines = screen_lines(report, out, args.rows)
+    damaged = records.attrs.get("damaged") or {}
+    if damaged:  # the answer leaves their trainings out: say so before anything else
+        head = (
+            f"incomplete: {len(damaged)} damaged record file(s) not read "
+            f"(their numbers are in no table; re-run the sweep to redo them):"
+        )
+        lines = [head, *(f"  {path}: {why}" for path, why in damaged.items()), *lines]
     if (sweep_dir / "search").is_dir():  # Optuna's own analysis of the searches, into the
         from analysis.optuna_report import write_studies  # report: MLflow gets it with it
 

@@ -114,6 +114,13 @@ def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
     md = ["# Sweep report", ""]
     page = ["<!doctype html><meta charset='utf-8'><title>Sweep report</title>", STYLE]
     page.append("<h1>Sweep report</h1>")
+    damaged = report.summary.get("damaged") or {}
+    if damaged:  # incompleteness comes first: these files' trainings are in no table
+        head = f"Incomplete: {len(damaged)} damaged record file(s) not read"
+        md += [f"**{head}:**", "", *(f"- `{p}`: {why}" for p, why in damaged.items()), ""]  # type: ignore[union-attr]
+        page.append(f"<p class='warn'>{html.escape(head)}:</p><ul>")
+        page += [f"<li>{html.escape(f'{p}: {why}')}</li>" for p, why in damaged.items()]  # type: ignore[union-attr]
+        page.append("</ul>")
     if not tables:
         text = str(report.summary.get("dcs", "no attack rows: no defense ranking"))
         md += [text, ""]

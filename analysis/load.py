@@ -16,8 +16,7 @@ import pyarrow.compute as pc
 
 from trainables.errors import ConfigError
 from trainables.records import RECORD_SCHEMA
-from trainables.results.checks import read_checked
-from trainables.results.layout import read_live
+from trainables.results.checks import read_verified
 from trainables.results.manifest import read_manifest
 
 # Columns that identify a "scenario": VFLAIR ranks defenses within one dataset, partition,
@@ -33,7 +32,16 @@ SCENARIO_COLUMNS = (
     "aligned_ratio",
     "n_labeled",
     "procedure",  # standard or vflair (``with_procedure``): their numbers do not pair
+    "setting",  # every other spec field that varies (``with_setting``): never pooled
 )
+# spec fields a record column already stands for (a scenario column, the defense, the
+# training-time attack) or that do not change what is measured (the seed is the replicate;
+# the device only where it runs): ``with_setting`` leaves them out
+NOT_SETTING = (
+    "seed", "device", "dataset", "n_parties", "partition", "protocol", "protocol_params",
+    "model", "ssl_variant", "aligned_ratio", "n_labeled", "procedure", "defense",
+    "defense_param", "defense_params", "stack", "train_attack", "train_attack_params",
+)  # fmt: skip
 CATEGORICAL = (
     "sweep",
     "trial_id",
@@ -50,6 +58,7 @@ CATEGORICAL = (
     "attack_type",
     "ssl_variant",
     "procedure",
+    "setting",
     "status",
     "engine_version",
     "spec_json",
@@ -59,20 +68,26 @@ CATEGORICAL = (
 def read_records(sweep_dir: Path | str, with_spec: bool = True) -> pd.DataFrame:
     """All records of ``sweep_dir/records`` (or of ``sweep_dir`` if it holds Parquet files),
     in the layout the sink writes: single files and compacted parts, each training once
-    (``trainables/results/layout.py``), read while a compaction may run."""
+    (``trainables/results/layout.py``), read while a compaction may run.
+
+    Every file is verified before its rows are used (``read_verified``: page checksums and
+    digests; a flipped byte decodes silently otherwise). A damaged file is skipped with a
+    warning naming it; the frame's ``attrs["damaged"]`` maps each such path to why, so an
+    answer can say it is incomplete.
+    """
     sweep_dir = Path(sweep_dir)  # a notebook passes a str
     folder = sweep_dir / "records" if (sweep_dir / "records").is_dir() else sweep_dir
     columns = [n for n in RECORD_SCHEMA.names if with_spec or n != "spec_json"]
-    try:
-        table = read_live(folder, columns)
-    except (OSError, pa.ArrowException):  # a damaged file: skipped with a warning
-        table = read_checked(folder).select(columns)
+    verified = read_verified(folder, columns, stacklevel=3)
+    table = verified.table
     if table.num_rows == 0:
         raise ConfigError(
             f"{sweep_dir}: no records (expected <sweep dir>/records/*.parquet); "
             "run the sweep first or pass the sweep's folder, e.g. results/smoke"
         )
-    return table_to_frame(table)
+    frame = table_to_frame(table)
+    frame.attrs["damaged"] = {str(p): why for p, why in verified.damaged.items()}
+    return frame
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
@@ -80,7 +95,7 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
 
     The ``attack`` column becomes each row's attack label (``attack_labels``).
     """
-    table = with_procedure(attack_labels(table))
+    table = with_setting(with_procedure(attack_labels(table)))
     arrays = []
     for name in table.column_names:
         column = table.column(name)
@@ -108,6 +123,45 @@ def with_procedure(table: pa.Table) -> pa.Table:
     keys, values = pa.array(list(names), pa.string()), pa.array(list(names.values()), pa.string())
     picked = pc.coalesce(pc.take(values, pc.index_in(specs, value_set=keys)), "standard")
     return table.append_column("procedure", picked)
+
+
+def with_setting(table: pa.Table) -> pa.Table:
+    """A ``setting`` column naming the spec fields, other than the scenario columns, the
+    defense and the seed, that differ between the records (``epochs=3 lr=0.1``), when some
+    do; the table as it is otherwise.
+
+    Why: a cell is every field but the seed. Without this, two trainings that differ only
+    in ``epochs`` (an edited space re-run into the same folder, or a grid over ``lr``)
+    would be pooled into one cell as if they were seeds of one setting.
+    """
+    if "spec_json" not in table.column_names or "setting" in table.column_names:
+        return table
+    from trainables.results.manifest import flat_spec
+
+    specs = table.column("spec_json")
+    texts = [t for t in pc.unique(specs).to_pylist() if t]
+    if len(texts) < 2:
+        return table
+    flats = {}
+    for text in texts:
+        flat = flat_spec(json.loads(text))
+        flats[text] = {
+            k: v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+            for k, v in flat.items()
+            if k.split(".")[0] not in NOT_SETTING
+        }
+    keys = sorted({k for flat in flats.values() for k in flat})
+    varying = [k for k in keys if len({flat.get(k) for flat in flats.values()}) > 1]
+    if not varying:
+        return table
+    labels = {
+        text: " ".join(f"{k}={flat.get(k, 'null')}" for k in varying)
+        for text, flat in flats.items()
+    }
+    keys_array = pa.array(list(labels), pa.string())
+    values = pa.array(list(labels.values()), pa.string())
+    picked = pc.take(values, pc.index_in(specs, value_set=keys_array))
+    return table.append_column("setting", picked)
 
 
 def attack_labels(table: pa.Table) -> pa.Table:
@@ -153,7 +207,10 @@ def scenario_labels(df: pd.DataFrame) -> pd.Series:
         rest = [c for c in varying if c != column]
         if rest and not firsts[rest].astype(str).duplicated().any():
             varying = rest
-    names = [" ".join(f"{c}={row[c]}" for c in varying) for row in firsts.to_dict("records")]
+    names = [  # ``setting`` is already ``field=value`` pairs
+        " ".join(str(row[c]) if c == "setting" else f"{c}={row[c]}" for c in varying)
+        for row in firsts.to_dict("records")
+    ]
     return pd.Series(pd.Categorical.from_codes(codes, categories=names), index=df.index)
 
 

@@ -75,6 +75,7 @@ def build(
     lap("dcs")
     report = Report(dcs, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), timings=timings)
     report.summary = summarize(dcs, beta, weights)
+    report.summary["damaged"] = dict(records.attrs.get("damaged") or {})  # not read: see load
     report.worst = worst
     if worst is not None:
         report.summary["worst_case"] = worst.summary()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from sweep_engine import quiet
+from sweep_engine.experiment import versioned
 from sweep_engine.heartbeat import say
 from sweep_engine.lock import SweepLock, describe
 from sweep_engine.manifest import write_manifest
@@ -59,6 +60,12 @@ def build_parser(prog: str = "python sweep.py") -> argparse.ArgumentParser:
         "--mlflow-uri", default=None, help="MLflow server (default sqlite:///<results>/mlflow.db)"
     )
     p.add_argument("--no-mlflow", action="store_true", help="do not log the sweep to MLflow")
+    p.add_argument(
+        "--new-version",
+        action="store_true",
+        help="the space changed since RESULTS/NAME was run: run it beside the old one as "
+        "RESULTS/NAME.v2 (.v3, ...) instead of refusing",
+    )
     p.add_argument(
         "--verbose",
         action="store_true",
@@ -316,10 +323,13 @@ def main(argv: list[str] | None = None, prog: str = "python sweep.py") -> int:
         if args.dry_run:
             try:  # a plan that this machine's Ray would refuse says so before anyone waits
                 check_fits_before_ray(plan, args)
+                versioned(plan, Path(args.results), args.new_version, tell=lambda _: None)
             except ConfigError as err:
                 print(f"warning: a real run here would stop: {err}", file=sys.stderr)
             print_plan(plan, args.json, args)
             return 0
+        # one experiment per folder: an edited space is refused (exit 2) or versioned
+        plan = versioned(plan, Path(args.results), args.new_version)
         check_fits_before_ray(plan, args)
         args.estimate_s = print_plan(plan, False, args)
         with SweepLock(Path(args.results) / plan.space.name) as lock:  # exit 2 if held

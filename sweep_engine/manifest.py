@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweep_engine.experiment import definition
 from sweep_engine.parts import write_json_atomic
 from trainables.records import ENGINE_VERSION
 from trainables.results.manifest import MANIFEST, flat_spec
@@ -43,6 +44,12 @@ def build_manifest(plan: Plan) -> dict[str, Any]:
         "attacks": [e.model_dump(mode="json") for e in space.attack_entries()],
         "search": search,
         "varying_fields": varying_fields(plan),
+        # the planned trainings: ``status`` counts records of these only (a search's
+        # trainings get their ids as Optuna fills them: none here)
+        "trial_ids": None if space.search else sorted(t.trial_id for t in plan.trainings),
+        # what defines the experiment: a re-run of an edited space is refused
+        # (``sweep_engine/experiment.py``)
+        "experiment": definition(plan),
         "plan": {
             k: summary[k] for k in ("trainings", "evaluations", "dropped", "duplicates_merged")
         },

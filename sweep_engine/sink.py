@@ -31,6 +31,7 @@ import os
 import sys
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,13 +41,18 @@ from sweep_engine import compaction, faults, parts
 from sweep_engine.compaction import Compaction
 from sweep_engine.parts import fsync_dir, in_parallel
 from trainables.records import RECORD_SCHEMA, Record
-from trainables.results.checks import DIGEST_KEY, Vanished, checked, digest, read_checked
+from trainables.results.checks import (
+    DIGEST_KEY,
+    checked,
+    digest,
+    read_checked,
+    read_verified,
+)
 from trainables.results.layout import (
     PART_RE,
     check_part,
     is_part,
     load_manifest,
-    part_statuses,
     scan,
     training_status,
 )
@@ -233,33 +239,22 @@ class RecordSink:
         return moved
 
     def statuses(self) -> dict[str, str]:
-        """trial_id -> status of every training with a valid file ("ok", "stopped" or
-        "error")."""
-        for attempt in range(2):
-            layout = scan(self.records_dir)
-            present = [(p, e) for p, e in layout.part_files() if p.exists()]
-            try:
-                out = part_statuses(present)
-                out.update(self._single_statuses(layout.singles))
-            except (Vanished, FileNotFoundError):
-                if attempt:
-                    raise
-                continue
-            return out
-        raise AssertionError("unreachable")
+        """trial_id -> status of every training with a verified file ("ok", "stopped" or
+        "error"); a damaged file's trainings have none (``verified_statuses``)."""
+        return self.verified_statuses()[0]
 
-    @staticmethod
-    def _single_statuses(singles: dict[str, Path]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for tid, path in singles.items():
-            try:
-                table = pq.read_table(path, columns=["status"])
-            except (OSError, pa.ArrowException) as err:
-                if isinstance(err, FileNotFoundError):
-                    raise Vanished(path) from err
-                continue  # a bad file is not a finished training
-            out[tid] = training_status(set(table.column("status").to_pylist()))
-        return out
+    def verified_statuses(self) -> tuple[dict[str, str], dict[Path, str]]:
+        """(trial_id -> status, damaged file -> why) from a verified read of every file
+        (``read_verified``): a file that fails its checksums finished nothing."""
+        with warnings.catch_warnings():  # the caller names the damaged files
+            warnings.simplefilter("ignore")
+            verified = read_verified(self.records_dir, ["trial_id", "status"])
+        ids = verified.table.column("trial_id").to_pylist()
+        rows = verified.table.column("status").to_pylist()
+        seen: dict[str, set[str]] = {}
+        for tid, status in zip(ids, rows, strict=True):
+            seen.setdefault(tid, set()).add(status)
+        return {tid: training_status(s) for tid, s in seen.items()}, verified.damaged
 
     def done(self) -> set[str]:
         """Trainings that finished (stopped early included); an errored training is

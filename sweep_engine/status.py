@@ -120,7 +120,15 @@ def status(sweep_dir: Path) -> dict[str, Any]:
         raise _not_a_sweep(sweep_dir)
     manifest = read_manifest(sweep_dir) or {}
     progress = read_progress(sweep_dir) or {}
-    statuses = RecordSink(sweep_dir).statuses()
+    statuses, damaged = RecordSink(sweep_dir).verified_statuses()
+    ids = manifest.get("trial_ids")
+    # verified records of planned trainings only: a file of another experiment's training
+    # (an older plan of the same name) is not this plan's progress
+    unplanned = 0
+    if isinstance(ids, list):
+        planned_ids = set(map(str, ids))
+        unplanned = sum(1 for tid in statuses if tid not in planned_ids)
+        statuses = {tid: s for tid, s in statuses.items() if tid in planned_ids}
     done = sum(1 for s in statuses.values() if s in ("ok", "stopped"))  # stopped: finished
     failed = len(statuses) - done
     planned = (manifest.get("plan") or {}).get("trainings", progress.get("planned"))
@@ -134,7 +142,9 @@ def status(sweep_dir: Path) -> dict[str, Any]:
         "failed": failed,
         "left": left,
         "running": running,
-        "state": _state(running, left, failed),
+        "damaged": {str(path): why for path, why in damaged.items()},
+        "unplanned": unplanned,
+        "state": _state(running, left, failed, len(damaged)),
         "holder": holder_of(sweep_dir / LOCK_NAME) if running else None,
         "now": [],
         "eta_s": 0.0 if left == 0 else None,
@@ -152,9 +162,11 @@ def status(sweep_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _state(running: bool | None, left: int | None, failed: int) -> str:
+def _state(running: bool | None, left: int | None, failed: int, damaged: int) -> str:
     if running:
         return "running"
+    if damaged:  # never "finished" while a file's numbers cannot be trusted
+        return "damaged"
     if left == 0:
         return "finished" if not failed else "finished with failures"
     return "stopped" if running is False else "unknown"
@@ -203,17 +215,28 @@ def status_lines(sweep_dir: Path) -> list[str]:
         lines.append(f"  {plural(s['left'], 'training')} left: re-run the sweep to resume")
     if s["failed"] and not s["running"]:
         lines.append("  failed trainings have status='error' records; a re-run retries them")
+    for path, why in s["damaged"].items():
+        lines.append(f"  damaged: {path}: {why}; not counted (a re-run sets it aside, redoes it)")
+    if s["unplanned"]:
+        lines.append(
+            f"  {plural(s['unplanned'], 'record file')} of trainings this plan does not have: "
+            "not counted"
+        )
     return lines
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="vflsweep status",
-        description="What a running or finished sweep has done, read from its folder.",
-    )
+def folder_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The parser of a command that reads one sweep folder: ``RESULTS/SWEEP [--json]``."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("sweep", metavar="RESULTS/SWEEP", help="the sweep's folder, e.g. results/smoke")
     p.add_argument("--json", action="store_true", help="one JSON object")
     return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return folder_parser(
+        "vflsweep status", "What a running or finished sweep has done, read from its folder."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

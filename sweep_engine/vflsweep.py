@@ -9,6 +9,7 @@ and ``python -m analysis`` stay exact equivalents (same options, same exit codes
     vflsweep plan SPACE [--json ...]        = python sweep.py --space SPACE --dry-run ...
     vflsweep analyze RESULTS/SWEEP [...]    = python -m analysis RESULTS/SWEEP ...
     vflsweep status RESULTS/SWEEP [--json]  what a running or finished sweep has done
+    vflsweep verify RESULTS/SWEEP [--json]  check every record file's checksums
     vflsweep ui [--results DIR]             MLflow's UI on 127.0.0.1
     vflsweep spaces                         the shipped spaces and where they are
 
@@ -26,6 +27,7 @@ USAGE = """usage: vflsweep COMMAND [ARGS]
   plan SPACE [options]      print the plan and its wall-time estimate; run nothing
   analyze SWEEP [options]   the answer tables, figures and report of RESULTS/SWEEP
   status SWEEP [--json]     done / running / failed / left and an ETA of RESULTS/SWEEP
+  verify SWEEP [--json]     check every record file of RESULTS/SWEEP; exit 3 if one is damaged
   ui [--results DIR]        start MLflow's UI on 127.0.0.1 for DIR (default ./results)
   spaces                    list the shipped spaces
 
@@ -103,6 +105,12 @@ def _status(argv: list[str]) -> int:
     return main(argv)
 
 
+def _verify(argv: list[str]) -> int:
+    from sweep_engine.verify import main
+
+    return main(argv)
+
+
 def _ui(argv: list[str]) -> int:
     from sweep_engine.ui import main
 
@@ -141,6 +149,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "plan": _plan,
     "analyze": _analyze,
     "status": _status,
+    "verify": _verify,
     "ui": _ui,
     "spaces": _spaces,
 }

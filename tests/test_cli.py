@@ -85,6 +85,7 @@ SAYS = {
     "plan": ["dry run", "without running"],
     "analyze": ["answer tables", "report"],
     "status": ["running or finished sweep"],
+    "verify": ["page checksums", "nothing is changed"],
     "ui": ["mlflow's ui", "sigterm"],
     "spaces": ["shipped"],
 }

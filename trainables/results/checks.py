@@ -4,10 +4,10 @@ A file can go bad after it was written (a disk fault, a copy cut short, a hand e
 Every single file carries Parquet page checksums and a digest of its content
 (``DIGEST_KEY`` in its metadata, written by ``sweep_engine/sink.py``); ``check_file``
 reads it whole and verifies them, its schema and its ``trial_id``. A part's sha256, row
-count and trial_ids are in the manifest (``layout.check_part``). ``read_checked`` reads a
-records folder skipping bad files with a warning that names each: what the analysis falls
-back to when the fast reader (``layout.read_live``) meets a damaged file, and what the
-engine reads before it syncs MLflow or prints its summary.
+count and trial_ids are in the manifest (``layout.check_part``). ``read_verified`` reads a
+records folder verifying every file and skipping bad ones with a warning that names each:
+what the analysis, ``status``, resume and the MLflow sync read (``vflsweep verify`` reports
+it). ``layout.read_live`` reads unchecked and is not used for results.
 
 Why here and not in the sink: the analysis reads damaged folders too, and it must not
 import the engine that writes them (``trainables/results/__init__.py``).
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -78,7 +79,10 @@ def checked(path: Path) -> tuple[pa.Table | None, str | None]:
     if table.num_rows == 0:
         return None, "no rows"
     ids = set(table.column("trial_id").to_pylist())
-    if ids != {path.stem}:
+    # the sink names a file by its training: one of its files under another name is a copy
+    # (it would count a training twice). A file without a digest was not written by this
+    # engine's sink (a hand-made or older records file) and may hold many trainings.
+    if stored is not None and ids != {path.stem}:
         return None, f"trial_id {sorted(map(str, ids))} does not match the file name {path.stem!r}"
     return table, None
 
@@ -100,47 +104,91 @@ class Vanished(Exception):
     """A file disappeared between listing and reading (a compaction ran meanwhile)."""
 
 
-def read_checked(records_dir: Path, stacklevel: int = 2) -> pa.Table:
-    """All valid records of the folder as one table with RECORD_SCHEMA.
+@dataclass(frozen=True)
+class Verified:
+    """The live records of a folder whose every byte was verified, and the files that were
+    not read because they failed (path -> why): nothing in ``table`` comes from those."""
 
-    A bad file is skipped with a warning naming it (``python sweep.py`` on the same
-    space moves it aside and re-runs its trainings). A file that vanishes while this
-    reads (a compaction in the driver) makes it scan the folder again, once.
-    ``stacklevel``: whose line the warning names, counted as ``warnings.warn`` does
-    from this function (2: its caller).
+    table: pa.Table
+    damaged: dict[Path, str]
+    files: int  # record files looked at, damaged ones included
+
+
+def read_verified(
+    records_dir: Path, columns: list[str] | None = None, stacklevel: int = 2
+) -> Verified:
+    """Every live record of the folder, each file verified before its rows are used.
+
+    A single file is read whole with its page checksums verified and its digest compared
+    (``checked``); a part file's sha256 is compared with the manifest's (``check_part``)
+    before it is read. Parquet readers verify neither by default: one flipped byte in a data
+    page decodes without an error into a different number. A bad file is skipped with a
+    warning naming it and returned in ``damaged`` (``python sweep.py`` on the same space
+    moves it aside and re-runs its trainings). A file that vanishes while this reads (a
+    compaction in the driver) makes it scan the folder again, once. ``stacklevel``: whose
+    line the warning names, counted as ``warnings.warn`` does from this function.
     """
     for attempt in range(2):
         try:
-            return _read_once(records_dir, last=attempt == 1, stacklevel=stacklevel + 2)
+            return _read_once(records_dir, columns, attempt == 1, stacklevel + 2)
         except Vanished:
             continue
     raise AssertionError("unreachable")
 
 
-def _read_once(records_dir: Path, last: bool, stacklevel: int) -> pa.Table:
+def read_checked(records_dir: Path, stacklevel: int = 2) -> pa.Table:
+    """All valid records of the folder as one table with RECORD_SCHEMA (``read_verified``)."""
+    return read_verified(records_dir, stacklevel=stacklevel + 1).table
+
+
+def _read_once(
+    records_dir: Path, columns: list[str] | None, last: bool, stacklevel: int
+) -> Verified:
     layout = scan(records_dir)
-    singles: list[Path] = []
-    good_parts: list[tuple[Path, PartEntry]] = []
+    wanted = list(columns or RECORD_SCHEMA.names)
+    tables: list[pa.Table] = []
+    damaged: dict[Path, str] = {}
     for path in sorted(layout.singles.values()):  # loops: a comprehension is a frame of
-        if _ok(path, checked(path)[1], last, stacklevel):  # its own before Python 3.12
-            singles.append(path)
+        table, reason = checked(path)  # its own before Python 3.12
+        if _ok(path, reason, last, stacklevel, damaged):
+            assert table is not None
+            tables.append(conform(table, wanted))
+    good_parts: list[tuple[Path, PartEntry]] = []
     for path, entry in layout.part_files():
-        if _ok(path, check_part(path, entry), last, stacklevel):
+        if _ok(path, check_part(path, entry), last, stacklevel, damaged):
             good_parts.append((path, entry))
     try:
-        return read_sources(singles, good_parts, None)
+        tables.append(read_sources([], good_parts, wanted))
     except FileNotFoundError as err:
         if last:
             raise
         raise Vanished(err) from err
+    files = len(layout.singles) + len(layout.parts)
+    return Verified(pa.concat_tables(tables), damaged, files)
 
 
-def _ok(path: Path, reason: str | None, last: bool, stacklevel: int) -> bool:
+def conform(table: pa.Table, columns: list[str]) -> pa.Table:
+    """``table`` with exactly ``columns`` of RECORD_SCHEMA, in its types and order; a column
+    an older engine did not write is null (as ``pyarrow.dataset`` fills it)."""
+    arrays = []
+    for name in columns:
+        kind = RECORD_SCHEMA.field(name).type
+        if name in table.column_names:
+            arrays.append(table.column(name).cast(kind))
+        else:
+            arrays.append(pa.nulls(table.num_rows, kind))
+    return pa.table(arrays, names=columns)
+
+
+def _ok(
+    path: Path, reason: str | None, last: bool, stacklevel: int, damaged: dict[Path, str]
+) -> bool:
     """Whether to read ``path``; a file gone since the listing means scan again,
     unless this is the second scan (then it is skipped like a bad file)."""
     if reason is None:
         return True
     if not path.exists() and not last:
         raise Vanished(path)
+    damaged[path] = reason
     warnings.warn(f"skipping corrupt record file {path}: {reason}", stacklevel=stacklevel)
     return False

@@ -161,28 +161,6 @@ def read_live(records_dir: Path, columns: list[str] | None = None) -> pa.Table:
     raise AssertionError("unreachable")
 
 
-def part_statuses(parts: list[tuple[Path, PartEntry]]) -> dict[str, str]:
-    """trial_id -> "ok"/"stopped"/"error" for the live trainings of these parts (``stopped``:
-    early stopping ended it, a finished training); an unreadable part contributes nothing
-    (its trainings are not finished as far as resume goes)."""
-    out: dict[str, str] = {}
-    for path, entry in parts:
-        try:
-            table = read_sources([], [(path, entry)], ["trial_id", "status"])
-        except FileNotFoundError:
-            raise  # vanished: the caller scans again
-        except (OSError, pa.ArrowException):
-            continue
-        ids, status = table.column("trial_id"), table.column("status")
-        not_ok = set(pc.unique(pc.filter(ids, pc.not_equal(status, "ok"))).to_pylist())
-        not_stopped = set(pc.unique(pc.filter(ids, pc.not_equal(status, "stopped"))).to_pylist())
-        for tid in pc.unique(ids).to_pylist():  # every row ok, every row stopped, or not
-            out[tid] = "ok" if tid not in not_ok else "error"
-            if tid not in not_stopped:
-                out[tid] = "stopped"
-    return out
-
-
 def training_status(statuses: set[str]) -> str:
     """A training's status from its rows': ``ok``, ``stopped`` (early stopping: one row),
     or ``error`` (any row not ok)."""
