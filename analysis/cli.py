@@ -15,6 +15,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from analysis.completeness import completeness_lines
 from analysis.gaps import parse_compare
 from analysis.load import read_records
 from analysis.plot_jobs import PlotPool
@@ -24,9 +25,11 @@ from trainables.errors import ConfigError
 from trainables.results.manifest import read_manifest
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
+    """The options; ``prog`` is the command the user typed (``vflsweep analyze`` too), which
+    the usage line and every argparse error name."""
     p = argparse.ArgumentParser(
-        prog="python -m analysis",
+        prog=prog,
         description="Analyze a sweep's records: print the answer tables and write the "
         "report folder (per-axis tables and plots; DCS rankings, gaps, CAP and their plots "
         "when it ran attacks) into <sweep dir>/report/, and log it to the sweep's MLflow run.",
@@ -89,13 +92,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     report.timings["cpu_plot_workers"] = round(workers.ru_utime + workers.ru_stime, 4)
     summary = {**report.summary, "report": str(out), "timings": report.timings}
     lines = screen_lines(report, out, args.rows)
-    damaged = records.attrs.get("damaged") or {}
-    if damaged:  # the answer leaves their trainings out: say so before anything else
-        head = (
-            f"incomplete: {len(damaged)} damaged record file(s) not read "
-            f"(their numbers are in no table; re-run the sweep to redo them):"
-        )
-        lines = [head, *(f"  {path}: {why}" for path, why in damaged.items()), *lines]
+    lines = [*completeness_lines(report.summary), *lines]  # how complete, before any number
     if (sweep_dir / "search").is_dir():  # Optuna's own analysis of the searches, into the
         from analysis.optuna_report import write_studies  # report: MLflow gets it with it
 
@@ -158,8 +155,9 @@ def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m analysis") -> int:
+    """The command: 0 report written, 2 bad input; ``prog`` names it in usage and errors."""
+    args = build_parser(prog).parse_args(argv)
     try:
         summary, lines = run(args)
     except ConfigError as err:

@@ -114,12 +114,13 @@ def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
     md = ["# Sweep report", ""]
     page = ["<!doctype html><meta charset='utf-8'><title>Sweep report</title>", STYLE]
     page.append("<h1>Sweep report</h1>")
-    damaged = report.summary.get("damaged") or {}
-    if damaged:  # incompleteness comes first: these files' trainings are in no table
-        head = f"Incomplete: {len(damaged)} damaged record file(s) not read"
-        md += [f"**{head}:**", "", *(f"- `{p}`: {why}" for p, why in damaged.items()), ""]  # type: ignore[union-attr]
-        page.append(f"<p class='warn'>{html.escape(head)}:</p><ul>")
-        page += [f"<li>{html.escape(f'{p}: {why}')}</li>" for p, why in damaged.items()]  # type: ignore[union-attr]
+    from analysis.completeness import completeness_lines
+
+    head = completeness_lines(report.summary)  # how complete, before any number
+    if head:
+        md += [f"**{head[0]}**", "", *(f"- {line.strip()}" for line in head[1:]), ""]
+        page.append(f"<p class='warn'>{html.escape(head[0])}</p><ul>")
+        page += [f"<li>{html.escape(line.strip())}</li>" for line in head[1:]]
         page.append("</ul>")
     if not tables:
         text = str(report.summary.get("dcs", "no attack rows: no defense ranking"))

@@ -26,6 +26,7 @@ from analysis.axes import flatten
 from analysis.by_axis import best_cells, by_axis_table, per_training
 from analysis.cap import cap_table
 from analysis.compare import row_arms
+from analysis.completeness import completeness
 from analysis.contrast import Contrasts, contrasts
 from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
@@ -76,6 +77,7 @@ def build(
     report = Report(dcs, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), timings=timings)
     report.summary = summarize(dcs, beta, weights)
     report.summary["damaged"] = dict(records.attrs.get("damaged") or {})  # not read: see load
+    report.summary["completeness"] = completeness(records, manifest)
     report.worst = worst
     if worst is not None:
         report.summary["worst_case"] = worst.summary()

@@ -20,15 +20,18 @@ import json
 import math
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from analysis.completeness import completeness
 from analysis.load import attack_labels
-from trainables.results.checks import read_checked
+from trainables.results.checks import read_verified
 from trainables.results.layout import training_status
+from trainables.results.manifest import read_manifest
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -205,7 +208,11 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     existing = children(client, exp_id, parent)
     result = SyncResult(exp_id, parent, children={t: r for t, (r, _) in existing.items()})
     # each attack by its label: ``pmc`` and ``pmc@adapted`` are two metrics of one training
-    records = attack_labels(read_checked(sweep_dir / "records")).to_pandas()
+    with warnings.catch_warnings():  # the analysis and status name damaged files
+        warnings.simplefilter("ignore")
+        verified = read_verified(sweep_dir / "records")
+    records = attack_labels(verified.table).to_pandas()
+    records.attrs["damaged"] = {str(p): why for p, why in verified.damaged.items()}
     statuses = {}
     for trial_id, rows in records.groupby("trial_id", sort=False):
         statuses[trial_id] = training_status(set(rows["status"].astype(str)))
@@ -222,6 +229,12 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     counts = {"trainings": len(statuses), "trainings_ok": n_ok, "records": len(records)}
     counts["trainings_error"] = len(statuses) - n_ok - n_stopped
     counts["trainings_stopped"] = n_stopped
+    found = completeness(records, read_manifest(sweep_dir)) if len(records) else None
+    if found is not None:  # how complete the sweep is, on the parent run
+        counts["files_damaged"] = found["damaged"]
+        if found["planned"] is not None:
+            counts["trainings_planned"] = found["planned"]
+        client.set_tag(parent, "vflsweep.completeness", found["line"][:5000])
     client.log_batch(parent, metrics=[Metric(k, float(v), _now(), 0) for k, v in counts.items()])
     client.set_terminated(parent, "FINISHED")
     return result

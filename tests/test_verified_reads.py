@@ -10,6 +10,7 @@ the sink, real trainings on the local transport.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -97,11 +98,17 @@ def test_a_flipped_data_page_byte_is_named_by_every_reader_and_never_used(
     with pytest.warns(UserWarning, match="skipping corrupt record file"):
         assert analyze(argv) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("incomplete: 1 damaged record file(s) not read"), out
-    assert str(damaged) in out
+    head = out.splitlines()
+    assert head[0] == "incomplete: 5 of 6 trainings (1 damaged file(s) not read, 1 not recorded)"
+    assert head[1] == f"  damaged, not read: {damaged}: {check_file(damaged)}", head
+    assert re.fullmatch(r"cells with fewer seeds .*: (none|gdp@0\.1) \(2 of 3\)", head[2]), head
     summary = json.loads((report / "summary.json").read_text())
     assert list(summary["damaged"]) == [str(damaged)]
-    assert "Incomplete: 1 damaged record file(s) not read" in (report / "index.md").read_text()
+    found = summary["completeness"]
+    assert (found["planned"], found["recorded"], found["damaged"], found["complete"]) == (
+        6, 5, 1, False,
+    )  # fmt: skip
+    assert f"**{head[0]}**" in (report / "index.md").read_text()
     dcs = pq.read_table(report / "dcs.parquet").to_pandas()
     assert damaged.stem not in set(dcs["trial_id"].astype(str))  # no row of it used
     assert seen not in set(dcs["mp"])
@@ -116,3 +123,5 @@ def test_a_flipped_data_page_byte_is_named_by_every_reader_and_never_used(
     damaged.unlink()  # once set aside (a re-run does it), the folder verifies clean
     assert verify([str(sweep_dir)]) == 0
     assert "verified: every page checksum and digest matches" in capsys.readouterr().out
+    assert analyze(argv) == 0  # and the answer still says what it lacks
+    assert capsys.readouterr().out.startswith("incomplete: 5 of 6 trainings (1 not recorded)\n")
