@@ -141,13 +141,24 @@ def _best_by_label(rows: list[dict[str, Any]], labels: dict[str, str], metric: s
     return {label: (_mean(v), len(v)) for label, v in groups.items()}
 
 
+# The label of a scenario's only cell (no axis but the seed varies in it): lines say "the
+# one cell" instead of naming it, never "(one cell: (one cell))"
+ONE_CELL = "(one cell)"
+
+
+def _cell_named(kind: str, label: str) -> str:
+    """``cell lr=0.1``; ``the one cell`` for a scenario's only cell, which has no name."""
+    return f"the one {kind}" if label == ONE_CELL else f"{kind} {label}"
+
+
 def _mp_line(mp: dict[str, tuple[float, int]], val: dict[str, tuple[float, int]]) -> str:
     """A scenario's MP line: the best cell chosen on the validation MP (``val``), with its
     test MP; without validation rows the range of test MPs, naming no best (choosing on
     the rows a number is reported on would flatter it)."""
     if len(mp) == 1:
         ((label, (value, n)),) = mp.items()
-        return f"mean MP {value:.4f} over {plural(n, 'seed')} (one cell: {label})"
+        where = ONE_CELL if label == ONE_CELL else f"(one cell: {label})"
+        return f"mean MP {value:.4f} over {plural(n, 'seed')} {where}"
     values = [v for v, _ in mp.values()]
     if max(values) - min(values) <= 1e-12:
         return f"mean MP {values[0]:.4f} in every cell: no best"
@@ -233,7 +244,7 @@ def scenario_lines(
     ):
         trainings = [t for t in plan.trainings if scenarios.get(t.trial_id) == scenario]
         axes = [a for a in varying_axes([t.cell for t in trainings]) if a != "seed"]
-        labels = {t.trial_id: cell_text(t.cell, axes) or "(one cell)" for t in trainings}
+        labels = {t.trial_id: cell_text(t.cell, axes) or ONE_CELL for t in trainings}
         mine = [r for r in ok if r["trial_id"] in labels]
         lines = _scenario_lines(mine, labels, max_attacks, chance, scenario) if mine else []
         cut = sorted({labels[r["trial_id"]] for r in stopped if r["trial_id"] in labels})
@@ -280,7 +291,7 @@ def _scenario_lines(
         kind = "defended cell" if defended is not hit else "cell"
         what = "advantage" if metric == "ap_advantage" else "AP (no chance baseline recorded)"
         lines.append(
-            f"lowest mean {what} of {attack}: {value:.4f} ({kind} {label}, its MP "
+            f"lowest mean {what} of {attack}: {value:.4f} ({_cell_named(kind, label)}, its MP "
             f"{at_mp:.4f}){_ties(scores, value, label)}"
         )
     if len(attacks) > max_attacks:

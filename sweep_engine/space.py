@@ -144,6 +144,10 @@ class AdaptEntry(_Strict):
     holdout: Float = Field(0.5, gt=0, lt=1)
 
 
+# An ``adapt:`` entry's keys, as messages name them
+ADAPT_FORM = "{trials: <int >= 1>, sampler: tpe|random, holdout: <between 0 and 1>}"
+
+
 class AttackEntry(_Strict):
     """An attack evaluated on every cell: a registry name and VFLAIR-default overrides."""
 
@@ -152,6 +156,15 @@ class AttackEntry(_Strict):
     datasets: list[str] | None = None  # evaluate only on these datasets (None: all)
     preset: str | None = None  # a named setting of the attack (``strong``); params override it
     adapt: AdaptEntry | None = None  # also tuned by its attacker, judged as <label>@adapted
+
+    @field_validator("adapt", mode="before")
+    @classmethod
+    def _adapt_is_a_mapping(cls, value: Any) -> Any:
+        """``adapt: 6`` got pydantic's "a valid dictionary or instance of AdaptEntry",
+        naming a class the user never wrote and none of the keys they may give."""
+        if value is None or isinstance(value, dict | AdaptEntry):
+            return value
+        raise ValueError(f"not a mapping; allowed: {ADAPT_FORM} ({{}} for the defaults)")
 
     def attack_params(self) -> dict[str, Any]:
         """The parameters the attack is created with; the preset rides along as ``preset``
@@ -193,7 +206,7 @@ AttackItem = Annotated[
         _attack_kind,
         custom_error_type="attack_entry",
         custom_error_message="allowed: an attack name, or {name: ..., params: {...}, "
-        "datasets: [...], preset: ..., adapt: {trials: ..., sampler: tpe|random, holdout: ...}}",
+        f"datasets: [...], preset: ..., adapt: {ADAPT_FORM}}}",
     ),
 ]
 DefenseValue = Annotated[

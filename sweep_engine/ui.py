@@ -96,6 +96,10 @@ def wait_until_up(url: str, proc: subprocess.Popen, timeout_s: float) -> bool:
 # (SIGHUP) sends. Python's defaults for the last two end this process at once, skipping the
 # clean-up, and the server, in a session of its own, went on answering.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# The one a caller may have ignored on purpose: ``nohup vflsweep ui &`` outlives its terminal,
+# as ``nohup`` promises. An ignored SIGINT is no such choice: a shell hands it to every
+# background job (``vflsweep ui &`` in a script), and ``kill -INT PID`` then did nothing.
+KEPT_IF_IGNORED = (signal.SIGHUP,)
 STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL for what still runs after this long
 
 
@@ -107,7 +111,8 @@ class StopSignals:
 
     Why not block the signals meanwhile: a blocked mask is inherited through ``exec``,
     and the server would then ignore the SIGTERM meant to stop it. Off the main thread,
-    where Python installs no handler, nothing changes."""
+    where Python installs no handler, nothing changes. An ignored SIGHUP stays ignored
+    (``nohup``); an ignored SIGINT or SIGTERM is handled all the same."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -119,9 +124,9 @@ class StopSignals:
             self.previous = {
                 sig: signal.signal(sig, self._on_signal)
                 for sig in STOP_SIGNALS
-                # one ignored on purpose stays ignored: ``nohup vflsweep ui &`` outlives its
-                # terminal, as ``nohup`` promises
-                if signal.getsignal(sig) is not signal.SIG_IGN
+                # an ignored SIGINT (a background job's) is handled all the same, so that
+                # ``kill -INT`` stops the UI exactly as Ctrl-C does (``KEPT_IF_IGNORED``)
+                if sig not in KEPT_IF_IGNORED or signal.getsignal(sig) is not signal.SIG_IGN
             }
         return self
 

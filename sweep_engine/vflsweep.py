@@ -18,6 +18,7 @@ Imports are deferred to the chosen subcommand: ``vflsweep --help`` answers at on
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -89,14 +90,11 @@ def _with_space(argv: list[str], command: str) -> list[str]:
 
 
 def _analyze(argv: list[str]) -> int:
-    from analysis.cli import build_parser, main
+    """``python -m analysis`` under its own name: its usage and errors say ``vflsweep
+    analyze``, the command the user typed."""
+    from analysis.cli import main
 
-    if _asks_help(argv):  # the parser's usage line says ``python -m analysis``
-        parser = build_parser()
-        parser.prog = "vflsweep analyze"
-        parser.print_help()
-        return 0
-    return main(argv)
+    return main(argv, prog="vflsweep analyze")
 
 
 def _status(argv: list[str]) -> int:
@@ -174,11 +172,38 @@ def main(argv: list[str] | None = None) -> int:
         return stop.code if isinstance(stop.code, int) else 2
 
 
+# What a shell reports for a command SIGPIPE ended (``ls | head -1``): 128 + SIGPIPE.
+BROKEN_PIPE_EXIT = 141
+
+
 def console() -> None:
-    """The ``vflsweep`` console script: ``main``, then a quick exit (``cli.exit_process``)."""
+    """The ``vflsweep`` console script: ``main``, then a quick exit (``cli.exit_process``).
+
+    A reader that stops early (``vflsweep spaces | head -1``) closes our stdout: Python
+    ignores SIGPIPE and raises ``BrokenPipeError`` instead, whose traceback told the user
+    of a failure where there was none. Every subcommand ends quietly there, as ``ls``
+    does; its ``finally`` blocks (a sweep's lock, the UI's server) still run on the way."""
     from sweep_engine.cli import exit_process
 
-    exit_process(main())
+    try:
+        code = main()
+        sys.stdout.flush()  # a reader gone: found here, not in ``exit_process``'s silent flush
+    except BrokenPipeError:
+        code = quiet_stdout()
+    exit_process(code)
+
+
+def quiet_stdout() -> int:
+    """Point stdout at /dev/null, so that flushing what is left in its buffer (at exit)
+    cannot raise again; returns the exit code for a closed stdout."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor behind stdout: nothing to mute
+        pass
+    finally:
+        os.close(devnull)
+    return BROKEN_PIPE_EXIT
 
 
 if __name__ == "__main__":

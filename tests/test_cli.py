@@ -121,3 +121,48 @@ def test_vflsweep_plan_help_in_a_real_process_says_it_runs_nothing() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: vflsweep plan")
     assert "Dry run" in proc.stdout and "Run a sweep" not in proc.stdout
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_vflsweep_spaces_into_a_closed_pipe_ends_quietly(unbuffered: str) -> None:
+    """Issue 63: ``vflsweep spaces | head -1`` printed a BrokenPipeError traceback. Here the
+    reader is gone before the first line (deterministic, unlike ``head``'s timing): the
+    command ends without a traceback, with the exit code of a command SIGPIPE ended (what
+    ``ls | head`` reports), whether stdout writes each line at once or at exit."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sweep_engine.vflsweep", "spaces"],
+            cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+            env={**os.environ, "PYTHONUNBUFFERED": unbuffered},
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.stderr == ""
+    assert proc.returncode == 141, proc.returncode
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        ([], "the following arguments are required: sweep_dir"),
+        (["results/x", "--beta", "abc"], "argument --beta: invalid float value: 'abc'"),
+    ],
+)
+def test_vflsweep_analyze_usage_errors_name_vflsweep_analyze(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 63: called as ``vflsweep analyze``, the usage line and argparse's errors named
+    ``python -m analysis``; ``python -m analysis`` itself keeps its own name."""
+    assert vflsweep.main(["analyze", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: vflsweep analyze ") and f"vflsweep analyze: error: {says}" in err
+    assert "python -m analysis" not in err
+
+    from analysis.cli import main as analysis_main
+
+    with pytest.raises(SystemExit):
+        analysis_main(argv)
+    assert "python -m analysis: error: " in capsys.readouterr().err

@@ -13,7 +13,7 @@ import pytest
 
 CONFTEST = Path(__file__).with_name("conftest.py")
 
-NEEDS_DATA = '''
+NEEDS_DATA = """
 import subprocess
 import sys
 
@@ -52,7 +52,7 @@ def test_another_failure_stays_a_failure():
     except MissingDataError:
         pass
     assert load_dataset("breast_cancer").n_classes == 3
-'''
+"""
 
 
 def test_a_missing_dataset_is_a_skip_that_names_it(

@@ -89,6 +89,10 @@ CASES: dict[str, tuple[str, list[str]]] = {
         "name: x\nbase: {split_scheme: importance}\ngrid: {n_parties: [31]}\n",
         ["every cell was dropped", "n_parties=31", "[2, 30]"],
     ),
+    "adapt_not_a_mapping": (  # issue 63: pydantic's "instance of AdaptEntry" named no key
+        GOOD + "attacks: [{name: pmc, adapt: 6}]\n",
+        ["attacks[0].adapt=6", "not a mapping", "trials", "sampler", "holdout"],
+    ),
     "aligned_ratio_out_of_range": (
         GOOD + "grid: {aligned_ratio: [0.5, 1.5]}\n",
         ["grid.aligned_ratio[1]", "1.5", "less than or equal to 1"],

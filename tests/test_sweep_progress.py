@@ -217,6 +217,29 @@ def test_issue_42_summary_is_per_scenario_and_names_attacks_at_chance(tmp_path: 
     assert [line.split(": ")[0] for line in plain if ": mean MP " in line] == scenarios
 
 
+def test_a_scenario_of_one_cell_is_not_named_twice() -> None:
+    """Issue 63: the smoke sweep's scenarios vary only the seed, and its summary said
+    "(one cell: (one cell))"; the MP and attack lines say it once."""
+    from types import SimpleNamespace
+
+    from sweep_engine.progress import grid_lines
+
+    plan = SimpleNamespace(
+        trainings=[SimpleNamespace(trial_id=f"t{s}", cell={"seed": s}) for s in (0, 1)]
+    )
+    row = {"status": "ok", "val_mp": None, "ap": 0.6, "defense": "none"}
+    rows = [
+        {**row, "trial_id": f"t{s}", "attack": attack, "mp": 0.9 + s / 100, "ap_advantage": 0.1}
+        for s in (0, 1)
+        for attack in ("none", "ns")
+    ]
+    lines = grid_lines(plan, rows, scenarios={"t0": "protocol=fedsgd", "t1": "protocol=fedsgd"})
+    assert lines == [
+        "protocol=fedsgd: mean MP 0.9050 over 2 seeds (one cell)",
+        "protocol=fedsgd: lowest mean advantage of ns: 0.1000 (the one cell, its MP 0.9050)",
+    ]
+
+
 def test_plural_says_one_pack_and_two_packs() -> None:
     from sweep_engine.words import duration, plural
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -73,22 +74,45 @@ def _answers(url: str) -> bool:
 
 def _as_from_a_terminal() -> None:
     """The child's stop signals at their defaults, as a terminal starts a command: a test
-    run under ``nohup`` (or as a background job) would hand it SIGHUP (SIGINT) ignored,
-    which ``vflsweep ui`` keeps ignored on purpose, as ``nohup`` promises."""
+    run under ``nohup`` (or as a background job) would hand it SIGHUP (SIGINT) ignored;
+    ``vflsweep ui`` keeps an ignored SIGHUP ignored on purpose, as ``nohup`` promises."""
     for sig in (signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _launch(results: Path) -> subprocess.Popen[str]:
+def _as_a_background_job() -> None:
+    """The child's SIGINT ignored, as a shell starts ``vflsweep ui &`` from a script."""
+    _as_from_a_terminal()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _launch(
+    results: Path, preexec: Callable[[], None] = _as_from_a_terminal
+) -> subprocess.Popen[str]:
     """``vflsweep ui`` started as a real process in a session of its own (as from a
-    terminal) over a real store with one sweep; not waited for."""
+    terminal, or as ``preexec`` sets its signals) over a real store with one sweep; not
+    waited for."""
     client_for(default_uri(results)).create_experiment("demo")
     return subprocess.Popen(
         [sys.executable, "-m", "sweep_engine.vflsweep", "ui", "--results", str(results),
          "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        preexec_fn=_as_from_a_terminal,
+        preexec_fn=preexec,
     )  # fmt: skip
+
+
+def _port_free(url: str) -> bool:
+    """Whether nothing listens on ``url``'s port any more: a new server can bind it.
+
+    ``SO_REUSEADDR`` as servers set it (uvicorn does): the connections ``_answers`` made
+    may linger in TIME_WAIT there, which only a plain ``bind`` would take for a listener."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+        except OSError:
+            return False
+        return True
 
 
 @contextmanager
@@ -141,3 +165,18 @@ def test_ui_answers_then_stops_with_its_whole_process_tree(tmp_path: Path) -> No
             # the command returns only once the server is gone: nothing of it may be left
             assert _running(tree) == {}, f"still running after {sig.name}: {_running(tree)}"
             assert not _answers(url)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+def test_kill_int_stops_a_ui_started_as_a_background_job(tmp_path: Path) -> None:
+    """Issue 63: a shell starts a background job with SIGINT ignored; ``kill -INT PID`` must
+    still stop the UI as Ctrl-C does, with its server, and free the port."""
+    with _ui(tmp_path, _launch(tmp_path, _as_a_background_job)) as (proc, url):
+        assert _answers(url)
+        tree = _tree(proc.pid)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert _running(tree) == {}, f"still running after kill -INT: {_running(tree)}"
+        assert not _answers(url)
+        assert _port_free(url), f"{url}: its port is still taken"
