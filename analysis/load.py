@@ -55,6 +55,8 @@ CATEGORICAL = (
     "defense",
     "defense_party",
     "attack",
+    "attack_label",
+    "attack_preset",
     "attack_type",
     "ssl_variant",
     "procedure",
@@ -77,7 +79,9 @@ def read_records(sweep_dir: Path | str, with_spec: bool = True) -> pd.DataFrame:
     """
     sweep_dir = Path(sweep_dir)  # a notebook passes a str
     folder = sweep_dir / "records" if (sweep_dir / "records").is_dir() else sweep_dir
-    columns = [n for n in RECORD_SCHEMA.names if with_spec or n != "spec_json"]
+    # ``spec`` (the typed struct) is for other Parquet clients: the analysis parses each
+    # distinct ``spec_json`` once instead (analysis/axes.py)
+    columns = [n for n in RECORD_SCHEMA.names if n != "spec" and (with_spec or n != "spec_json")]
     verified = read_verified(folder, columns, stacklevel=3)
     table = verified.table
     if table.num_rows == 0:
@@ -172,7 +176,13 @@ def attack_labels(table: pa.Table) -> pa.Table:
 
     Only rows whose ``extra`` mentions a label are parsed, each distinct string once.
     """
-    if "attack" not in table.column_names or "extra" not in table.column_names:
+    if "attack" not in table.column_names:
+        return table
+    if "attack_label" in table.column_names and table.column("attack_label").null_count == 0:
+        at = table.column_names.index("attack")  # schema 2: the label is a column
+        label = table.column("attack_label").cast(pa.string())
+        return table.set_column(at, pa.field("attack", pa.string()), label)
+    if "extra" not in table.column_names:
         return table
     extra = table.column("extra")
     has = pc.fill_null(pc.match_substring(extra, '"attack_label"'), False)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import types
+import typing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -19,6 +22,53 @@ if TYPE_CHECKING:
     from trainables.rounds import TrainResult
 
 ENGINE_VERSION = "0.1.0"
+# The record schema's version, in every file's metadata. 2 added ``attack_label``,
+# ``attack_preset``, ``attack_adapted`` and the typed ``spec`` struct; files of version 1
+# are read through one migration (``trainables/results/migrate.py``).
+SCHEMA_VERSION = 2
+SCHEMA_VERSION_KEY = b"vflsweep.schema_version"
+
+
+def _arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a TrialSpec field: its scalar type; a mapping, a tuple or a
+    stack entry as canonical JSON text (``"{\"q\": 5}"``)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _arrow_type(args[0])
+    if origin is typing.Literal:
+        return pa.int64() if all(isinstance(a, int) for a in args) else pa.string()
+    if origin in (typing.Union, types.UnionType):
+        return _arrow_type(args[0]) if len(args) == 1 else pa.string()
+    return {bool: pa.bool_(), int: pa.int64(), float: pa.float64()}.get(annotation, pa.string())
+
+
+# every TrialSpec field as a typed struct field: what tells two trainings apart, queryable
+# (``spec.epochs``, ``spec.lr_decay``) by any Parquet client without parsing ``spec_json``
+SPEC_TYPE = pa.struct(
+    [(name, _arrow_type(f.annotation)) for name, f in TrialSpec.model_fields.items()]
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def spec_values(spec_json: str) -> tuple[tuple[str, object], ...]:
+    """A spec's struct value from its JSON (cached: a pack's rows share a few specs)."""
+    if not spec_json:
+        return ()
+    spec = json.loads(spec_json)
+    out = []
+    for field_ in SPEC_TYPE:
+        value = spec.get(field_.name)
+        if isinstance(value, dict | list):
+            value = json.dumps(value, sort_keys=True)
+        out.append((field_.name, value))
+    return tuple(out)
+
+
+def spec_array(spec_jsons: list[str | None]) -> pa.Array:
+    """The ``spec`` column of rows with these ``spec_json`` values (null where none)."""
+    return pa.array([dict(spec_values(s)) if s else None for s in spec_jsons], type=SPEC_TYPE)
+
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -35,7 +85,12 @@ RECORD_SCHEMA = pa.schema(
         ("defense", pa.string()),
         ("defense_param", pa.float64()),
         ("defense_party", pa.string()),
-        ("attack", pa.string()),
+        ("attack", pa.string()),  # the attack's registry name (``pmc``)
+        # what the evaluation ran as: unique per training (``pmc``, ``pmc@adapted``,
+        # ``lrb@strong``); group by it, never by ``attack``
+        ("attack_label", pa.string()),
+        ("attack_preset", pa.string()),  # the preset it ran with, or null
+        ("attack_adapted", pa.bool_()),  # its setting was tuned on the attacker's rows
         ("attack_type", pa.string()),
         ("attacker_party", pa.int32()),
         ("ssl_variant", pa.string()),
@@ -68,8 +123,12 @@ RECORD_SCHEMA = pa.schema(
         ("engine_version", pa.string()),
         ("created_at", pa.timestamp("us", tz="UTC")),
         ("spec_json", pa.string()),
-    ]
+        ("spec", SPEC_TYPE),  # spec_json's fields, typed (SPEC_TYPE)
+    ],
+    metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()},
 )
+# columns a Record holds; ``spec`` is derived from ``spec_json`` when a table is built
+RECORD_FIELDS = [f for f in RECORD_SCHEMA if f.name != "spec"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +158,9 @@ class Record:
     defense_param: float | None = None
     defense_party: str = ""
     attack: str = "none"
+    attack_label: str = ""  # "" is ``attack`` itself (``label``); what a reader groups by
+    attack_preset: str | None = None
+    attack_adapted: bool = False
     attack_type: str = "none"
     attacker_party: int | None = None
     ap: float | None = None
@@ -203,6 +265,9 @@ class Record:
         return dataclasses.replace(
             self,
             attack=out.name,
+            attack_label=str(out.extra.get("attack_label") or out.name),
+            attack_preset=out.extra.get("attack_preset") or None,
+            attack_adapted="adapted" in out.extra,
             attack_type=out.type,
             attacker_party=out.attacker,
             **out.record_fields(),
@@ -210,8 +275,13 @@ class Record:
             extra=merged_extra(self.extra, out.extra),
         )
 
+    @property
+    def label(self) -> str:
+        """The evaluation's label as written: ``attack_label``, or the attack's name."""
+        return self.attack_label or self.attack
+
     def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "attack_label": self.label}
 
     def to_json(self) -> str:
         return json.dumps({**self.to_dict(), "created_at": self.created_at.isoformat()})
@@ -249,4 +319,8 @@ def defense_label(spec: TrialSpec) -> str:
 def records_to_table(records: list[Record]) -> pa.Table:
     """Records as one Arrow table with exactly RECORD_SCHEMA."""
     rows = [r.to_dict() for r in records]
-    return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA)
+    table = pa.Table.from_pylist(rows, schema=pa.schema(RECORD_FIELDS))
+    spec = spec_array([r.spec_json for r in records])
+    return table.append_column(RECORD_SCHEMA.field("spec"), spec).replace_schema_metadata(
+        RECORD_SCHEMA.metadata
+    )

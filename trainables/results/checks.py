@@ -33,6 +33,7 @@ from trainables.results.layout import (
     read_sources,
     scan,
 )
+from trainables.results.migrate import migrate
 
 # what resume and exactly-once rest on; other columns may be missing in files written by
 # an older engine (readers fill them with nulls), which does not make a file corrupt.
@@ -164,7 +165,7 @@ def _read_once(
             raise
         raise Vanished(err) from err
     files = len(layout.singles) + len(layout.parts)
-    return Verified(pa.concat_tables(tables), damaged, files)
+    return Verified(migrate(pa.concat_tables(tables)), damaged, files)
 
 
 def conform(table: pa.Table, columns: list[str]) -> pa.Table:

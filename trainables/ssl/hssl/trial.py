@@ -67,8 +67,12 @@ def run_hssl(
         return records
     before = dataclasses.replace(trained, parties=ft.before)
     rows = records_of(spec, before, n, mc, extra, y_test=data.y_test, metric=metric)
-    early = [stage(r, MC_PRETRAINED) for r in rows[-len(mc) :]]
     late = [stage(r, MC) if r.attack == MC else r for r in records[1:]]
+    # a pretrained-encoder row's ``mp`` is the trained model's, as the judge measured it on
+    # the fine-tuned row (one meaning on every attack row); the model it attacked (before
+    # fine-tuning) scored ``mp_before_finetune`` (in ``extra``)
+    main = next((r for r in late if r.attack == MC), records[0])
+    early = [stage(r, MC_PRETRAINED, main=main) for r in rows[-len(mc) :]]
     return [records[0], *early, *late]
 
 
@@ -124,11 +128,19 @@ def measured(spec: TrialSpec, data: HSSLData, pre: TrainResult, ft: FineTuned) -
     }  # fmt: skip
 
 
-def stage(record: Record, name: str) -> Record:
+def stage(record: Record, name: str, main: Record | None = None) -> Record:
     """An MC record as attack ``name`` with its stage; the label keeps the preset suffix
     (``mc_pretrained@fast``): the analysis groups by label, and the two stages are two
-    attacks there."""
+    attacks there. ``main``: the record whose MP (and its SE) the row takes, the row's own
+    (the model before fine-tuning) moving to ``extra``."""
     extra = json.loads(record.extra or "{}")
     suffix = str(extra.get("attack_label", MC))[len(MC) :]
     extra.update(attack_label=name + suffix, mc_stage="pretrained" if name != MC else "finetuned")
-    return dataclasses.replace(record, attack=name, extra=json.dumps(extra, sort_keys=True))
+    mp, mp_se = record.mp, record.mp_se
+    if main is not None:
+        extra["mp_before_finetune"] = record.mp
+        mp, mp_se = main.mp, main.mp_se
+    return dataclasses.replace(
+        record, attack=name, attack_label=name + suffix, mp=mp, mp_se=mp_se,
+        extra=json.dumps(extra, sort_keys=True),
+    )  # fmt: skip
