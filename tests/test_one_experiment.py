@@ -13,15 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
+from test_verified_reads import record
 
 from analysis.load import read_records, scenario_labels
 from sweep_engine import runner
 from sweep_engine.cli import main
-from sweep_engine.manifest import write_manifest
-from sweep_engine.plan import expand
-from sweep_engine.sink import RecordSink
-from sweep_engine.space import load_space
-from trainables.trial import run_trial
 
 BODY = (
     "name: edit\nbase: {{dataset: breast_cancer, epochs: {epochs}}}\n"
@@ -33,17 +29,6 @@ def space(tmp_path: Path, epochs: int, lrs: str = "[0.05, 0.1]") -> Path:
     path = tmp_path / "edit.yaml"
     path.write_text(BODY.format(epochs=epochs, lrs=lrs))
     return path
-
-
-def record(space_path: Path, results: Path) -> Path:
-    """Every training of the space recorded in-process, with the manifest a run writes."""
-    plan = expand(load_space(str(space_path)))
-    sink = RecordSink(results / plan.space.name)
-    for t in plan.trainings:
-        rows = run_trial(t.spec, sweep=plan.space.name, trial_id=t.trial_id, attacks=t.attacks)
-        sink.write(t.trial_id, rows)
-    write_manifest(sink.sweep_dir, plan)
-    return sink.sweep_dir
 
 
 def epochs_of(sweep_dir: Path) -> set[int]:

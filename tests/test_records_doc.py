@@ -5,6 +5,8 @@ written by the sink, DuckDB as a user's own client."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import re
 from pathlib import Path
@@ -12,11 +14,9 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
+from test_verified_reads import record
 
-from sweep_engine.manifest import write_manifest
-from sweep_engine.plan import expand
 from sweep_engine.sink import RecordSink
-from sweep_engine.space import load_space
 from trainables.records import RECORD_SCHEMA
 from trainables.trial import run_trial
 
@@ -42,19 +42,11 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("records_doc")
     space = root / "rec.yaml"
     space.write_text(SPACE)
-    plan = expand(load_space(str(space)))
-    sink = RecordSink(root / "results" / "rec")
-    for t in plan.trainings:
-        rows = run_trial(t.spec, sweep="rec", trial_id=t.trial_id, attacks=t.attacks)
-        sink.write(t.trial_id, rows)
-    write_manifest(sink.sweep_dir, plan)
-    import contextlib
-    import io
-
+    sweep_dir = record(space, root / "results")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert analyze([str(sink.sweep_dir), "--no-plots", "--no-mlflow"]) == 0
-    return sink.sweep_dir, out.getvalue()
+        assert analyze([str(sweep_dir), "--no-plots", "--no-mlflow"]) == 0
+    return sweep_dir, out.getvalue()
 
 
 def run(sql: str, sweep_dir: Path) -> pd.DataFrame:

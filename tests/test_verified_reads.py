@@ -29,19 +29,24 @@ SPACE = (
 )
 
 
-def finished_sweep(tmp_path: Path) -> Path:
-    """A sweep folder with every training of SPACE recorded by the sink, as a run leaves it."""
-    space = tmp_path / "flip.yaml"
-    space.write_text(SPACE)
-    plan = expand(load_space(str(space)))
-    sink = RecordSink(tmp_path / "r" / "flip")
-    for t in plan.trainings:
-        records = run_trial(t.spec, sweep="flip", trial_id=t.trial_id, attacks=t.attacks)
-        sink.write(t.trial_id, records)
+def record(space_path: Path, results: Path) -> Path:
+    """Every training of the space recorded in-process by the sink, with the manifest a run
+    writes: the sweep folder a finished run leaves (without Ray)."""
     from sweep_engine.manifest import write_manifest
 
+    plan = expand(load_space(str(space_path)))
+    sink = RecordSink(results / plan.space.name)
+    for t in plan.trainings:
+        rows = run_trial(t.spec, sweep=plan.space.name, trial_id=t.trial_id, attacks=t.attacks)
+        sink.write(t.trial_id, rows)
     write_manifest(sink.sweep_dir, plan)
     return sink.sweep_dir
+
+
+def finished_sweep(tmp_path: Path) -> Path:
+    space = tmp_path / "flip.yaml"
+    space.write_text(SPACE)
+    return record(space, tmp_path / "r")
 
 
 def flip_silently(path: Path) -> tuple[float, float]:
