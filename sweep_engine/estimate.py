@@ -88,6 +88,7 @@ class Estimate:
     measured: int = 0  # trainings whose every part was measured (cache or probe)
     probed_s: float = 0.0
     unprobed: int = 0  # classes the probe's budget left unmeasured
+    bounded: bool = True  # the probe had a budget (not --estimate's none): it left them
 
     def text(self) -> str:
         if self.todo == 0:
@@ -100,10 +101,11 @@ class Estimate:
         if self.measured < known:
             how += "; the rest by the cost model scaled to them"
         if self.unprobed:
-            how += (
-                f"; {self.unprobed} class{'es' * (self.unprobed != 1)} of training not"
-                f" measured within the probe budget, {PROBE_ENV} sets it"
-            )
+            classes = f"{self.unprobed} class{'es' * (self.unprobed != 1)} of training"
+            if self.bounded:
+                how += f"; {classes} not measured within the probe budget, {PROBE_ENV} sets it"
+            else:  # no budget cut them short: their probe failed
+                how += f"; {classes} could not be measured here"
         text = f"~{human(self.seconds)} for {known} training{'s' * (known != 1)}"
         text += f" on {self.slots} concurrent trial{'s' * (self.slots != 1)} ({how}{done})"
         if self.unknown:
@@ -165,6 +167,16 @@ def _nearest(t: Training, scale: dict[tuple[str, ...], float], overall: float) -
     return next((scale[lv] for lv in near if lv in scale), overall)
 
 
+def probe_budget() -> float:
+    """``$VFLSWEEP_PROBE_S`` (``inf``: no limit), else ``PROBE_BUDGET_S``. Why a
+    ConfigError: a mistyped value is the user's to fix, not a traceback of ``float()``."""
+    text = os.environ.get(PROBE_ENV, "").strip()
+    try:
+        return float(text) if text else PROBE_BUDGET_S
+    except ValueError:
+        raise ConfigError(f"{PROBE_ENV}={text!r}: not a number of seconds") from None
+
+
 def estimate(
     plan: Plan,
     cpus: int | None = None,
@@ -179,7 +191,7 @@ def estimate(
     (default ``$VFLSWEEP_PROBE_S``, else ``PROBE_BUDGET_S``)."""
     costs = costs or load()
     if budget_s is None:
-        budget_s = float(os.environ.get(PROBE_ENV, PROBE_BUDGET_S))
+        budget_s = probe_budget()
     remote = plan.space.run.transport == "ray"
     todo, recorded = todo_of(plan, sweep_dir)
     n = max((actor_count(t.spec) for t in plan.trainings), default=1)
@@ -247,5 +259,5 @@ def estimate(
     unknown = min(n_todo, (len(todo) - len(known)) * per)
     return Estimate(
         seconds, concurrency, n_todo, recorded, unknown, why, min(measured * per, n_todo),
-        probed_s, unprobed,
+        probed_s, unprobed, budget_s != math.inf,
     )  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 _WARM: set[str] = set()  # datasets this process has trained on (first calls are slow)
 PROBE_LONG_S = 1.0  # the longer probe run lasts about this long (short ones drown in noise)
+POLL_S = 1.0  # the parent waits for the probe child's next message in slices this long
 
 
 def _nothing() -> None:
@@ -222,11 +224,19 @@ def to_probe(trainings: list[Training], costs: Costs, remote: bool) -> list[Trai
 
 
 def _probe_child(
-    trainings: list[Training], data_dir: str | None, known: frozenset[str], conn: Connection
+    trainings: list[Training],
+    data_dir: str | None,
+    known: frozenset[str],
+    conn: Connection,
+    verbose: bool = False,
 ) -> None:
     """In a child process: probe each training; send each part's costs as it is measured
     (``("part", train, attack)``), then ``("class",)`` after each training. A part one
-    class measured is not timed again for the next."""
+    class measured is not timed again for the next. ``verbose``: the parent's
+    ``--verbose`` (a spawned child starts quiet's settings afresh; a tree class starts Ray)."""
+    from sweep_engine import quiet
+
+    quiet.configure(verbose)
     seen = set(known)
     for t in trainings:
         got = Costs(path=Path(os.devnull))
@@ -240,9 +250,32 @@ def _probe_child(
             _probe(t, got, data_dir, report, seen)
         except (ConfigError, RuntimeError, ValueError):
             pass  # the scaled cost model in the parent
+        except Exception as err:  # any other: one line, not a traceback that ends the probe
+            print(f"warning: {_failed(t, err)}", file=sys.stderr, flush=True)
         report()
         conn.send(("class",))
     conn.close()
+
+
+def _failed(t: Training, err: Exception) -> str:
+    """Why the probe of ``t``'s class measured nothing, in one line: the estimate carries on
+    with the scaled cost model, and the rest of the classes are still probed."""
+    spec = t.spec
+    what = [spec.dataset, kind_of(spec).name, spec.ssl_variant, spec.model or "none"]
+    line = f"{type(err).__name__}: {err}".splitlines()[0]
+    name = " ".join(w for w in what if w != "none")
+    return f"the probe of a {name} training failed ({line}); its cost model stands in"
+
+
+def _poll(conn: Connection, deadline: float) -> bool:
+    """Whether the child sent something (or ended) before ``deadline``. Why in slices of
+    ``POLL_S``: ``Connection.poll`` turns its timeout into whole milliseconds, so
+    ``--estimate``'s infinite budget (or a year's) raised OverflowError before anything was
+    probed (issue 63)."""
+    while (left := deadline - time.perf_counter()) > 0:
+        if conn.poll(min(left, POLL_S)):
+            return True
+    return False
 
 
 def probe_in_child(
@@ -250,29 +283,32 @@ def probe_in_child(
 ) -> int:
     """Probe the unmeasured classes of ``trainings`` in a child process and add what it
     measured to ``costs``; the child is stopped once ``budget_s`` has passed, mid-probe if
-    need be. Why a child: one probe of an SSL class can take a minute (pretraining), and
-    a budget checked between probes let ``--dry-run`` of ssl.yaml take 2.5 min against its
-    30 s. Each part (a training, an attack) counts as soon as it is measured, so a class
-    the budget cuts short still informs the estimate. Returns the classes finished."""
+    need be (``inf``, as ``--estimate`` asks: once every class is probed). Why a child: one
+    probe of an SSL class can take a minute (pretraining), and a budget checked between
+    probes let ``--dry-run`` of ssl.yaml take 2.5 min against its 30 s. Each part (a
+    training, an attack) counts as soon as it is measured, so a class the budget cuts short
+    still informs the estimate. Returns the classes finished."""
     import multiprocessing
 
-    picked = to_probe(trainings, costs, remote)
+    picked = to_probe(trainings, costs, remote) if budget_s > 0 else []  # 0 or NaN: none
     if not picked:
         return 0
-    deadline = time.perf_counter() + budget_s
+    deadline = time.perf_counter() + budget_s  # inf for --estimate: no deadline
     ctx = multiprocessing.get_context("spawn")  # fork after torch's threads can hang
     here, there = ctx.Pipe(duplex=False)
     known = frozenset(
         [k for k in costs.train if costs.training(k) is not None]
         + [k for k in costs.attack if costs.evaluation(k) is not None]
     )  # a class a budget cut short last time: its measured parts are not timed again
-    args = (picked, data_dir, known, there)
+    from sweep_engine import quiet
+
+    args = (picked, data_dir, known, there, quiet.VERBOSE)
     child = ctx.Process(target=_probe_child, args=args, daemon=True)
     child.start()
     there.close()
     done = 0
     try:
-        while done < len(picked) and here.poll(max(0.0, deadline - time.perf_counter())):
+        while done < len(picked) and _poll(here, deadline):
             try:
                 message = here.recv()
             except EOFError:

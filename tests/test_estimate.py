@@ -314,3 +314,46 @@ def test_a_version_1_cache_drops_only_its_probed_pretraining_classes(tmp_path: P
     assert costs.evaluation("mc|adult|{}|2|agg") == 3.8
     costs.save()
     assert json.loads(path.read_text())["version"] == 2
+
+
+def test_estimate_probes_every_class_without_a_deadline(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--estimate`` probes with an infinite budget: it waited on the probe child with
+    ``Connection.poll(inf)``, which raised OverflowError (issue 63), on every space with a
+    class to probe. Now every class is measured, the estimate printed, no traceback; a
+    mistyped ``$VFLSWEEP_PROBE_S`` is a ConfigError (exit 2), not a ValueError."""
+    monkeypatch.setenv("VFLSWEEP_CACHE", str(tmp_path / "cache"))  # a fresh, empty cache
+    (tmp_path / "est.yaml").write_text(SPACE)
+    argv = ["--space", str(tmp_path / "est.yaml"), "--dry-run", "--json"]
+    argv += ["--results", str(tmp_path / "results")]
+    assert sweep_main([*argv, "--estimate"]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err, captured.err
+    summary = json.loads(captured.out)
+    assert summary["estimate_s"] > 0
+    assert "3 of 3 from parts measured here" in summary["estimate"], summary["estimate"]
+    monkeypatch.setenv("VFLSWEEP_PROBE_S", "20s")
+    assert sweep_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "VFLSWEEP_PROBE_S='20s': not a number" in err and "Traceback" not in err
+
+
+def test_a_probe_that_fails_unexpectedly_warns_in_one_line_and_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error the probe does not expect (here a KeyError) no longer ends the child with a
+    traceback and loses every class after it: one warning line, then the next class."""
+    from sweep_engine import probe
+
+    def broken(*_: object, **__: object) -> None:
+        raise KeyError("pretrain_seconds")
+
+    monkeypatch.setattr(probe, "_probe", broken)
+    plan = _plan(tmp_path)
+    sent = _Sent()
+    probe._probe_child(list(plan.trainings[:2]), None, frozenset(), sent)
+    assert _parts_sent(sent.messages) == [["class"], ["class"]]
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 2, err
+    assert "the probe of a breast_cancer nn mlp2 training failed (KeyError" in err, err
