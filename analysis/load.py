@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trainables.errors import ConfigError
-from trainables.records import RECORD_SCHEMA
+from trainables.records import RECORD_SCHEMA, SPEC_TYPE
 from trainables.results.checks import read_verified
 from trainables.results.manifest import read_manifest
 
@@ -42,6 +42,7 @@ NOT_SETTING = (
     "model", "ssl_variant", "aligned_ratio", "n_labeled", "procedure", "defense",
     "defense_param", "defense_params", "stack", "train_attack", "train_attack_params",
 )  # fmt: skip
+SPEC_FIELDS = frozenset(f.name for f in SPEC_TYPE)  # a TrialSpec's; other keys are not settings
 CATEGORICAL = (
     "sweep",
     "trial_id",
@@ -152,7 +153,7 @@ def with_setting(table: pa.Table) -> pa.Table:
         flats[text] = {
             k: v if isinstance(v, str) else json.dumps(v, sort_keys=True)
             for k, v in flat.items()
-            if k.split(".")[0] not in NOT_SETTING
+            if k.split(".")[0] in SPEC_FIELDS and k.split(".")[0] not in NOT_SETTING
         }
     keys = sorted({k for flat in flats.values() for k in flat})
     varying = [k for k in keys if len({flat.get(k) for flat in flats.values()}) > 1]
