@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analysis.answer import Answer, ScenarioTable, legend_of, pm_text, scenario_table, strength_text
+from analysis.completeness import completeness_lines
 
 if TYPE_CHECKING:
     from analysis.report_data import Report
@@ -114,8 +115,6 @@ def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
     md = ["# Sweep report", ""]
     page = ["<!doctype html><meta charset='utf-8'><title>Sweep report</title>", STYLE]
     page.append("<h1>Sweep report</h1>")
-    from analysis.completeness import completeness_lines
-
     head = completeness_lines(report.summary)  # how complete, before any number
     if head:
         md += [f"**{head[0]}**", "", *(f"- {line.strip()}" for line in head[1:]), ""]
@@ -170,5 +169,6 @@ STYLE = (
     "<style>body{font-family:sans-serif;margin:2em;max-width:80em}"
     "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;"
     "padding:2px 6px;font-size:13px;text-align:left}.warn{color:#a00}.note{color:#555;"
-    "font-size:12px}img{max-width:100%}</style>"
+    "font-size:12px}img{max-width:100%}pre{white-space:pre;overflow-x:auto;max-width:100%}"
+    "</style>"
 )

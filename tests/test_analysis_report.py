@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -216,6 +217,10 @@ def test_cli_writes_every_table_and_plot(tmp_path: Path) -> None:
     assert len(dcs) == 26 and {"mp_star", "dcs"} <= set(dcs.columns)
     ranking = pd.read_csv(report / "ranking.csv")
     assert set(ranking["defense"]) == {"none", "gdp"} and ranking["rank"].min() == 1
+    # a wide block of text (the worst-case section) scrolls in its own box, never the page
+    page = (report / "index.html").read_text()
+    rule = re.search(r"pre\{([^}]*)\}", page)
+    assert rule is not None and "overflow-x:auto" in rule.group(1), page[:600]
 
 
 def test_plots_are_titled_labeled_and_have_legends(tmp_path: Path) -> None:
