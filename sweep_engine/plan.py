@@ -27,6 +27,7 @@ from trainables.attacks import ATTACKS
 from trainables.data import load_dataset
 from trainables.data.catalog import known_classes
 from trainables.errors import ConfigError, MissingDataError
+from trainables.kinds import kind_of
 from trainables.spec import TrialSpec
 from trainables.trial import actor_count, attack_incompatibility, incompatibility
 
@@ -52,7 +53,11 @@ class Training:
 
     @property
     def n_evaluations(self) -> int:
-        return len(self.attacks) + int(self.spec.train_attack != "none")
+        """Attack records the training writes: its kind's stages count apart (FedHSSL's MC
+        writes ``mc_pretrained`` and ``mc``), as the records will show them."""
+        asked = [name for name, _ in self.attacks]
+        shared = len(kind_of(self.spec).evaluations(self.spec, asked)) if asked else 0
+        return shared + int(self.spec.train_attack != "none")
 
 
 @dataclass(frozen=True)
