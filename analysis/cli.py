@@ -2,7 +2,8 @@
 ``best.json``, ``axis_<axis>.png``) and, when it ran attacks, DCS tables and plots, into
 ``<sweep dir>/report/``, logged to the sweep's MLflow parent run.
 
-Exit codes: 0 report written, 2 bad input (nothing written).
+Exit codes: 0 report written (an MLflow failure only warns: the answer comes from the
+records), 2 bad input (nothing written).
 """
 
 from __future__ import annotations
@@ -99,12 +100,27 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
         summary["optuna"] = write_studies(sweep_dir, out / "optuna", plots=not args.no_plots)
     uri = tracking_uri(args, sweep_dir)
     if uri is not None:
-        from analysis.tracking import log_analysis
-
-        summary["mlflow"] = log_analysis(
-            sweep_dir, uri, out, report.ranking, report.dcs, report.best
-        )
+        summary["mlflow"] = log_to_mlflow(sweep_dir, uri, out, report)
     return summary, lines
+
+
+def log_to_mlflow(sweep_dir: Path, uri: str, out: Path, report: Report) -> dict[str, object]:
+    """Log the report to MLflow; a failure warns and is returned, never raised: the answer
+    and the report folder come from the records, and MLflow only mirrors them."""
+    from analysis.tracking import log_analysis
+
+    try:
+        return log_analysis(sweep_dir, uri, out, report.ranking, report.dcs, report.best)
+    except Exception as err:  # a broken or unreachable store, a full disk: the answer stands
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        why = f"{type(err).__name__}: {first}"
+        print(
+            f"warning: MLflow logging to {uri} failed ({why}); the report is written and "
+            "the answer below is complete; re-run the analysis to log it (--no-mlflow: skip)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return {"error": why}
 
 
 def space_compares(manifest: dict[str, object] | None) -> list[str]:

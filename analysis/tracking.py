@@ -20,6 +20,7 @@ import json
 import math
 import re
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ import pandas as pd
 
 from analysis.completeness import completeness
 from analysis.load import attack_labels
+from analysis.mlflow_store import create_store
 from trainables.results.checks import read_verified
 from trainables.results.layout import training_status
 from trainables.results.manifest import read_manifest
@@ -61,26 +63,6 @@ def client_for(uri: str) -> MlflowClient:
 
     create_store(uri)
     return MlflowClient(tracking_uri=uri)
-
-
-def create_store(uri: str) -> None:
-    """Create a new sqlite store with its artifact root beside it (``mlartifacts/``).
-
-    Why: a store MLflow's client creates gives its Default experiment the artifact root
-    ``./mlruns`` of whatever folder the command ran in (the project folder, typically), so
-    anything logged there lands outside the results. Our experiments set their own
-    location (``experiment_id``); this covers the one MLflow makes itself.
-    """
-    if not uri.startswith("sqlite:///"):
-        return
-    db = Path(uri.removeprefix("sqlite:///"))  # sqlite:////abs/m.db -> /abs/m.db
-    if db.exists():
-        return
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    db.parent.mkdir(parents=True, exist_ok=True)
-    store = SqlAlchemyStore(uri, (db.parent / "mlartifacts").resolve().as_uri())
-    store.engine.dispose()
 
 
 def experiment_id(client: MlflowClient, name: str, uri: str, results: Path) -> str:
@@ -116,9 +98,10 @@ def parent_run(client: MlflowClient, exp_id: str, sweep_dir: Path) -> str:
     return str(client.create_run(exp_id, tags=tags, run_name=sweep_dir.name).info.run_id)
 
 
-def children(client: MlflowClient, exp_id: str, parent: str) -> dict[str, tuple[str, str]]:
-    """trial_id -> (run_id, status tag) of the parent's existing children."""
-    out: dict[str, tuple[str, str]] = {}
+def children(client: MlflowClient, exp_id: str, parent: str) -> dict[str, tuple[str, str, str]]:
+    """trial_id -> (run_id, status tag, run status) of the parent's existing children; a
+    run still ``RUNNING`` was cut short while being logged (a killed sync)."""
+    out: dict[str, tuple[str, str, str]] = {}
     token = None
     while True:
         page = client.search_runs(
@@ -126,7 +109,11 @@ def children(client: MlflowClient, exp_id: str, parent: str) -> dict[str, tuple[
         )
         for run in page:
             tags = run.data.tags
-            out[tags.get("trial_id", "")] = (run.info.run_id, tags.get("status", ""))
+            out[tags.get("trial_id", "")] = (
+                run.info.run_id,
+                tags.get("status", ""),
+                run.info.status,
+            )
         token = page.token
         if not token:
             return out
@@ -188,10 +175,11 @@ def log_child(
         name = run_name(tags, params)
         run = client.create_run(exp_id, start_time=stamp, tags=tags, run_name=name)
         run_id = str(run.info.run_id)
-        client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
     else:
         for key, value in tags.items():
             client.set_tag(run_id, key, value)
+    # the same values again for a run completed later: MLflow accepts an unchanged param
+    client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
     client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in metrics.items()])
     # a training stopped early (a scheduler, a pruner, halving) finished: it did not fail
     client.set_terminated(run_id, "FAILED" if tags["status"] == "error" else "FINISHED")
@@ -206,7 +194,7 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     exp_id = experiment_id(client, sweep_dir.name, uri, sweep_dir.parent)
     parent = parent_run(client, exp_id, sweep_dir)
     existing = children(client, exp_id, parent)
-    result = SyncResult(exp_id, parent, children={t: r for t, (r, _) in existing.items()})
+    result = SyncResult(exp_id, parent, children={t: k[0] for t, k in existing.items()})
     # each attack by its label: ``pmc`` and ``pmc@adapted`` are two metrics of one training
     with warnings.catch_warnings():  # the analysis and status name damaged files
         warnings.simplefilter("ignore")
@@ -221,7 +209,7 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
         if known is None:
             result.children[str(trial_id)] = log_child(client, exp_id, parent, rows, None)
             result.created += 1
-        elif ok and known[1] == "error":  # a re-run fixed a failed training
+        elif (ok and known[1] == "error") or known[2] == "RUNNING":  # fixed, or cut short
             log_child(client, exp_id, parent, rows, known[0])
             result.updated += 1
     n_ok = sum(s == "ok" for s in statuses.values())
@@ -241,8 +229,6 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
 
 
 def _now() -> int:
-    import time
-
     return int(time.time() * 1000)
 
 

@@ -1,14 +1,15 @@
 """``python sweep.py``: load and validate a space, plan it, run it on Ray Tune, summarize.
 
 Exit codes: 0 all trainings recorded, 1 some training failed after its retries (its
-record says ``status='error'``), 2 bad input (nothing was written), 130 interrupted by
-Ctrl-C (``interrupted: N of M recorded; re-run to resume``: the records written stay).
+record says ``status='error'``), 2 bad input (nothing was written), 4 the results folder
+cannot be written (a file, read-only, permission denied, disk full), 5 the Ray head was
+lost (``fault_exits.py``: one ``error:`` line each), 130 interrupted by Ctrl-C
+(``interrupted: N of M recorded; re-run to resume``: the records written stay).
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import logging
 import os
@@ -17,16 +18,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from sweep_engine import quiet
+from sweep_engine.dropped import dropped_lines, lost_arms
 from sweep_engine.experiment import versioned
+from sweep_engine.fault_exits import RayHeadWatch, SweepFault, Where, check_writable, end
 from sweep_engine.heartbeat import say
 from sweep_engine.lock import SweepLock, describe
 from sweep_engine.manifest import write_manifest
 from sweep_engine.plan import Plan, expand
+from sweep_engine.process_exit import exit_process
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import load_space
 from sweep_engine.validate import check_local_fit
@@ -110,8 +114,10 @@ def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace) -> float | N
     also = f" ({tuned} also tuned by their attacker: docs/attacks.md)" if tuned else ""
     print(f"  evaluations: {evaluations} on those trainings{also}")
     print(f"  dropped:     {plural(summary['dropped'], 'cell')}")
-    for d in summary["dropped_cells"]:
-        print(f"    - {d['cell']}: {d['reason']}")
+    for line in dropped_lines(summary["dropped_cells"]):  # one line per reason
+        print(line)
+    for line in lost_arms(plan):
+        print(line, file=sys.stderr)
     if summary["search"]:
         s = summary["search"]
         trials = plural(s["trials_per_cell"], "trial")
@@ -213,6 +219,7 @@ def run_plan(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> tuple[int
     from sweep_engine import runner
     from sweep_engine.heartbeat import Heartbeat, Tracker
 
+    watch = RayHeadWatch(getattr(args, "where", None))  # a lost Ray head: exit 5, one line
     if plan.space.search is not None:
         from sweep_engine.search import run_searches
 
@@ -220,7 +227,7 @@ def run_plan(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> tuple[int
         tracker = Tracker(
             max(plan.n_trainings - before, 0), recorded_before=before, sweep_dir=sweep_dir
         )
-        with Heartbeat(tracker, stopping=runner.INTERRUPT):
+        with Heartbeat(tracker, stopping=runner.INTERRUPT), watch:
             start_run(plan, args, sweep_dir, tracker)
             return run_searches(plan, sweep_dir, args.data_dir, tracker)
     done = RecordSink(sweep_dir).done()
@@ -236,7 +243,7 @@ def run_plan(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> tuple[int
     tracker = Tracker(
         len(todo), recorded_before=skipped, sweep_dir=sweep_dir, estimate_s=estimate_s
     )
-    with Heartbeat(tracker, stopping=runner.INTERRUPT):
+    with Heartbeat(tracker, stopping=runner.INTERRUPT), watch:
         start_run(plan, args, sweep_dir, tracker)
         if runner.INTERRUPT.is_set():  # Ctrl-C while Ray started: no trial starts
             return 0, 0, skipped
@@ -315,77 +322,44 @@ def print_end_summary(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> 
 def main(argv: list[str] | None = None, prog: str = "python sweep.py") -> int:
     args = build_parser(prog).parse_args(argv)
     quiet.configure(args.verbose)  # before Ray is imported and started
+    args.where = where = Where(Path(args.results))  # how far it got, for a fault's line
     try:
-        # a dry run plans without the data files (a fresh clone); a real run needs them
-        plan = expand(load_space(args.space), args.data_dir, missing_ok=args.dry_run)
-        if args.estimate and not args.dry_run:
-            raise ConfigError("--estimate goes with --dry-run (it measures, then runs nothing)")
-        if args.dry_run:
+        space = load_space(args.space)
+        if args.dry_run:  # plans without the data files (a fresh clone); a real run needs them
+            plan = expand(space, args.data_dir, missing_ok=True)
             try:  # a plan that this machine's Ray would refuse says so before anyone waits
+                check_writable(where.results, space.name)
                 check_fits_before_ray(plan, args)
-                versioned(plan, Path(args.results), args.new_version, tell=lambda _: None)
-            except ConfigError as err:
+                versioned(plan, where.results, args.new_version, tell=lambda _: None)
+            except (ConfigError, SweepFault) as err:
                 print(f"warning: a real run here would stop: {err}", file=sys.stderr)
             print_plan(plan, args.json, args)
             return 0
-        # one experiment per folder: an edited space is refused (exit 2) or versioned
-        plan = versioned(plan, Path(args.results), args.new_version)
-        check_fits_before_ray(plan, args)
-        args.estimate_s = print_plan(plan, False, args)
-        with SweepLock(Path(args.results) / plan.space.name) as lock:  # exit 2 if held
-            if lock.stale:
-                print(f"took over the stale lock of a dead driver: {describe(lock.stale)}")
-            return execute(plan, args)
+        if args.estimate:
+            raise ConfigError("--estimate goes with --dry-run (it measures, then runs nothing)")
+        check_writable(where.results, space.name)  # a file, read-only: exit 4, before Ray
+        with SweepLock(where.results / space.name) as first:  # exit 2 if held, before planning
+            plan = expand(space, args.data_dir)
+            # one experiment per folder: an edited space is refused (exit 2) or versioned
+            plan = versioned(plan, where.results, args.new_version)
+            check_fits_before_ray(plan, args)
+            args.estimate_s = print_plan(plan, False, args)
+            sweep_dir = where.results / plan.space.name
+            moved = sweep_dir != first.sweep_dir  # --new-version: NAME.v2 has its own lock
+            with SweepLock(sweep_dir) if moved else nullcontext(first) as lock:
+                if lock.stale or first.stale:
+                    stale = describe(lock.stale or first.stale)
+                    print(f"took over the stale lock of a dead driver: {stale}")
+                where.plan, where.sweep_dir, where.lock = plan, sweep_dir, lock
+                return execute(plan, args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C while planning or waiting for the lock
         print("interrupted: nothing recorded yet; re-run to start", file=sys.stderr)
         return EXIT_INTERRUPTED
-
-
-def exit_process(code: int) -> NoReturn:
-    """End a command-line process with ``code`` once ``main`` has returned.
-
-    Why not ``sys.exit``: after torch, Ray and Tune were imported, Python's finalization
-    (module teardown and a last collection over ~10^6 objects) takes 1-1.5 s here and
-    writes nothing: every record, manifest and MLflow run was written before ``main``
-    returned. The ``atexit`` handlers (Ray's shutdown among them) still run, and the
-    standard streams are flushed. Only the ``__main__`` entry points call this; ``main``
-    itself returns, for tests and callers in-process."""
-    try:
-        try:
-            stop_autoscaler_monitor()
-        except Exception:  # only a speed-up: Ray's shutdown stops it anyway, 1 s later
-            pass
-        atexit._run_exitfuncs()
-    finally:
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):  # a closed pipe: nothing left to say there
-                pass
-        os._exit(code)
-
-
-def stop_autoscaler_monitor() -> None:
-    """Kill the autoscaler monitor of the local Ray this process started, before
-    ``ray.shutdown`` asks it to stop: it ignores SIGTERM, and the shutdown waits 1 s for
-    it (of its 1.4 s here) before it kills it anyway. A local Ray has nothing for it to
-    scale; Linux only (``/proc``), elsewhere the shutdown waits as before."""
-    if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
-        return
-    me, proc = str(os.getpid()), Path("/proc")
-    for entry in proc.iterdir() if proc.is_dir() else ():
-        try:
-            stat = (entry / "stat").read_text()
-            if stat[stat.rindex(")") + 2 :].split()[1] != me:
-                continue  # not a child of this process: another Ray's, or not Ray's
-            if b"autoscaler/_private/monitor.py" in (entry / "cmdline").read_bytes():
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not a process folder
+    except Exception as err:  # a full disk, a lost Ray head: one line (a bug: its traceback)
+        return end(err, where)
 
 
 def check_fits_before_ray(plan: Plan, args: argparse.Namespace) -> None:

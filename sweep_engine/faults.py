@@ -15,7 +15,14 @@ should read as what they do in production, with one named call where a test may 
   (2) parts in place but no manifest, (3) manifest written but nothing removed, (4) half
   the folded files removed (``compaction.py``);
 - ``fail_training:N``: a pack's first attempt fails once N - 1 of its trainings have
-  finished, so the retry must start there (``grid.py``).
+  finished, so the retry must start there (``grid.py``);
+- ``disk_full:N``: the disk is full from this process's N-th record write on: each such
+  write leaves half its bytes in the temporary file and raises ``OSError(ENOSPC)``, as a
+  full disk does (``sink.py``; the tests run as root, where no quota or read-only mount
+  can be set up, and a real full disk would starve everything else on the machine);
+- ``kill_during_mlflow_sync:N``: SIGKILL this process at the N-th schema statement
+  (``CREATE``/``ALTER``/``DROP TABLE``, ``CREATE INDEX``) MLflow runs while it creates a new
+  sqlite store, about 330 in all: a first sync cut short (``analysis/tracking.py``).
 
 Unset (or empty), nothing here does anything; a malformed value is a ``ConfigError``
 raised before anything runs (``check``).
@@ -23,6 +30,7 @@ raised before anything runs (``check``).
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from pathlib import Path
@@ -34,7 +42,13 @@ import pyarrow.parquet as pq
 from trainables.errors import ConfigError
 
 FAULT_ENV = "VFLSWEEP_FAULT"
-FAULTS = ("kill_during_write", "kill_during_compaction", "fail_training")
+FAULTS = (
+    "kill_during_write",
+    "kill_during_compaction",
+    "fail_training",
+    "disk_full",
+    "kill_during_mlflow_sync",
+)
 
 _counts = {name: 0 for name in FAULTS}  # record writes / compaction points of this process
 
@@ -78,3 +92,41 @@ def write_half_and_die(table: pa.Table, tmp: Path) -> NoReturn:
         os.fsync(fh.fileno())
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable: SIGKILL cannot be caught")
+
+
+def fault_from(name: str) -> bool:
+    """Count one more ``name`` event; True from the N-th on (a full disk stays full)."""
+    _counts[name] += 1
+    at = fault_at(name)
+    return at is not None and _counts[name] >= at
+
+
+def write_half_and_fail(data: bytes, tmp: Path) -> NoReturn:
+    """``disk_full``: half of ``data`` reaches ``tmp``, then the write fails as on a full
+    disk (``OSError`` with ``errno.ENOSPC``, naming the file)."""
+    with open(tmp, "wb") as fh:
+        fh.write(data[: len(data) // 2])
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+
+
+SCHEMA_STATEMENTS = ("CREATE TABLE", "ALTER TABLE", "DROP TABLE", "CREATE INDEX", "CREATE UNIQUE")
+
+
+def arm_mlflow_store_kill() -> None:
+    """``kill_during_mlflow_sync:N``: SIGKILL this process after the N-th schema statement
+    any SQLAlchemy engine of it runs from now on (MLflow's migrations of a new store)."""
+    if fault_at("kill_during_mlflow_sync") is None or _armed:
+        return
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def after(conn: object, cursor: object, statement: str, *_: object) -> None:
+        if statement.lstrip().upper().startswith(SCHEMA_STATEMENTS):
+            if fault_now("kill_during_mlflow_sync"):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    event.listen(Engine, "after_cursor_execute", after)
+    _armed.append(True)
+
+
+_armed: list[bool] = []  # the listener is in place (once per process)

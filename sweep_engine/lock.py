@@ -10,6 +10,11 @@ node sharing nothing), so a lock file left behind by a dead driver is *stale* an
 driver takes it over, saying whose it was. The file's content (pid, host, start time,
 command) is only for that message. ``flock`` works on local disks and on NFSv4; on a
 shared file system without working locks, do not start the same sweep on two hosts.
+
+The sweep folder itself is locked too (``flock`` on a descriptor of the directory), first:
+a lock file deleted by hand is a new file to the next driver, which would lock it and redo
+every training the holder is running; the folder's lock still holds. Where a directory
+cannot be locked (some network file systems), the file's lock is the only one.
 """
 
 from __future__ import annotations
@@ -58,23 +63,20 @@ class SweepLock:
         self.path = sweep_dir / LOCK_NAME
         self.stale: dict[str, Any] | None = None  # the dead holder this driver took over from
         self._fd: int | None = None
+        self._dir_fd: int | None = None
         self._created: list[Path] = []
 
     def acquire(self) -> SweepLock:
         self._created = [p for p in (self.sweep_dir, *self.sweep_dir.parents) if not p.exists()]
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_folder()
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                self._remove_created_dirs()
-                raise SweepLockedError(
-                    f"{self.sweep_dir}: another sweep driver is running on this folder: "
-                    f"{describe(holder_of(self.path))}. Wait for it, or stop it; a lock left "
-                    f"by a dead driver is taken over automatically (lock file {self.path})"
-                ) from None
+                self._refuse(describe(holder_of(self.path)))
             if _same_file(fd, self.path):
                 break
             os.close(fd)  # the holder removed the file as we opened it: lock the new one
@@ -93,13 +95,41 @@ class SweepLock:
         self._fd = fd
         return self
 
-    def release(self) -> None:
-        """Remove the lock file, then drop the lock (in that order: see ``_same_file``)."""
-        if self._fd is None:
+    def _lock_folder(self) -> None:
+        """``flock`` the sweep folder's own descriptor; refuse when a live driver holds it."""
+        fd = os.open(self.sweep_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = holder_of(self.path) or folder_holder(self.sweep_dir)
+            removed = "" if self.path.exists() else f" (its lock file {self.path} was removed)"
+            self._refuse(describe(holder) + removed)
+        except OSError:  # no directory locks here: the file's lock alone
+            os.close(fd)
             return
-        self.path.unlink(missing_ok=True)
-        os.close(self._fd)
-        self._fd = None
+        self._dir_fd = fd
+
+    def _refuse(self, holder: str) -> None:
+        self.release()
+        self._remove_created_dirs()
+        raise SweepLockedError(
+            f"{self.sweep_dir}: another sweep driver is running on this folder: {holder}. "
+            "Wait for it, or stop it; a lock left by a dead driver is taken over "
+            f"automatically (lock file {self.path})"
+        ) from None
+
+    def release(self) -> None:
+        """Remove the lock file, then drop the locks (in that order: see ``_same_file``)."""
+        if self._fd is None and self._dir_fd is None:
+            return
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
         self._remove_created_dirs()
 
     def _remove_created_dirs(self) -> None:
@@ -130,3 +160,17 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
     own = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
+def folder_holder(sweep_dir: Path) -> dict[str, object]:
+    """The pid holding ``sweep_dir``'s folder lock, from ``/proc/locks`` (Linux), when its
+    lock file is gone; {} when this machine cannot tell."""
+    try:
+        ino, table = os.stat(sweep_dir).st_ino, Path("/proc/locks").read_text()
+    except OSError:
+        return {}
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(ino):
+            return {"pid": int(fields[4]), "host": socket.gethostname(), "started": "?"}
+    return {}

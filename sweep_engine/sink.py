@@ -22,7 +22,7 @@ count as not done and run again; ``read`` skips it with a warning.
 
 Fault injection (tests only, inert unless ``VFLSWEEP_FAULT`` is set) is
 ``sweep_engine/faults.py``: ``kill_during_write`` cuts into ``write_many`` here,
-``kill_during_compaction`` into ``compact``.
+``kill_during_compaction`` into ``compact``, ``disk_full`` into ``_write_durably``.
 """
 
 from __future__ import annotations
@@ -93,10 +93,19 @@ def _encode(table: pa.Table) -> pa.Buffer:
 
 
 def _write_durably(tmp: Path, data: pa.Buffer) -> None:
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Write and fsync ``tmp``. A failed write (a full disk: ``ENOSPC``) names no file by
+    itself; the error raised here names ``tmp``, so the driver's one ``error:`` line can."""
+    try:
+        if faults.fault_from("disk_full"):
+            faults.write_half_and_fail(data.to_pybytes(), tmp)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror, str(tmp)) from err
 
 
 class RecordSink:

@@ -6,6 +6,8 @@ anything runs; ``SpaceError`` (a ConfigError) makes the CLI exit with code 2.
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -44,6 +46,10 @@ METRICS = ("mp", "val_mp", "rounds", "comm_bytes", "train_seconds")
 # val_ratio itself: it selects on the validation rows (``val_mp``) and reports the test MP
 SEARCH_VAL_RATIO = 0.2
 MAX_NAME = 100  # characters of a space's name (a file name, with room for suffixes)
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a folder name, never hidden (. or _)
+# What lives in a results folder beside the sweeps (MLflow's store, its journal and the
+# copies a repair sets aside, artifacts, the UI's log): a sweep so named breaks every sync.
+RESERVED_NAMES = ("mlflow.db", "mlflow.db*", "mlruns", "mlartifacts", "mlflow-ui.log")
 
 
 class SpaceError(ConfigError):
@@ -226,7 +232,7 @@ class Space(_Strict):
     """A sweep: ``base`` trial fields, ``grid`` axes over them, resources, run settings."""
 
     # a folder and file name: results/<name>/, its lock and its records
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
+    name: str = Field(max_length=MAX_NAME)
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
@@ -239,6 +245,22 @@ class Space(_Strict):
     # expands into a "defense" grid axis that always includes the undefended cell
     defenses: dict[str, DefenseValue] = Field(default_factory=dict)
     source: str = ""  # the file it came from, for messages
+
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, name: str) -> str:
+        """``<results>/<name>/`` sits beside MLflow's files (``RESERVED_NAMES``)."""
+        if not NAME_RE.fullmatch(name):
+            raise ValueError(
+                "not a folder name; allowed: letters, digits, '.', '_' and '-', starting "
+                "with a letter or a digit (a name starting with '.' or '_' is hidden)"
+            )
+        if any(fnmatch.fnmatch(name.lower(), r) for r in RESERVED_NAMES):
+            raise ValueError(
+                "reserved: the results folder holds MLflow's files under this name; allowed: "
+                "any other name (not " + ", ".join(RESERVED_NAMES) + ")"
+            )
+        return name
 
     @model_validator(mode="before")
     @classmethod

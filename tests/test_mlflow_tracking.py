@@ -211,3 +211,152 @@ def test_a_new_store_keeps_default_experiment_artifacts_in_the_results(
     location = client.get_experiment("0").artifact_location
     assert location == (results / "mlartifacts" / "0").resolve().as_uri(), location
     assert not (tmp_path / "mlruns").exists()
+
+
+# --- an interrupted sync never blocks the next; the analysis never fails on MLflow ---------
+
+
+def hand_sweep(results: Path, name: str = "hand") -> tuple[Path, set[str]]:
+    """Three trainings' records written by hand (no Ray): two clean, one defended."""
+    sweep_dir = results / name
+    sink = RecordSink(sweep_dir)
+    ids = {
+        write_training(sink, training(0.9, {"dli": ("LI", 0.8, None)}, seed=seed))
+        for seed in (0, 1)
+    }
+    defended = training(0.85, {"dli": ("LI", 0.3, None)}, seed=0, defense="gdp", defense_param=0.1)
+    ids.add(write_training(sink, defended))
+    return sweep_dir, ids
+
+
+def half_made_store(results: Path) -> Path:
+    """What a first sync SIGKILLed among MLflow's schema statements leaves: a real process
+    creating the store, killed by ``kill_during_mlflow_sync`` at its 100th statement."""
+    code = (
+        "from pathlib import Path\nfrom analysis.tracking import create_store, default_uri\n"
+        f"create_store(default_uri(Path({str(results)!r})))\n"
+    )
+    env = {**os.environ, "VFLSWEEP_FAULT": "kill_during_mlflow_sync:100"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    return results / "mlflow.db"
+
+
+def test_a_store_half_made_by_a_killed_sync_is_set_aside_and_rebuilt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking import MlflowClient
+
+    results = tmp_path / "results"
+    sweep_dir, ids = hand_sweep(results)
+    db = half_made_store(results)
+    uri = default_uri(results)
+    with pytest.raises(Exception, match="already exists"):  # MLflow alone: broken for good
+        SqlAlchemyStore(uri, (results / "mlartifacts").as_uri())
+    synced = sync_sweep(sweep_dir, uri)
+    assert (synced.created, len(synced.children)) == (3, 3)
+    err = capsys.readouterr().err
+    assert f"warning: the MLflow store {db} was left half made by an interrupted sync" in err
+    (aside,) = results.glob("mlflow.db.broken-*")  # set aside, not deleted
+    assert "set aside as " + aside.name in err
+    again = sync_sweep(sweep_dir, uri)
+    assert (again.created, again.updated) == (0, 0) and capsys.readouterr().err == ""
+    runs = children(MlflowClient(uri), synced.experiment_id, synced.parent_run_id)
+    assert {r.data.tags["trial_id"] for r in runs} == ids
+
+
+def test_a_child_run_cut_short_while_logged_is_completed_by_the_next_sync(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    results = tmp_path / "results"
+    sweep_dir, ids = hand_sweep(results)
+    uri = default_uri(results)
+    first = sync_sweep(sweep_dir, uri)
+    client = MlflowClient(uri)
+    cut = sorted(ids)[0]  # as if the sync died between the run's creation and its metrics:
+    logged = client.get_run(first.children[cut]).data
+    client.delete_run(first.children[cut])  # (a deleted run is out of every search)
+    run = client.create_run(
+        first.experiment_id, tags={"trial_id": cut, "mlflow.parentRunId": first.parent_run_id}
+    )
+    again = sync_sweep(sweep_dir, uri)
+    assert (again.created, again.updated) == (0, 1)
+    done = client.get_run(run.info.run_id)
+    assert done.info.status == "FINISHED" and done.data.metrics == logged.metrics
+    assert done.data.params == logged.params and done.data.tags["status"] == "ok"
+
+
+def test_the_analysis_warns_and_answers_when_mlflow_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analysis.cli import main as analysis_main
+
+    sweep_dir, _ = hand_sweep(tmp_path / "results")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    uri = f"sqlite:///{blocked}/mlflow.db"  # its folder is a file: every MLflow call fails
+    assert analysis_main([str(sweep_dir), "--no-plots", "--mlflow-uri", uri]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "MLflow" in x]
+    assert line.startswith(f"warning: MLflow logging to {uri} failed (") and "re-run" in line
+    assert "report:" in out and (sweep_dir / "report" / "ranking.csv").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_driver_killed_during_its_first_mlflow_sync_then_rerun_syncs_every_training(
+    tmp_path: Path, ray_session: None
+) -> None:
+    """A real driver SIGKILLed among the schema statements of its first sync (every record
+    written by then): the analysis of the sweep still exits 0, and the same command again
+    puts one child per training into MLflow."""
+    import ray
+    from mlflow.tracking import MlflowClient
+
+    space = tmp_path / "synced.yaml"
+    space.write_text(
+        "name: synced\nbase: {dataset: breast_cancer, epochs: 2}\ngrid: {seed: [0, 1, 2]}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 1}\n"
+    )
+    results = tmp_path / "results"
+    cmd = [sys.executable, "sweep.py", "--space", str(space), "--results", str(results)]
+    cmd += ["--address", ray.get_runtime_context().gcs_address]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    killed = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "VFLSWEEP_FAULT": "kill_during_mlflow_sync:150"},
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    sweep_dir = results / "synced"
+    ids = {p.stem for p in (sweep_dir / "records").glob("[!.]*.parquet")}
+    assert len(ids) == 3 and (results / "mlflow.db").exists()
+
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "3 already recorded, 0 to run" in again.stdout
+    assert "re-run to sync" not in again.stderr and "Traceback" not in again.stderr
+    assert "left half made by an interrupted sync" in again.stderr
+    assert "3 new, 0 updated, 3 child runs" in again.stdout
+
+    analysis = subprocess.run(
+        [sys.executable, "-m", "analysis", str(sweep_dir), "--no-plots"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert analysis.returncode == 0 and "warning" not in analysis.stderr, analysis.stderr
+    client = MlflowClient(default_uri(results))
+    exp = client.get_experiment_by_name("synced")
+    parents = client.search_runs([exp.experiment_id], "tags.`vflsweep.role` = 'parent'")
+    assert len(parents) == 1
+    runs = children(client, exp.experiment_id, parents[0].info.run_id)
+    assert len(runs) == 3 and {r.data.tags["trial_id"] for r in runs} == ids
+    assert all(r.info.status == "FINISHED" and "mp" in r.data.metrics for r in runs)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sweep_engine.plan import expand
 from sweep_engine.space import load_space
 from trainables.attacks import ATTACKS
@@ -70,3 +72,47 @@ def test_summary_gives_a_training_time_attack_the_mp_of_its_own_trainings(
     amc = next(line for line in lines if line.startswith("digits: lowest mean advantage of amc"))
     dli = next(line for line in lines if line.startswith("digits: lowest mean advantage of dli"))
     assert amc.endswith("its MP 0.5000)") and dli.endswith("its MP 0.9000)"), lines
+
+
+def test_dropped_cells_print_one_line_per_reason_and_a_lost_comparison_arm_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 63: NS on 10-class digits is dropped once per seed and defense; the plan says
+    it once, with the count. 40 parties cannot split breast_cancer's 30 columns: every such
+    cell is dropped, and the comparison that needed them is said to be lost."""
+    from sweep_engine.cli import main
+
+    space = tmp_path / "arms.yaml"
+    space.write_text(
+        "name: arms\nbase: {epochs: 1}\n"
+        "grid: {dataset: [breast_cancer, digits], seed: [0, 1, 2], n_parties: [2, 40]}\n"
+        "defenses: {gdp: [0.1, 1.0]}\nattacks: [ns]\n"
+        "analysis: {compare: [n_parties=2:40]}\n"
+        "resources: {cpu_per_party: 0.01, cpu_per_trial: 0}\n"
+    )
+    assert main(["--space", str(space), "--dry-run", "--results", str(tmp_path / "r")]) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if line.startswith("    - ")]
+    assert len(lines) == 3, captured.out  # NS on digits; 40 parties on each dataset
+    (ns,) = [line for line in lines if "binary-only" in line]
+    assert ns.startswith(
+        "    - 9 cells (dataset=digits n_parties=2 defense=none attack=ns, "
+        "dataset=digits n_parties=2 defense=gdp@0.1 attack=ns, "
+        "dataset=digits n_parties=2 defense=gdp@1 attack=ns): attack 'ns' is binary-only"
+    ), lines
+    assert "analysis.compare n_parties=2:40: every cell with n_parties=40 was dropped" in (
+        captured.err
+    )
+
+
+def test_the_plan_counts_the_attack_records_a_kind_writes(tmp_path: Path) -> None:
+    """Issue 63: under FedHSSL an MC writes two records (``mc_pretrained`` and ``mc``); the
+    plan's "attack evaluations" counts them as the records will, not one per attack."""
+    space = tmp_path / "hsslmc.yaml"
+    space.write_text(
+        "name: hsslmc\nbase: {dataset: digits, aligned_ratio: 0.3, n_labeled: 100}\n"
+        "grid: {ssl_variant: [splitnn, hssl_simsiam], seed: [0, 1]}\nattacks: [mc, pmc]\n"
+    )
+    plan = expand(load_space(str(space)))
+    assert plan.summary()["trainings"] == 4
+    assert plan.summary()["evaluations"] == 4 * 3  # mc_pretrained, mc, pmc

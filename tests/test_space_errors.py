@@ -93,6 +93,22 @@ CASES: dict[str, tuple[str, list[str]]] = {
         GOOD + "attacks: [{name: pmc, adapt: 6}]\n",
         ["attacks[0].adapt=6", "not a mapping", "trials", "sampler", "holdout"],
     ),
+    # a name that is what a results folder holds beside its sweeps breaks every sync there
+    "name_mlflow_db": (
+        "name: mlflow.db\nbase: {dataset: breast_cancer}\n",
+        ["name='mlflow.db'", "reserved", "MLflow's files", "mlruns", "mlartifacts"],
+    ),
+    "name_mlflow_db_journal": (
+        "name: mlflow.db-journal\nbase: {dataset: breast_cancer}\n",
+        ["name='mlflow.db-journal'", "reserved", "mlflow.db*"],
+    ),
+    "name_mlruns_any_case": ("name: MLruns\n", ["name='MLruns'", "reserved", "any other name"]),
+    "name_mlartifacts": ("name: mlartifacts\n", ["name='mlartifacts'", "reserved"]),
+    "name_hidden": (
+        "name: .cache\n",
+        ["name='.cache'", "not a folder name", "starting with a letter or a digit"],
+    ),
+    "name_underscore": ("name: _tune\n", ["name='_tune'", "'.' or '_' is hidden"]),
     "aligned_ratio_out_of_range": (
         GOOD + "grid: {aligned_ratio: [0.5, 1.5]}\n",
         ["grid.aligned_ratio[1]", "1.5", "less than or equal to 1"],
