@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.load import scenario_labels
+from trainables.results.manifest import of_planned
 
 
 def completeness(records: pd.DataFrame, manifest: dict[str, Any] | None) -> dict[str, Any]:
@@ -28,15 +29,8 @@ def completeness(records: pd.DataFrame, manifest: dict[str, Any] | None) -> dict
         lambda s: "ok" if set(s.astype(str)) == {"ok"} else (
             "stopped" if set(s.astype(str)) == {"stopped"} else "error")
     )  # fmt: skip
-    statuses = per_training.astype(str).to_dict()
-    plan = (manifest or {}).get("plan") or {}
-    ids = (manifest or {}).get("trial_ids")
-    planned = plan.get("trainings")
-    unplanned = 0
-    if isinstance(ids, list):
-        wanted = set(map(str, ids))
-        unplanned = sum(1 for tid in statuses if tid not in wanted)
-        statuses = {tid: s for tid, s in statuses.items() if tid in wanted}
+    statuses, unplanned = of_planned(per_training.astype(str).to_dict(), manifest)
+    planned = ((manifest or {}).get("plan") or {}).get("trainings")
     counts = {s: sum(1 for v in statuses.values() if v == s) for s in ("ok", "stopped", "error")}
     recorded = counts["ok"] + counts["stopped"]
     damaged = dict(records.attrs.get("damaged") or {})

@@ -24,7 +24,7 @@ from typing import Any
 from sweep_engine.lock import LOCK_NAME, holder_of
 from sweep_engine.machine_load import BUSY_SHARE
 from sweep_engine.words import duration, plural
-from trainables.results.manifest import MANIFEST, read_manifest
+from trainables.results.manifest import MANIFEST, of_planned, read_manifest
 
 PROGRESS = "progress.json"
 PHASES = {  # heartbeat.Tracker.phase, when no trial runs
@@ -121,14 +121,7 @@ def status(sweep_dir: Path) -> dict[str, Any]:
     manifest = read_manifest(sweep_dir) or {}
     progress = read_progress(sweep_dir) or {}
     statuses, damaged = RecordSink(sweep_dir).verified_statuses()
-    ids = manifest.get("trial_ids")
-    # verified records of planned trainings only: a file of another experiment's training
-    # (an older plan of the same name) is not this plan's progress
-    unplanned = 0
-    if isinstance(ids, list):
-        planned_ids = set(map(str, ids))
-        unplanned = sum(1 for tid in statuses if tid not in planned_ids)
-        statuses = {tid: s for tid, s in statuses.items() if tid in planned_ids}
+    statuses, unplanned = of_planned(statuses, manifest)  # verified, of planned trainings
     done = sum(1 for s in statuses.values() if s in ("ok", "stopped"))  # stopped: finished
     failed = len(statuses) - done
     planned = (manifest.get("plan") or {}).get("trainings", progress.get("planned"))

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+from test_reliability_records import sweep
+from test_reliability_records import write_space as records_space
 
 from sweep_engine.fault_exits import EXIT_NOT_WRITABLE, EXIT_RAY_LOST
 from sweep_engine.faults import FAULT_ENV
@@ -33,20 +35,7 @@ SPACE = (
 
 
 def write_space(tmp_path: Path, name: str, body: str = SPACE) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(f"name: {name}\n{body}")
-    return path
-
-
-def sweep(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "sweep.py", *args, "--no-mlflow"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
-    )
+    return records_space(tmp_path, name, body)
 
 
 def one_error_line(err: str) -> str:

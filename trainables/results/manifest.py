@@ -51,3 +51,19 @@ def read_manifest(sweep_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def of_planned(
+    statuses: dict[str, str], manifest: dict[str, Any] | None
+) -> tuple[dict[str, str], int]:
+    """(the statuses of the manifest's planned trainings, how many others were recorded).
+
+    Why: a folder can hold records of trainings its plan does not have (an older plan of the
+    same name, a copied file); ``status`` and an answer's completeness count the plan's
+    only. A manifest without ``trial_ids`` (a search, an older sweep) keeps them all."""
+    ids = (manifest or {}).get("trial_ids")
+    if not isinstance(ids, list):
+        return statuses, 0
+    planned = set(map(str, ids))
+    kept = {tid: s for tid, s in statuses.items() if tid in planned}
+    return kept, len(statuses) - len(kept)
