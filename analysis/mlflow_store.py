@@ -60,7 +60,7 @@ def create_store(uri: str) -> None:
             )
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        from sweep_engine import faults
+        from trainables.results import faults
 
         faults.arm_mlflow_store_kill()  # tests only: a kill among the schema statements
         store = SqlAlchemyStore(uri, (db.parent / "mlartifacts").resolve().as_uri())

@@ -351,6 +351,7 @@ def main(argv: list[str] | None = None, prog: str = "python sweep.py") -> int:
                     stale = describe(lock.stale or first.stale)
                     print(f"took over the stale lock of a dead driver: {stale}")
                 where.plan, where.sweep_dir, where.lock = plan, sweep_dir, lock
+                where.recorded = lambda: recorded(plan, sweep_dir)
                 return execute(plan, args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

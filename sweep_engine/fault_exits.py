@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,6 +63,9 @@ class Where:
     plan: Plan | None = None
     sweep_dir: Path | None = None
     lock: SweepLock | None = None
+    # trainings of ``plan`` recorded now (``cli.recorded``, given by the CLI: this module
+    # is below it)
+    recorded: Callable[[], int] | None = None
 
 
 def check_writable(results: Path, name: str) -> None:
@@ -147,12 +151,10 @@ def ray_lost(cause: str) -> SweepFault:
 
 def counts(where: Where) -> str:
     """``7 of 24 recorded`` (the records written are complete), or what is known."""
-    if where.plan is None or where.sweep_dir is None:
+    if where.plan is None or where.sweep_dir is None or where.recorded is None:
         return "nothing was run"
-    from sweep_engine.cli import recorded
-
     try:
-        n = recorded(where.plan, where.sweep_dir)
+        n = where.recorded()
     except Exception:  # the folder cannot be read either: say what is planned
         return f"{where.plan.n_trainings} planned; the records could not be counted"
     return f"{n} of {where.plan.n_trainings} recorded (every record written is complete)"

@@ -24,11 +24,11 @@ import ray
 from ray import tune
 
 from sweep_engine.context import SweepContext
-from sweep_engine.faults import FAULT_ENV, fault_at
 from sweep_engine.runner import error_record, error_text
 from trainables.errors import MissingDataError
 from trainables.jobs import Job
 from trainables.records import Record
+from trainables.results.faults import FAULT_ENV, fault_at
 from trainables.spec import TrialSpec
 from trainables.trial import run_pack
 

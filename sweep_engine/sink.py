@@ -21,7 +21,7 @@ Each single file carries Parquet page checksums and a digest of its content, che
 count as not done and run again; ``read`` skips it with a warning.
 
 Fault injection (tests only, inert unless ``VFLSWEEP_FAULT`` is set) is
-``sweep_engine/faults.py``: ``kill_during_write`` cuts into ``write_many`` here,
+``trainables/results/faults.py``: ``kill_during_write`` cuts into ``write_many`` here,
 ``kill_during_compaction`` into ``compact``, ``disk_full`` into ``_write_durably``.
 """
 
@@ -37,10 +37,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweep_engine import compaction, faults, parts
+from sweep_engine import compaction, parts
 from sweep_engine.compaction import Compaction
 from sweep_engine.parts import fsync_dir, in_parallel
 from trainables.records import RECORD_FIELDS, RECORD_SCHEMA, Record, spec_array
+from trainables.results import faults
 from trainables.results.checks import (
     DIGEST_KEY,
     checked,

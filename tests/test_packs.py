@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
-from sweep_engine.faults import FAULT_ENV
 from sweep_engine.packs import STACK_MIN, cost, make_packs, shape_key
 from sweep_engine.plan import expand
 from sweep_engine.space import load_space
+from trainables.results.faults import FAULT_ENV
 from trainables.trial import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]

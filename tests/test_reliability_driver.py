@@ -13,12 +13,12 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
-from sweep_engine.faults import FAULT_ENV
 from sweep_engine.lock import LOCK_NAME
 from sweep_engine.plan import expand
 from sweep_engine.space import load_space
 from sweep_engine.words import plural
 from trainables.results.checks import check_file
+from trainables.results.faults import FAULT_ENV
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]

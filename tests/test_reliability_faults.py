@@ -22,9 +22,9 @@ from test_reliability_records import sweep
 from test_reliability_records import write_space as records_space
 
 from sweep_engine.fault_exits import EXIT_NOT_WRITABLE, EXIT_RAY_LOST
-from sweep_engine.faults import FAULT_ENV
 from sweep_engine.lock import LOCK_NAME
 from sweep_engine.status import read_progress
+from trainables.results.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = (

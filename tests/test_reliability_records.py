@@ -14,13 +14,13 @@ import pyarrow.dataset as pads
 import pytest
 from test_verified_reads import flip_silently
 
-from sweep_engine.faults import FAULT_ENV
 from sweep_engine.lock import LOCK_NAME, SweepLock, SweepLockedError
 from sweep_engine.plan import expand
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import load_space
 from trainables.errors import ConfigError
 from trainables.results.checks import check_file
+from trainables.results.faults import FAULT_ENV
 from trainables.trial import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,12 +22,12 @@ import pytest
 
 from analysis.load import read_records
 from sweep_engine import compaction
-from sweep_engine.faults import FAULT_ENV
 from sweep_engine.parts import save_manifest
 from sweep_engine.sink import RecordSink, records_table
 from trainables.errors import ConfigError
 from trainables.records import RECORD_SCHEMA, Record, records_to_table
 from trainables.results import layout
+from trainables.results.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = ["trial_id", "attack"]
