@@ -54,7 +54,11 @@ def build_parser(prog: str = "python sweep.py") -> argparse.ArgumentParser:
         help="with --dry-run: measure every training class this machine's cost cache lacks, "
         "without the usual 20 s limit on measuring",
     )
-    p.add_argument("--address", default=None, help="join a Ray cluster: auto or ray://host:10001")
+    p.add_argument(
+        "--address",
+        default=None,
+        help="join a Ray cluster: auto, host:port (its head's GCS) or ray://host:10001",
+    )
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default all)")
     p.add_argument("--data-dir", default=None, help="dataset files (env VFLSWEEP_DATA)")
     p.add_argument(
