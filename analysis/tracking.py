@@ -31,6 +31,7 @@ import pandas as pd
 from analysis.completeness import completeness
 from analysis.load import attack_labels
 from analysis.mlflow_store import create_store
+from trainables.records import RECORD_SCHEMA
 from trainables.results.checks import read_verified
 from trainables.results.layout import training_status
 from trainables.results.manifest import read_manifest
@@ -198,7 +199,9 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     # each attack by its label: ``pmc`` and ``pmc@adapted`` are two metrics of one training
     with warnings.catch_warnings():  # the analysis and status name damaged files
         warnings.simplefilter("ignore")
-        verified = read_verified(sweep_dir / "records")
+        # every column but ``spec`` (a struct per row; ``spec_json`` holds the same)
+        columns = [name for name in RECORD_SCHEMA.names if name != "spec"]
+        verified = read_verified(sweep_dir / "records", columns)
     records = attack_labels(verified.table).to_pandas()
     records.attrs["damaged"] = {str(p): why for p, why in verified.damaged.items()}
     statuses = {}
