@@ -107,6 +107,8 @@ def classify(err: BaseException) -> SweepFault | None:
         if fault is not None:
             return fault
         todo += [e.__cause__, getattr(e, "cause", None)]  # not __context__: a bug stays one
+        if type(e).__name__ == "TuneError":  # Tune re-raises a callback's error as text, from
+            todo.append(e.__context__)  # inside the ``except`` that caught it
     return None
 
 
