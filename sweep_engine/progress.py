@@ -83,13 +83,6 @@ def cell_labels(
     return {t.trial_id: cell_text(t.cell, axes) for t in trainings}
 
 
-def label(r: Record) -> str:
-    """The attack as its record labels it: ``pmc``, ``tbm@strong``, ``pmc@adapted``."""
-    if '"attack_label"' not in r.extra:
-        return r.attack
-    return str(json.loads(r.extra).get("attack_label", r.attack))
-
-
 def ap_text(records: list[Record]) -> str:
     """``ap: pmc=0.76 (adv 0.00) ns=0.83 (adv 0.66)`` for the attacks a training evaluated
     (the advantage over a no-information guess beside each AP, where recorded: an AP of
@@ -99,7 +92,7 @@ def ap_text(records: list[Record]) -> str:
         return ""
     parts = []
     for r in attacked:
-        text = f"{label(r)}={'n/a' if r.ap is None else f'{r.ap:.2f}'}"
+        text = f"{r.label}={'n/a' if r.ap is None else f'{r.ap:.2f}'}"
         if r.ap_advantage is not None and r.ap_advantage == r.ap_advantage:  # not NaN
             text += f" (adv {r.ap_advantage:.2f})"
         parts.append(text)
@@ -113,10 +106,10 @@ def seconds_text(records: list[Record]) -> str:
     text = f"train {records[0].train_seconds:.1f}s"
     attacked = [r for r in records if r.attack != "none"]
     if len(attacked) == 1:
-        return f"{text}, attack {label(attacked[0])} {attacked[0].attack_seconds:.1f}s"
+        return f"{text}, attack {attacked[0].label} {attacked[0].attack_seconds:.1f}s"
     if attacked:
         total = sum(r.attack_seconds for r in attacked)
-        each = ", ".join(f"{label(r)} {r.attack_seconds:.1f}s" for r in attacked)
+        each = ", ".join(f"{r.label} {r.attack_seconds:.1f}s" for r in attacked)
         return f"{text}, attacks {total:.1f}s ({each})"
     return text
 

@@ -156,7 +156,7 @@ def _result(trial_id: str, records: list[Record], attacks: list[str]) -> dict[st
         "train_seconds": clean.train_seconds if ok else nan,
         "records_json": json.dumps([r.to_json() for r in records]),
         **{f"ap:{name}": nan for name in attacks},
-        **{f"ap:{progress.label(r)}": r.ap for r in records if r.attack != "none"},
+        **{f"ap:{r.label}": r.ap for r in records if r.attack != "none"},
     }
 
 

@@ -23,36 +23,25 @@ NEW_COLUMNS = ("attack_label", "attack_preset", "attack_adapted", "spec")
 def migrate(table: pa.Table) -> pa.Table:
     """``table`` with version 2's columns filled on rows that a version 1 file gave."""
     present = [c for c in NEW_COLUMNS if c in table.column_names]
-    if "attack_label" not in present or table.column("attack_label").null_count == 0:
-        return table if "spec" not in present else _fill_spec(table)
-    old = pc.is_null(table.column("attack_label"))
-    extras = table.column("extra").to_pylist() if "extra" in table.column_names else None
-    attacks = table.column("attack").to_pylist() if "attack" in table.column_names else None
-    flags = old.to_pylist()
-    label, preset, adapted = [], [], []
-    cur_label = table.column("attack_label").to_pylist()
-    cur_preset = table.column("attack_preset").to_pylist() if "attack_preset" in present else None
-    cur_adapted = (
-        table.column("attack_adapted").to_pylist() if "attack_adapted" in present else None
-    )
-    for i, is_old in enumerate(flags):
-        if not is_old:
-            label.append(cur_label[i])
-            preset.append(cur_preset[i] if cur_preset else None)
-            adapted.append(cur_adapted[i] if cur_adapted else False)
-            continue
-        extra = _json(extras[i] if extras else None)
-        name = attacks[i] if attacks else None
-        label.append(str(extra.get("attack_label") or name or "none"))
-        preset.append(extra.get("attack_preset") or None)
-        adapted.append("adapted" in extra)
-    for column, values in (
-        ("attack_label", label), ("attack_preset", preset), ("attack_adapted", adapted)
-    ):  # fmt: skip
-        if column in table.column_names:
-            at = table.column_names.index(column)
-            field = RECORD_SCHEMA.field(column)
-            table = table.set_column(at, field, pa.array(values, type=field.type))
+    if "attack_label" in present and table.column("attack_label").null_count:
+        # what version 1 kept, for every row; a version 2 row's own values win (coalesce)
+        n = table.num_rows
+        extras = table.column("extra").to_pylist() if "extra" in table.column_names else [None] * n
+        names = table.column("attack").to_pylist() if "attack" in table.column_names else [None] * n
+        parsed = [_json(e) for e in extras]
+        filled = {
+            "attack_label": [
+                str(x.get("attack_label") or a or "none")
+                for x, a in zip(parsed, names, strict=True)
+            ],
+            "attack_preset": [x.get("attack_preset") or None for x in parsed],
+            "attack_adapted": ["adapted" in x for x in parsed],
+        }
+        for column, values in filled.items():
+            if column in present:
+                field = RECORD_SCHEMA.field(column)
+                merged = pc.coalesce(table.column(column), pa.array(values, type=field.type))
+                table = table.set_column(table.column_names.index(column), field, merged)
     return _fill_spec(table) if "spec" in present else table
 
 
