@@ -22,6 +22,7 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,7 @@ from analysis.mlflow_store import create_store
 from trainables.records import RECORD_SCHEMA
 from trainables.results.checks import read_verified
 from trainables.results.layout import training_status
-from trainables.results.manifest import read_manifest
+from trainables.results.manifest import flat_spec, read_manifest
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -124,11 +125,18 @@ def _finite(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
+def _spec(rows: pd.DataFrame) -> dict[str, Any]:
+    """One training's resolved spec (its clean row's ``spec_json``; {} if none)."""
+    clean = rows[rows["attack"] == "none"]
+    head = (clean if len(clean) else rows).iloc[0]
+    return json.loads(str(head["spec_json"])) if _finite(head["spec_json"]) else {}
+
+
 def training_payload(rows: pd.DataFrame) -> tuple[dict[str, str], dict[str, float], dict]:
     """(params, metrics, tags) of one training from its record rows."""
     clean = rows[rows["attack"] == "none"]
     head = (clean if len(clean) else rows).iloc[0]
-    spec = json.loads(str(head["spec_json"])) if _finite(head["spec_json"]) else {}
+    spec = _spec(rows)
     params = {
         k: (v if isinstance(v, str) else json.dumps(v, sort_keys=True))[:MAX_PARAM]
         for k, v in spec.items()
@@ -153,27 +161,53 @@ def training_payload(rows: pd.DataFrame) -> tuple[dict[str, str], dict[str, floa
     return params, metrics, tags
 
 
-def run_name(tags: dict[str, str], params: dict[str, str]) -> str:
-    """A readable child name: ``split fedsgd gdp@0.1 seed0 1a2b3c4d``."""
-    defense = tags["defense"]
-    if defense != "none":
-        defense += f"@{params.get('defense_param')}"
-    parts = [params.get("partition", ""), params.get("protocol", ""), defense]
-    seed = f"seed{params.get('seed', '')}"
-    return " ".join(p for p in [*parts, seed, tags["trial_id"][:8]] if p)
+def varying_fields(specs: list[dict[str, Any]], manifest: dict[str, Any] | None) -> list[str]:
+    """The flat spec fields whose value differs between the sweep's trainings: from the
+    manifest's experiment (the whole plan, so a name does not change as records arrive),
+    else from the records' specs. ``seed`` and the attacks are named apart."""
+    fields = ((manifest or {}).get("experiment") or {}).get("fields")
+    if fields:
+        names = [n for n, values in fields.items() if len(values) > 1]
+    else:
+        flat = [flat_spec(s) for s in specs]
+        keys = sorted({k for f in flat for k in f})
+        names = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat}) > 1]
+    return [n for n in names if n not in ("seed", "attacks")]
+
+
+def run_name(spec: dict[str, Any], varying: list[str], trial_id: str) -> str:
+    """A readable child name from the fields that vary in the sweep:
+    ``ssl_variant=hssl_simsiam defense=iso@25 seed2 1a2b3c4d`` (a field that is the same
+    in every training tells runs apart no better than the id)."""
+    flat = flat_spec(spec)
+    parts = []
+    for name in varying:
+        if name == "defense_param" and "defense" in varying:
+            continue  # folded into the defense: ``gdp@0.1``
+        value = flat.get(name)
+        if name == "defense" and value != "none":
+            value = f"{value}@{_fmt(flat.get('defense_param'))}"
+        parts.append(f"{name}={_fmt(value) if value is not None else 'none'}")
+    return " ".join([*parts, f"seed{spec.get('seed', '')}", trial_id[:8]])
 
 
 def log_child(
-    client: MlflowClient, exp_id: str, parent: str, rows: pd.DataFrame, run_id: str | None
+    client: MlflowClient,
+    exp_id: str,
+    parent: str,
+    rows: pd.DataFrame,
+    run_id: str | None,
+    varying: Sequence[str] = (),
 ) -> str:
-    """Create (or, for ``run_id``, complete) the child run of one training."""
+    """Create (or, for ``run_id``, complete) the child run of one training; its name shows
+    the ``varying`` fields (``varying_fields``)."""
     from mlflow.entities import Metric, Param
 
     params, metrics, tags = training_payload(rows)
     stamp = int(pd.Timestamp(rows["created_at"].iloc[0]).timestamp() * 1000)
     if run_id is None:
         tags = {**tags, "mlflow.parentRunId": parent}
-        name = run_name(tags, params)
+        name = run_name(_spec(rows), list(varying), tags["trial_id"])
         run = client.create_run(exp_id, start_time=stamp, tags=tags, run_name=name)
         run_id = str(run.info.run_id)
     else:
@@ -205,12 +239,15 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     records = attack_labels(verified.table).to_pandas()
     records.attrs["damaged"] = {str(p): why for p, why in verified.damaged.items()}
     statuses = {}
-    for trial_id, rows in records.groupby("trial_id", sort=False):
+    manifest = read_manifest(sweep_dir)
+    groups = list(records.groupby("trial_id", sort=False))
+    varying = varying_fields([_spec(rows) for _, rows in groups], manifest)
+    for trial_id, rows in groups:
         statuses[trial_id] = training_status(set(rows["status"].astype(str)))
         ok = statuses[trial_id] != "error"
         known = existing.get(str(trial_id))
         if known is None:
-            result.children[str(trial_id)] = log_child(client, exp_id, parent, rows, None)
+            result.children[str(trial_id)] = log_child(client, exp_id, parent, rows, None, varying)
             result.created += 1
         elif (ok and known[1] == "error") or known[2] == "RUNNING":  # fixed, or cut short
             log_child(client, exp_id, parent, rows, known[0])
@@ -220,7 +257,7 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     counts = {"trainings": len(statuses), "trainings_ok": n_ok, "records": len(records)}
     counts["trainings_error"] = len(statuses) - n_ok - n_stopped
     counts["trainings_stopped"] = n_stopped
-    found = completeness(records, read_manifest(sweep_dir)) if len(records) else None
+    found = completeness(records, manifest) if len(records) else None
     if found is not None:  # how complete the sweep is, on the parent run
         counts["files_damaged"] = found["damaged"]
         if found["planned"] is not None:

@@ -22,7 +22,7 @@ from sweep_engine import progress
 from sweep_engine.context import SweepContext
 from sweep_engine.entry import start_pack
 from sweep_engine.heartbeat import Tracker, say
-from sweep_engine.packs import Pack, packs_for, slots
+from sweep_engine.packs import Pack, packs_for, shape_key, slots
 from sweep_engine.plan import Plan, Training
 from sweep_engine.runner import (
     Progress,
@@ -79,6 +79,24 @@ def _trainable(plan: Plan, ctx: SweepContext, packs: list[Pack]) -> Any:
     return tune.with_resources(wrapped, bundles)
 
 
+def packs_line(plan: Plan, todo: list[Training], packs: list[Pack]) -> str:
+    """``12 trainings in 1 pack (run.pack=auto)``, printed for every grid run: where each
+    training runs alone, the line says why (shapes that differ, or trainings each longer
+    than ``run.pack_seconds`` by the cost model), so that a new user is not left guessing."""
+    run = plan.space.run
+    line = f"{plural(len(todo), 'training')} in {plural(len(packs), 'pack')} (run.pack={run.pack}"
+    if len(packs) == len(todo) > 1 and run.pack == "auto":
+        shapes = len({shape_key(t.spec) for t in todo})
+        why = (
+            "every training a shape of its own"
+            if shapes == len(todo)
+            else f"{plural(shapes, 'shape')}, each training estimated at more than "
+            f"run.pack_seconds={run.pack_seconds:g}"
+        )
+        line += f"; one training a pack: {why}"
+    return line + ")"
+
+
 def run_grid(
     plan: Plan,
     sweep_dir: Path,
@@ -90,9 +108,7 @@ def run_grid(
     ``tracker``: the run's (heartbeat, progress.json), told what runs and finishes."""
     sink = RecordSink(sweep_dir)
     packs = plan_packs(plan, todo, data_dir)
-    if len(packs) < len(todo):
-        in_packs = f"{plural(len(todo), 'training')} in {plural(len(packs), 'pack')}"
-        say(f"{in_packs} (run.pack={plan.space.run.pack})")
+    say(packs_line(plan, todo, packs))
     callback = Progress(
         sink,
         len(todo),

@@ -170,6 +170,10 @@ def test_smoke_sweep_and_analysis_on_a_real_server(
         assert {"mp", "rounds", "comm_bytes", "train_seconds", "ap/ns", "dcs/ns"} <= set(metrics)
         assert 0 < metrics["dcs/ns"] <= 1 and run.data.tags["status"] == "ok"
         assert run.data.params["dataset"] == "breast_cancer"
+        params = run.data.params  # the name shows what varies, not what every run shares
+        head = f"partition={params['partition']} protocol={params['protocol']} seed"
+        assert run.info.run_name.startswith(head), run.info.run_name
+        assert "breast_cancer" not in run.info.run_name and "none" not in run.info.run_name
     ranking = pd.read_csv(sweep_dir / "report" / "ranking.csv")
     assert len(ranking) == 4  # the undefended baseline in each partition x protocol scenario
     logged = client.get_run(parent.info.run_id).data.metrics
@@ -360,3 +364,27 @@ def test_a_driver_killed_during_its_first_mlflow_sync_then_rerun_syncs_every_tra
     runs = children(client, exp.experiment_id, parents[0].info.run_id)
     assert len(runs) == 3 and {r.data.tags["trial_id"] for r in runs} == ids
     assert all(r.info.status == "FINISHED" and "mp" in r.data.metrics for r in runs)
+
+
+def test_child_run_names_show_the_fields_that_vary_and_only_those() -> None:
+    """Issue 63: names read "agg fedsgd iso@25.0 seed2" though only ``ssl_variant`` varied;
+    a name holds each varying field (the defense with its strength), the seed and the id."""
+    from analysis.tracking import run_name, varying_fields
+
+    base = {"dataset": "mnist", "partition": "agg", "protocol": "fedsgd", "seed": 2}
+    specs = [
+        {**base, "ssl_variant": v, "defense": d, "defense_param": p}
+        for v in ("splitnn", "hssl_simsiam")
+        for d, p in (("iso", 25.0), ("none", None))
+    ]
+    varying = varying_fields(specs, None)
+    assert varying == ["defense", "defense_param", "ssl_variant"]
+    name = run_name(specs[0], varying, "1a2b3c4d5e6f")
+    assert name == "defense=iso@25 ssl_variant=splitnn seed2 1a2b3c4d"
+    assert (
+        run_name(specs[1], varying, "ffff0000") == "defense=none ssl_variant=splitnn seed2 ffff0000"
+    )
+    manifest = {
+        "experiment": {"fields": {"ssl_variant": ["a", "b"], "lr": ["0.1"], "attacks": ["x", "y"]}}
+    }
+    assert varying_fields(specs, manifest) == ["ssl_variant"]  # the whole plan, not the rows so far

@@ -165,3 +165,28 @@ def test_model_completion_costs_the_same_whatever_the_rows() -> None:
         assert attack_cost(name, breast) / attack_cost(name, digits) == pytest.approx(0.9, abs=0.02)
     assert attack_cost("bli", breast) < 0.5 * attack_cost("bli", digits)
     assert attack_cost("bli", fewer) < 0.1 * attack_cost("bli", digits)
+
+
+def test_the_packs_line_is_printed_for_every_grid_and_says_why_trainings_run_alone(
+    tmp_path: Path,
+) -> None:
+    """Issue 63: an SSL space ran one training a pack and the README's "N trainings in K
+    packs" line never printed; it now always does, with the reason when each runs alone."""
+    from sweep_engine.grid import packs_line
+
+    space = tmp_path / "mixed.yaml"
+    space.write_text(
+        "name: mixed\nbase: {epochs: 2}\n"
+        "grid: {dataset: [breast_cancer, digits], seed: [0, 1, 2]}\n"
+    )
+    plan = expand(load_space(str(space)))
+    todo = list(plan.trainings)
+    one = make_packs(todo, "auto", slots=2, target_s=1e6)
+    assert packs_line(plan, todo, one) == "6 trainings in 2 packs (run.pack=auto)"
+    alone = make_packs(todo, "auto", slots=1, target_s=1e-6, remote=False)
+    line = packs_line(plan, todo, alone)
+    assert line.startswith("6 trainings in 6 packs (run.pack=auto; one training a pack: ")
+    assert "2 shapes, each training estimated at more than run.pack_seconds=" in line
+    shapes = [t for t in todo if t.spec.seed == 0]  # one training of each shape
+    single = make_packs(shapes, "auto", slots=1, target_s=1e6)
+    assert "every training a shape of its own" in packs_line(plan, shapes, single)
