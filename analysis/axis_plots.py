@@ -33,7 +33,7 @@ import pandas as pd
 from analysis.axes import show
 from analysis.by_axis import by_axis_table, direction
 from analysis.plot_jobs import AxisFigure, axis_jobs
-from analysis.plots import defense_order, defense_styles
+from analysis.plots import defense_order, defense_styles, fit_title
 from analysis.uncertainty import MIN_SEEDS
 
 DPI = 90
@@ -126,7 +126,7 @@ def plot_axis(long: pd.DataFrame, figure: AxisFigure, metrics: list[str], path: 
     for axes in legends.values():
         _legend(axes, STRENGTH if per_strength else None)
     text = _title(figure, metrics, bars, len(levels) - len(drawn_levels), columns[len(shown) :])
-    suptitle, title_h = _fit_title(fig, text, width)
+    suptitle, title_h = fit_title(fig, text, width, TITLE_SIZE)
     height = panels_h + title_h + 0.25
     fig.set_size_inches(width, height)
     suptitle.set_y(1 - 0.1 / height)
@@ -225,21 +225,6 @@ def _wrap(text: str, width_in: float, size: float) -> str:
     """``text`` wrapped to about ``width_in`` inches of ``size``-point characters."""
     chars = max(int(width_in * 72 / (size * 0.6)), 12)
     return "\n".join(textwrap.fill(part, chars) for part in text.split("\n"))
-
-
-def _fit_title(fig: plt.Figure, text: str, width_in: float) -> tuple[plt.Text, float]:
-    """The suptitle wrapped until the renderer measures it inside the figure's width,
-    and its height in inches (the panels start below it)."""
-    renderer = fig.canvas.get_renderer()
-    room = (width_in - 0.3) * fig.dpi
-    chars = max(int(width_in * 72 / (TITLE_SIZE * 0.55)), 20)
-    while True:
-        wrapped = "\n".join(textwrap.fill(part, chars) for part in text.split("\n"))
-        title = fig.suptitle(wrapped, fontsize=TITLE_SIZE, va="top")
-        box = title.get_window_extent(renderer)
-        if box.width <= room or chars <= 20:
-            return title, box.height / fig.dpi
-        chars = max(int(chars * 0.9), 20)
 
 
 def _strength_panel(

@@ -9,6 +9,7 @@ so plotting cost does not grow with the number of records.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -60,14 +61,54 @@ def _sizes(strength: pd.Series) -> np.ndarray:
     return 30.0 + 170.0 * (ranks - 1.0) / max(top - 1.0, 1.0)
 
 
-def _panels(n: int, width: float = 4.6) -> tuple[plt.Figure, list[plt.Axes]]:
+def _panels(
+    n: int, width: float = 4.6, height: float = 4.0, hspace: float = 0.4
+) -> tuple[plt.Figure, list[plt.Axes]]:
     cols = min(n, 3)
     rows = int(np.ceil(n / cols))
-    fig = plt.figure(figsize=(width * cols + 2.2, 4.0 * rows))
+    fig = plt.figure(figsize=(width * cols + 2.2, height * rows))
     grid = fig.add_gridspec(rows, cols)
     axes = [fig.add_subplot(grid[i // cols, i % cols]) for i in range(n)]  # only those shown
-    fig.subplots_adjust(left=0.07, right=0.80, top=0.86, bottom=0.12, wspace=0.3, hspace=0.4)
+    bottom = 0.12 if hspace <= 0.4 else 1.4 / (height * rows)  # room for a legend below
+    left = max(0.07, 0.8 / fig.get_figwidth())  # the y label's room: 0.8 in, not 7 %
+    fig.subplots_adjust(left=left, right=0.80, top=0.86, bottom=bottom, wspace=0.3, hspace=hspace)
     return fig, axes
+
+
+def fit_title(
+    fig: plt.Figure, text: str, width_in: float, size: float = 10
+) -> tuple[plt.Text, float]:
+    """The suptitle wrapped until the renderer measures it inside the figure's width,
+    and its height in inches (the panels start below it)."""
+    renderer = fig.canvas.get_renderer()
+    room = (width_in - 0.3) * fig.dpi
+    chars = max(int(width_in * 72 / (size * 0.55)), 20)
+    while True:
+        wrapped = "\n".join(textwrap.fill(part, chars) for part in text.split("\n"))
+        title = fig.suptitle(wrapped, fontsize=size, va="top")
+        box = title.get_window_extent(renderer)
+        if box.width <= room or chars <= 20:
+            return title, box.height / fig.dpi
+        chars = max(int(chars * 0.9), 20)
+
+
+def _titled(fig: plt.Figure, text: str, panel_lines: int = 1) -> None:
+    """``text`` as the suptitle, wrapped inside the figure, and the panels moved down
+    below it and their own titles (``panel_lines`` lines of 8-9 pt): a long comparison
+    label or scenario was clipped at the figure's edge or drawn over a panel's title."""
+    width, height = fig.get_size_inches()
+    title, title_h = fit_title(fig, text, width)
+    title.set_y(1 - 0.1 / height)
+    top = 1 - (0.1 + title_h + 0.15 + 0.17 * panel_lines) / height
+    fig.subplots_adjust(top=min(top, 0.92))
+
+
+def _panel_title(ax: plt.Axes, text: str, size: float = 8) -> int:
+    """A panel's title wrapped to the panel's width; its number of lines."""
+    width = ax.get_position().width * ax.figure.get_figwidth()
+    wrapped = textwrap.fill(text, max(int(width * 72 / (size * 0.6)), 12))
+    ax.set_title(wrapped, fontsize=size, y=TITLE_Y)
+    return wrapped.count("\n") + 1
 
 
 # Each defense keeps one colour and marker in every figure: the known ones (those of
@@ -147,7 +188,7 @@ def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
     kind = str(points["attack_type"].iloc[0])
     styles = defense_styles(points["defense"])
     defended = [d for d in defense_order(points["defense"]) if d != "none"]
-    chance_drawn = False
+    chance_drawn, lines = False, 1
     for ax, scenario in zip(axes, scenarios, strict=True):
         part = points[points["scenario"] == scenario]
         base = (part["defense"] == "none").to_numpy()
@@ -187,7 +228,7 @@ def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
         if np.isfinite(chance):
             ax.axhline(chance, **CHANCE_LINE, label=CHANCE_LABEL)
             chance_drawn = True
-        ax.set_title(str(scenario), fontsize=8, y=TITLE_Y)
+        lines = max(lines, _panel_title(ax, str(scenario)))
         ax.set_xlabel("MP (main-task performance)")
         ax.set_ylabel("AP (attack performance)")
         ax.grid(alpha=0.3)
@@ -211,17 +252,19 @@ def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
     ]
     if chance_drawn:
         handles.append(Line2D([], [], **CHANCE_LINE, label=CHANCE_LABEL))
-    fig.legend(
+    legend = fig.legend(
         handles=handles,
         loc="center right",
+        bbox_to_anchor=(0.995, 0.5),
         fontsize=7,
         title="marker size = strength",
         title_fontsize=7,
     )
-    fig.suptitle(
-        f"AP vs MP under {attack} ({kind}); better = bottom right"
-        + _omitted(len(points["scenario"].unique()), "scenarios")
-    )
+    # the panels end left of the legend, measured: it was drawn over the data
+    wide = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+    fig.subplots_adjust(right=1 - (wide + 0.25) / fig.get_figwidth())
+    text = f"AP vs MP under {attack} ({kind}); better = bottom right"
+    _titled(fig, text + _omitted(len(points["scenario"].unique()), "scenarios"), lines)
     _save(fig, path)
 
 
@@ -310,7 +353,7 @@ def plot_gaps(pairs: pd.DataFrame, compare: Compare, path: Path) -> None:
     summary = gap_summary(pairs).set_index("attack_type")
     kept = pairs[~pairs["at_chance_both"]]
     kinds = [k for k in summary.index if k != "all" and summary.loc[k, "n_pairs"] > 0]
-    fig, axes = _panels(max(len(kinds), 1))
+    fig, axes = _panels(max(len(kinds), 1), height=5.0, hspace=0.75)
     for ax, kind in zip(axes, kinds, strict=False):
         part = kept[kept["attack_type"] == kind]
         stats = summary.loc[kind]
@@ -334,7 +377,8 @@ def plot_gaps(pairs: pd.DataFrame, compare: Compare, path: Path) -> None:
         ax.set_title(f"{kind}: n = {n} pairs, {seeds} seeds", fontsize=9, y=TITLE_Y)
         ax.set_xlabel(f"DCS gap ({compare.label})")
         ax.set_ylabel("pairs")
-        ax.legend(fontsize=6.5, loc="upper left")
+        # below the panel, never over the histogram it explains
+        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     if not kinds:
         axes[0].text(0.5, 0.5, "no attack above chance in either arm", ha="center",
                      transform=axes[0].transAxes)  # fmt: skip
@@ -343,8 +387,9 @@ def plot_gaps(pairs: pd.DataFrame, compare: Compare, path: Path) -> None:
         names = left.replace(";", ", ")
         text = f"left out, at chance undefended in both arms: {names}"
         fig.text(0.07, 0.015, text, fontsize=8, color="#a00")
-    fig.suptitle(f"DCS gap by attack type: {compare.axis}, {compare.label} (> 0: {compare.b} "
-                 "defends better)", fontsize=10)  # fmt: skip
+    text = f"DCS gap by attack type: {compare.axis}, {compare.label}"
+    text += f" (> 0: {compare.b} defends better)"
+    _titled(fig, text)
     _save(fig, path)
 
 

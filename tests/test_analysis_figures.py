@@ -355,3 +355,43 @@ def test_titles_fit_inside_the_figure_above_the_panels(drawn: list[Figure], tmp_
         for ax in (a for a in fig.axes if a.get_visible()):
             head = ax.title.get_window_extent(renderer)
             assert head.y1 <= box.y0 and frame_box.x0 <= head.x0 <= head.x1 <= frame_box.x1
+
+
+def _overlaps(a: object, b: object) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1  # type: ignore[attr-defined]
+
+
+def test_gap_and_ap_mp_figures_keep_titles_inside_and_legends_off_the_data(
+    drawn: list[Figure], tmp_path: Path
+) -> None:
+    """Issue 63: the ``dcs_gap`` and ``ap_mp`` figures clipped their titles at the figure's
+    edge and drew legends over the data. Measured by the renderer: each title inside the
+    figure and above every panel's title, each legend outside every panel."""
+    from analysis.gaps import dcs_gaps, parse_compare
+    from tests.test_analysis_report import two_partitions
+
+    long = "partition=agg:split"
+    pairs = dcs_gaps(prepare(two_partitions(), 0.5), parse_compare(long))
+    plots.plot_gaps(pairs, parse_compare(long), tmp_path / "gap.png")
+    dcs = ap_mp_dcs(0.62)
+    dcs["scenario"] = "a scenario whose name is far longer than one panel is wide: " * 2
+    plots.plot_ap_mp(ap_mp_points(dcs), "dli", tmp_path / "apmp.png")
+    assert len(drawn) == 2
+    for fig in drawn:
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        frame_box, head = fig.bbox, fig._suptitle.get_window_extent(renderer)
+        assert frame_box.x0 <= head.x0 and head.x1 <= frame_box.x1 and head.y1 <= frame_box.y1
+        panels = [a for a in fig.axes if a.get_visible()]
+        legends = [*fig.legends, *(a.get_legend() for a in panels if a.get_legend())]
+        assert legends
+        for ax in panels:
+            title = ax.title.get_window_extent(renderer)
+            assert title.y1 <= head.y0 and frame_box.x0 <= title.x0 <= title.x1 <= frame_box.x1
+            for legend in legends:
+                assert not _overlaps(legend.get_window_extent(renderer), ax.bbox)
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            assert frame_box.x0 <= box.x0 and box.x1 <= frame_box.x1 and box.y0 >= frame_box.y0
+        for ax in panels:  # the y label inside the figure (it was cut at the left edge)
+            assert ax.yaxis.label.get_window_extent(renderer).x0 >= frame_box.x0
