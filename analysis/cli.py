@@ -16,8 +16,9 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from analysis.compare import parse_compares, parse_group, record_levels
 from analysis.completeness import completeness_lines
-from analysis.gaps import parse_compare
+from analysis.kept_comparisons import kept_lines
 from analysis.load import read_records
 from analysis.plot_jobs import PlotPool
 from analysis.ranking import parse_weights
@@ -44,7 +45,8 @@ def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
         default=None,
         help="AXIS=A:B: contrasts (B − A, paired over seeds, with intervals and Holm-corrected "
         "verdicts), interactions and DCS gaps, e.g. protocol=fedsgd:fedbcd; any spec field "
-        "(dotted: protocol_params.q). Default: the space's analysis.compare",
+        "(dotted: protocol_params.q). AXIS=REF:B,C contrasts each level with REF, AXIS=REF:* "
+        "every other level; repeat for more comparisons. Default: the space's analysis.compare",
     )
     p.add_argument("--out", default=None, help="report folder (default <sweep dir>/report)")
     p.add_argument("--no-plots", action="store_true", help="tables only")
@@ -75,9 +77,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     weights = parse_weights(args.weights)
     manifest = read_manifest(sweep_dir)
     texts = args.compare if args.compare is not None else space_compares(manifest)
-    compares = [parse_compare(text) for text in texts]
-    if len({c.axis for c in compares}) != len(compares):
-        raise ConfigError(f"--compare {texts}: one comparison per axis")
+    for text in texts:  # bad syntax: refused before any record is read
+        parse_group(text)
     started = time.perf_counter()
     out = Path(args.out) if args.out else sweep_dir / "report"
     # plot workers first: they import matplotlib while this process reads the records
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
         clock = time.perf_counter()
         records = read_records(sweep_dir)
         read_s = time.perf_counter() - clock
+        compares = parse_compares(texts, record_levels(records))  # ``*``: the records' levels
         report = make(records, args.beta, weights, compares, out, manifest, pool)
     report.timings = {"read": round(read_s, 4), **report.timings}
     report.timings["report"] = round(time.perf_counter() - started, 4)
@@ -166,7 +168,8 @@ def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
         lines.append(f"every worst-case cell: {out / 'worst_case_attacks.csv'}")
     for found in report.contrasts.values():
         lines += contrast_lines(found, rows)
-        lines.append(f"every contrast: {out / f'contrast_{found.compare.axis}.csv'}")
+        lines.append(f"every contrast: {out / f'contrast_{found.compare.key}.csv'}")
+    lines += kept_lines(report.summary)
     lines.append(f"report: {out / 'index.html'} (also index.md, ranking.csv, summary.json)")
     return lines
 

@@ -14,7 +14,8 @@ it (``protocol_params.*`` with ``protocol``; the dataset's own model, lr, epochs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,14 @@ class Compare:
         """What every Δ is: B − A."""
         return f"{self.b} − {self.a}"
 
+    @property
+    def key(self) -> str:
+        """The comparison in file names: ``contrast_<key>.csv``, ``dcs_gap_<key>.png``
+        (``ssl_variant_local_simsiam_vs_hssl_simsiam``): by axis and both levels, so that
+        two comparisons on one axis never write the same file."""
+        text = f"{self.axis}_{self.a}_vs_{self.b}"
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", text)
+
 
 def spec_fields() -> list[str]:
     from trainables.spec import TrialSpec
@@ -64,13 +73,81 @@ def spec_fields() -> list[str]:
     return list(TrialSpec.model_fields)
 
 
-def parse_compare(text: str) -> Compare:
-    """``axis=A:B`` → Compare; ConfigError naming what is allowed. Whether the records
-    hold both values is checked when they are read (``row_arms``)."""
+EVERY = "*"  # ``AXIS=REF:*``: every other level of the axis against REF
+
+
+def parse_group(text: str) -> tuple[str, str, list[str]]:
+    """``AXIS=REF:B,C,…`` (or ``AXIS=REF:*``) → (axis, REF, [B, C, …] or ["*"]); each
+    level is contrasted with the reference. ConfigError naming what is allowed."""
     axis, sep, values = text.partition("=")
-    a, sep2, b = values.partition(":")
-    if not sep or not sep2 or not a or not b:
-        raise ConfigError(f"--compare {text!r}: expected AXIS=A:B, e.g. protocol=fedsgd:fedbcd")
+    ref, sep2, rest = values.partition(":")
+    levels = [v.strip() for v in rest.split(",")]
+    if not sep or not sep2 or not ref or not all(levels):
+        raise ConfigError(
+            f"--compare {text!r}: expected AXIS=A:B (B − A), AXIS=REF:B,C (each level − REF) "
+            "or AXIS=REF:* (every other level), e.g. protocol=fedsgd:fedbcd"
+        )
+    if EVERY in levels and levels != [EVERY]:
+        raise ConfigError(f"--compare {text!r}: '*' stands alone (AXIS=REF:*)")
+    twice = sorted({v for v in levels if levels.count(v) > 1})
+    if twice:
+        raise ConfigError(f"--compare {text!r}: {', '.join(twice)} listed twice")
+    for level in levels if levels != [EVERY] else []:
+        parse_compare(f"{axis}={ref}:{level}")  # the axis and each pair checked
+    if levels == [EVERY]:
+        check_axis(axis, text)  # the levels come from the records or the plan
+    return axis, ref, levels
+
+
+def parse_compares(texts: Iterable[str], levels: Callable[[str], list[object]]) -> list[Compare]:
+    """Every comparison ``texts`` ask for, in order: one per (REF, level); ``*`` takes
+    ``levels(axis)`` (the values the records or the plan hold) other than REF. The same
+    comparison asked twice is a ConfigError, so is a ``*`` with no other level."""
+    out: list[Compare] = []
+    for text in texts:
+        axis, ref, wanted = parse_group(text)
+        if wanted == [EVERY]:
+            probe = Compare(axis, ref, "\0")
+            present = [v for v in levels(axis) if arm_of(v, probe) != "a"]
+            wanted = list(dict.fromkeys(_level_text(v) for v in present))
+            if not wanted:
+                raise ConfigError(f"--compare {text!r}: no level of {axis} besides {ref!r}")
+        for level in wanted:
+            compare = Compare(axis, ref, level)
+            if compare in out:
+                raise ConfigError(f"--compare {compare.text}: asked for twice")
+            out.append(compare)
+    return out
+
+
+def _level_text(value: object) -> str:
+    """A level as ``--compare`` would name it: ``0.2``, ``fedbcd``, ``true``."""
+    if isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}"
+    return str(value) if not isinstance(value, dict | list) else json.dumps(value)
+
+
+def record_levels(rows: pd.DataFrame) -> Callable[[str], list[object]]:
+    """``parse_compares``' levels from records: an axis's values in their specs (first
+    seen first); none when the records have no such field."""
+    from analysis.axes import parsed_specs
+
+    def levels(axis: str) -> list[object]:
+        if "spec_json" not in rows.columns or not len(rows):
+            return []
+        table, codes = parsed_specs(rows)
+        if axis not in table.columns:
+            return []
+        used = table[axis].iloc[np.unique(codes.to_numpy())]
+        return [v for v in dict.fromkeys(used.tolist()) if v is not None and v == v]
+
+    return levels
+
+
+def check_axis(axis: str, text: str) -> None:
+    """ConfigError unless ``axis`` is a spec field a comparison can be on."""
     fields = spec_fields()
     head, dot, inner = axis.partition(".")
     known = axis in fields if not dot else head in NESTED_FIELDS and bool(inner)
@@ -81,6 +158,16 @@ def parse_compare(text: str) -> Compare:
             f"--compare {text!r}: axis {axis!r} is not one of the spec's fields: {plain}; "
             f"or {nested} (seed and the defense are what a comparison pairs over)"
         )
+
+
+def parse_compare(text: str) -> Compare:
+    """``axis=A:B`` → Compare; ConfigError naming what is allowed. Whether the records
+    hold both values is checked when they are read (``row_arms``)."""
+    axis, sep, values = text.partition("=")
+    a, sep2, b = values.partition(":")
+    if not sep or not sep2 or not a or not b:
+        raise ConfigError(f"--compare {text!r}: expected AXIS=A:B, e.g. protocol=fedsgd:fedbcd")
+    check_axis(axis, text)
     if a == b:
         raise ConfigError(f"--compare {text!r}: A and B are the same value")
     return Compare(axis, a, b)

@@ -17,6 +17,7 @@ import numpy as np
 
 from analysis.answer import Answer, ScenarioTable, legend_of, pm_text, scenario_table, strength_text
 from analysis.completeness import completeness_lines
+from analysis.kept_comparisons import kept_lines
 
 if TYPE_CHECKING:
     from analysis.report_data import Report
@@ -137,6 +138,9 @@ def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
     contrast_md, contrast_html = contrast_sections(report)
     md += contrast_md
     page += contrast_html
+    for line in kept_lines(report.summary):  # their files are listed below with the rest
+        md += [f"> {line}", ""]
+        page.append(f"<p class='note'>{html.escape(line)}</p>")
     if report.worst is not None:  # adaptive attackers: the screen's section, verbatim
         from analysis.worst_case import worst_lines
 

@@ -199,7 +199,7 @@ class Figures:
 
     def __init__(self, pool: PlotPool, folder: Path, compares: list[Compare]) -> None:
         self.pool, self.folder = pool, folder
-        self.compares = {c.axis: c for c in compares}
+        self.compares = {c.key: c for c in compares}
 
     def ready(self, name: str, value: object) -> None:
         if name == "dcs":
@@ -218,9 +218,9 @@ class Figures:
                 path = self.folder / "beta_sensitivity.png"
                 self.pool.submit("analysis.plots:plot_beta", value, path)
         elif name == "gaps":
-            axis, pairs = value  # type: ignore[misc]
-            path = self.folder / f"dcs_gap_{axis}.png"
-            compare = self.compares[axis]
+            key, pairs = value  # type: ignore[misc]
+            path = self.folder / f"dcs_gap_{key}.png"
+            compare = self.compares[key]
             self.pool.submit("analysis.plots:plot_gaps", pairs[GAP_COLUMNS], compare, path)
         elif name == "per_training":
             long, cell_axes = value  # type: ignore[misc]

@@ -407,6 +407,6 @@ def write_plots(report: Report, folder: Path, compares: list[Compare]) -> None:
         figures.ready("dcs", report.dcs)
         figures.ready("beta", report.beta)
         for compare in compares:
-            if compare.axis in report.gaps:
-                figures.ready("gaps", (compare.axis, report.gaps[compare.axis]))
+            if compare.key in report.gaps:
+                figures.ready("gaps", (compare.key, report.gaps[compare.key]))
         pool.join()

@@ -30,6 +30,7 @@ from analysis.completeness import completeness
 from analysis.contrast import Contrasts, contrasts
 from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
+from analysis.kept_comparisons import keep
 from analysis.load import scenario_labels
 from analysis.plot_jobs import Figures, PlotPool
 from analysis.report_data import Report
@@ -102,16 +103,16 @@ def build(
     lap("cap")
     for c in compares:  # MP contrasts need no attack; gaps need scored attack rows
         arms = row_arms(dcs, c)  # each spec parsed once for both
-        found = report.contrasts[c.axis] = contrasts(dcs, c, arms)
-        report.summary.setdefault("contrasts", {})  # one entry per axis
-        report.summary["contrasts"][c.axis] = contrast_summary(found)  # type: ignore[index]
+        found = report.contrasts[c.key] = contrasts(dcs, c, arms)
+        report.summary.setdefault("contrasts", {})  # one entry per comparison
+        report.summary["contrasts"][c.key] = contrast_summary(found)  # type: ignore[index]
         if report.has_attacks:
             try:
-                report.gaps[c.axis] = dcs_gaps(dcs, c, found.left_out, arms)
+                report.gaps[c.key] = dcs_gaps(dcs, c, found.left_out, arms)
             except ConfigError as err:  # attacks in one arm only: the contrasts still hold
-                report.summary["contrasts"][c.axis]["gaps"] = f"skipped: {err}"  # type: ignore[index]
+                report.summary["contrasts"][c.key]["gaps"] = f"skipped: {err}"  # type: ignore[index]
                 continue
-            tell("gaps", (c.axis, report.gaps[c.axis]))
+            tell("gaps", (c.key, report.gaps[c.key]))
     lap("contrasts")
     return report
 
@@ -182,7 +183,7 @@ def make(
         figures = Figures(pool, tmp, compares) if pool is not None else None
         ready = figures.ready if figures is not None else None
         report = build(records, beta, weights, compares, manifest, ready)
-        write_files(report, tmp, pool)
+        write_files(report, tmp, pool, out)
         swap_in(tmp, out)
     except BaseException:
         if pool is not None:  # no figure lands in ``tmp`` after it is removed
@@ -204,11 +205,11 @@ def write(report: Report, out: Path, compares: list[Compare], plots: bool = True
                     figures.ready("dcs", report.dcs)
                     figures.ready("beta", report.beta)
                     for compare in compares:
-                        if compare.axis in report.gaps:
-                            figures.ready("gaps", (compare.axis, report.gaps[compare.axis]))
+                        if compare.key in report.gaps:
+                            figures.ready("gaps", (compare.key, report.gaps[compare.key]))
                 if report.per_training is not None:
                     figures.ready("per_training", (report.per_training, report.axes))
-            write_files(report, tmp, pool)
+            write_files(report, tmp, pool, out)
         swap_in(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -222,8 +223,12 @@ def staging(out: Path) -> Path:
     return tmp
 
 
-def write_files(report: Report, tmp: Path, pool: PlotPool | None) -> None:
-    """Tables and ``summary.json`` into ``tmp``, then wait for the figures ``pool`` draws."""
+def write_files(
+    report: Report, tmp: Path, pool: PlotPool | None, earlier: Path | None = None
+) -> None:
+    """Tables and ``summary.json`` into ``tmp``, then wait for the figures ``pool`` draws;
+    the comparisons of ``earlier`` (the report ``tmp`` replaces) this one did not redo are
+    kept (``kept_comparisons.py``)."""
     clock = time.perf_counter()
     if report.has_attacks:
         write_tables(report, tmp)
@@ -235,6 +240,7 @@ def write_files(report: Report, tmp: Path, pool: PlotPool | None) -> None:
         pool.join()  # a figure's exception stops the report here, before the swap
         report.timings["plots_wait"] = round(time.perf_counter() - clock, 4)
         report.timings["plots_busy"] = round(pool.busy, 4)  # drawing, all workers
+    keep(report, tmp, earlier)  # after the figures: a comparison's files include its own
     (tmp / "summary.json").write_text(json.dumps(report.summary, indent=2, default=str))
     write_index(report, tmp)  # after the figures: it lists every one of them
 
@@ -252,9 +258,9 @@ def write_tables(report: Report, folder: Path) -> None:
         write_csv(report.worst.attacks, folder / "worst_case_attacks.csv")
         write_csv(report.worst.cells, folder / "worst_case_cells.csv")
         write_csv(report.worst.tau, folder / "worst_case_tau.csv")
-    for axis, pairs in report.gaps.items():
-        write_csv(pairs, folder / f"dcs_gap_{axis}.csv")
-        write_csv(gap_summary(pairs), folder / f"dcs_gap_{axis}_summary.csv")
+    for key, pairs in report.gaps.items():
+        write_csv(pairs, folder / f"dcs_gap_{key}.csv")
+        write_csv(gap_summary(pairs), folder / f"dcs_gap_{key}_summary.csv")
     if "split_importance" in dcs.columns and dcs["split_importance"].notna().any():
         from analysis import split_leakage  # VertiBench splits: leakage vs measured importance
 
@@ -263,13 +269,14 @@ def write_tables(report: Report, folder: Path) -> None:
 
 
 def write_contrasts(report: Report, folder: Path) -> None:
-    """``contrast_<axis>.csv`` / ``.parquet`` (every contrast and interaction) and
-    ``contrast_<axis>_baselines.csv`` (each arm's undefended cell) per comparison."""
-    for axis, found in report.contrasts.items():
-        write_csv(found.table, folder / f"contrast_{axis}.csv")
+    """``contrast_<key>.csv`` / ``.parquet`` (every contrast and interaction) and
+    ``contrast_<key>_baselines.csv`` (each arm's undefended cell) per comparison, its key
+    the axis and both levels (``Compare.key``)."""
+    for key, found in report.contrasts.items():
+        write_csv(found.table, folder / f"contrast_{key}.csv")
         table = pa.Table.from_pandas(found.table, preserve_index=False)
-        pq.write_table(table, folder / f"contrast_{axis}.parquet")
-        write_csv(found.baselines, folder / f"contrast_{axis}_baselines.csv")
+        pq.write_table(table, folder / f"contrast_{key}.parquet")
+        write_csv(found.baselines, folder / f"contrast_{key}_baselines.csv")
 
 
 def write_index(report: Report, folder: Path) -> None:

@@ -53,7 +53,8 @@ def walk(folder: Path) -> dict[str, object]:
         _run(["analyze", "results/fedbcd_ns", "--no-mlflow"], folder),
     ]
     check = by_hand(folder / "results" / "fedbcd_ns")
-    table = pd.read_csv(folder / "results" / "fedbcd_ns" / "report" / "contrast_protocol.csv")
+    report = folder / "results" / "fedbcd_ns" / "report"
+    table = pd.read_csv(report / "contrast_protocol_fedsgd_vs_fedbcd.csv")
     row = table[
         (table["kind"] == "contrast") & (table["metric"] == "ns") & (table["defense"] == "none")
     ]

@@ -89,7 +89,9 @@ def run(results: Path, args: argparse.Namespace) -> dict[str, object]:
                                                  "pretrain_epochs", "fast", "transport")},
         "best_defense_per_variant": best,
         "ranking": ranking,
-        "dcs_gap_ssl_variant_summary": _csv(report / "dcs_gap_ssl_variant_summary.csv"),
+        "dcs_gap_ssl_variant_summary": _csv(
+            report / "dcs_gap_ssl_variant_splitnn_vs_hssl_simsiam_summary.csv"
+        ),
         "sweep_seconds": round(sweep_s, 1),
     }  # fmt: skip
 

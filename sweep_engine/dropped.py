@@ -39,18 +39,20 @@ def dropped_lines(dropped: list[dict[str, Any]]) -> list[str]:
 
 def lost_arms(plan: Plan) -> list[str]:
     """A warning per ``analysis.compare`` arm that no planned training has any more."""
-    from analysis.compare import arm_of, parse_compare
+    from analysis.compare import arm_of
     from trainables.results.manifest import flat_spec
 
-    out = []
+    out: list[str] = []
+    lost: set[tuple[str, str]] = set()  # a reference lost: said once, not per level
     flats = [flat_spec(t.spec.model_dump(mode="json")) for t in plan.trainings]
-    for text in plan.space.analysis.compare:
-        compare = parse_compare(text)
+    for compare in plan.space.compares():
         arms = {arm_of(flat.get(compare.axis), compare) for flat in flats}
         for arm, value in (("a", compare.a), ("b", compare.b)):
-            if arm not in arms:
+            if arm not in arms and (compare.axis, value) not in lost:
+                lost.add((compare.axis, value))
                 out.append(
-                    f"warning: analysis.compare {text}: every cell with {compare.axis}={value} "
-                    "was dropped (above); the sweep cannot make this comparison"
+                    f"warning: analysis.compare {compare.text}: every cell with "
+                    f"{compare.axis}={value} was dropped (above); the sweep cannot make "
+                    "this comparison"
                 )
     return out

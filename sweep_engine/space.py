@@ -122,22 +122,20 @@ class SearchBlock(_Strict):
 class AnalysisBlock(_Strict):
     """What ``vflsweep analyze`` does by default for this space (its CLI flags override)."""
 
-    # AXIS=A:B, e.g. protocol=fedsgd:fedbcd (analysis/compare.py): contrasts B − A
+    # AXIS=A:B, e.g. protocol=fedsgd:fedbcd (analysis/compare.py): contrasts B − A;
+    # AXIS=REF:B,C each level against REF; AXIS=REF:* every other level of the grid
     compare: list[str] = Field(default_factory=list)
 
     @field_validator("compare")
     @classmethod
     def _compare_syntax(cls, texts: list[str]) -> list[str]:
-        from analysis.compare import parse_compare
+        from analysis.compare import parse_group
 
         for text in texts:
             try:
-                parse_compare(text)
+                parse_group(text)
             except ConfigError as err:
                 raise ValueError(str(err).removeprefix("--compare ")) from None
-        axes = [t.partition("=")[0] for t in texts]
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"{texts}: one comparison per axis")
         return texts
 
 
@@ -363,26 +361,38 @@ class Space(_Strict):
     @model_validator(mode="after")
     def _compare_axes_varied(self) -> Space:
         """Each ``analysis.compare`` names an axis this space varies, and two of its values."""
-        from analysis.compare import arm_of, parse_compare
+        from analysis.compare import arm_of, parse_compares, parse_group
 
         for i, text in enumerate(self.analysis.compare):
-            compare = parse_compare(text)
-            values = self.axis_values(compare.axis)
+            axis = parse_group(text)[0]
+            values = self.axis_values(axis)
             if not values:
                 varied = ", ".join(self.effective_grid()) or "none"
                 raise ValueError(
-                    f"analysis.compare[{i}]={text!r}: {compare.axis!r} is not varied by this "
+                    f"analysis.compare[{i}]={text!r}: {axis!r} is not varied by this "
                     f"space; allowed: an axis of its grid ({varied})"
                 )
-            arms = {arm_of(v, compare) for v in values}
-            for arm, value in (("a", compare.a), ("b", compare.b)):
-                if arm not in arms:
-                    shown = ", ".join(str(v) for v in values)
-                    raise ValueError(
-                        f"analysis.compare[{i}]={text!r}: {compare.axis}={value!r} is not a "
-                        f"value of the axis; allowed: {shown}"
-                    )
+            try:
+                compares = parse_compares([text], self.axis_values)
+            except ConfigError as err:
+                raise ValueError(f"analysis.compare[{i}]: {err}") from None
+            for compare in compares:
+                arms = {arm_of(v, compare) for v in values}
+                for arm, value in (("a", compare.a), ("b", compare.b)):
+                    if arm not in arms:
+                        shown = ", ".join(str(v) for v in values)
+                        raise ValueError(
+                            f"analysis.compare[{i}]={text!r}: {axis}={value!r} is not a "
+                            f"value of the axis; allowed: {shown}"
+                        )
         return self
+
+    def compares(self) -> list[Any]:
+        """``analysis.compare`` as the comparisons it asks for (``*`` over the grid's
+        values): ``analysis.compare.Compare`` each."""
+        from analysis.compare import parse_compares
+
+        return parse_compares(self.analysis.compare, self.axis_values)
 
     def axis_values(self, axis: str) -> list[Any]:
         """The values a grid gives ``axis`` (its own axis, or a mapping-valued axis that

@@ -228,7 +228,7 @@ def test_compare_on_a_real_sweep_prints_tables_and_matches_the_records_by_hand(
     assert line.rstrip().endswith(("cannot tell", "fedbcd leaks more", "fedbcd leaks less"))
     hand = by_hand(sweep_dir)
     assert float(printed[1]) == pytest.approx(hand["mean"], abs=5e-4)
-    table = pd.read_csv(sweep_dir / "report" / "contrast_protocol.csv")
+    table = pd.read_csv(sweep_dir / "report" / "contrast_protocol_fedsgd_vs_fedbcd.csv")
     assert set(table["kind"]) == {"contrast", "interaction"}
     assert len(table[table["kind"] == "interaction"]) == 4  # 2 strengths x (MP, ns)
     assert (table["n"] == 3).all() and table["half"].notna().all()
@@ -244,9 +244,10 @@ def test_attacks_in_one_arm_only_still_get_mp_contrasts_and_no_gaps() -> None:
         if not (r["protocol"] == "fedbcd" and r["attack"] != "none")
     ]
     report = build(frame(rows), 0.5, DEFAULT_WEIGHTS, [parse_compare("protocol=fedsgd:fedbcd")])
-    table = report.contrasts["protocol"].table
+    key = "protocol_fedsgd_vs_fedbcd"
+    table = report.contrasts[key].table
     assert set(table["metric"]) == {"mp"} and len(table[table["kind"] == "contrast"]) == 2
-    assert "protocol" not in report.gaps
+    assert key not in report.gaps
     assert "no scored attack rows with protocol='fedbcd'" in str(
-        report.summary["contrasts"]["protocol"]["gaps"]  # type: ignore[index]
+        report.summary["contrasts"][key]["gaps"]  # type: ignore[index]
     )

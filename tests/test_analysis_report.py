@@ -199,11 +199,11 @@ def test_cli_writes_every_table_and_plot(tmp_path: Path) -> None:
         "beta_sensitivity.csv",
         "beta_sensitivity.png",
         "cap.csv",
-        "dcs_gap_partition.csv",
-        "dcs_gap_partition.png",
-        "contrast_partition.csv",
-        "contrast_partition.parquet",
-        "contrast_partition_baselines.csv",
+        "dcs_gap_partition_agg_vs_split.csv",
+        "dcs_gap_partition_agg_vs_split.png",
+        "contrast_partition_agg_vs_split.csv",
+        "contrast_partition_agg_vs_split.parquet",
+        "contrast_partition_agg_vs_split_baselines.csv",
         "ap_mp_dli.png",
         "ap_mp_grn.png",
         "summary.json",
@@ -261,7 +261,7 @@ def test_plots_are_titled_labeled_and_have_legends(tmp_path: Path) -> None:
         "ap_mp_dli.png",
         "ap_mp_grn.png",
         "beta_sensitivity.png",
-        "dcs_gap_partition.png",
+        "dcs_gap_partition_agg_vs_split.png",
     }
     for name, axes, suptitle, fig_legends in captured:
         assert suptitle, name

@@ -189,12 +189,12 @@ def test_smoke_sweep_and_analysis_on_a_real_server(
         "cap.csv",
         "dcs.parquet",
         "ap_mp_ns.png",
-        "dcs_gap_partition.csv",
-        "dcs_gap_partition.png",
-        "dcs_gap_protocol.csv",
-        "contrast_partition.csv",  # every contrast and interaction, with intervals
-        "contrast_protocol.csv",
-        "contrast_protocol_baselines.csv",
+        "dcs_gap_partition_agg_vs_split.csv",
+        "dcs_gap_partition_agg_vs_split.png",
+        "dcs_gap_protocol_fedsgd_vs_fedbcd.csv",
+        "contrast_partition_agg_vs_split.csv",  # every contrast and interaction, with intervals
+        "contrast_protocol_fedsgd_vs_fedbcd.csv",
+        "contrast_protocol_fedsgd_vs_fedbcd_baselines.csv",
         "index.html",  # the printed answer with every figure, for the MLflow UI
         "index.md",
     }

@@ -1,0 +1,202 @@
+"""Issue 64, item 1: every level against a reference (``--compare AXIS=REF:B,C`` and
+``AXIS=REF:*``), several comparisons in one analysis, files named by axis and levels, and a
+later analysis that keeps an earlier one's comparisons (marked stale once the records
+change) instead of deleting them. Real Parquet records in a folder, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.cli import main as analysis_main
+from analysis.compare import Compare, parse_compares, parse_group
+from analysis.synthetic import training
+from trainables.errors import ConfigError
+from trainables.records import RECORD_SCHEMA
+
+# NS advantage per (protocol, defense): celu leaks 0.20 more than fedsgd, fedbcd 0.30 more
+ADV = {
+    ("fedsgd", "none"): 0.30,
+    ("fedsgd", "gdp"): 0.20,
+    ("fedbcd", "none"): 0.60,
+    ("fedbcd", "gdp"): 0.10,
+    ("celu", "none"): 0.50,
+    ("celu", "gdp"): 0.15,
+}
+PARAMS = {"fedsgd": "{}", "fedbcd": '{"q": 5}', "celu": '{"q": 5, "w": 5}'}
+
+
+def rows(seeds: int = 3) -> list[dict]:
+    rng = np.random.default_rng(3)
+    out = []
+    for seed in range(seeds):
+        for protocol, params in PARAMS.items():
+            for defense, strength in (("none", None), ("gdp", 0.1)):
+                value = ADV[(protocol, defense)] + rng.normal(0, 0.01)
+                part = training(
+                    0.9 + rng.normal(0, 0.002),
+                    {"ns": ("LI", 0.5 + value / 2, None)},
+                    defense=defense,
+                    defense_param=strength,
+                    seed=seed,
+                    protocol=protocol,
+                    protocol_params=params,
+                )
+                for r in part:
+                    if r["attack"] == "ns":
+                        r.update(ap_chance=0.5, ap_advantage=value, ap_advantage_se=0.005)
+                    else:
+                        r.update(mp_se=0.001)
+                out += part
+    return out
+
+
+def write_records(sweep_dir: Path, records: list[dict], name: str = "all") -> None:
+    folder = sweep_dir / "records"
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(records, schema=RECORD_SCHEMA), folder / f"{name}.parquet")
+
+
+def by_hand(records: list[dict], b: str, a: str = "fedsgd") -> float:
+    """Mean over seeds of B − A in the undefended NS advantage."""
+
+    def adv(protocol: str, seed: int) -> float:
+        (r,) = [
+            r for r in records
+            if r["protocol"] == protocol and r["seed"] == seed
+            and r["attack"] == "ns" and r["defense"] == "none"
+        ]  # fmt: skip
+        return float(r["ap_advantage"])
+
+    seeds = sorted({r["seed"] for r in records})
+    return float(np.mean([adv(b, s) - adv(a, s) for s in seeds]))
+
+
+def test_levels_parse_against_one_reference_and_star_takes_the_rest() -> None:
+    assert parse_group("protocol=fedsgd:fedbcd,celu") == ("protocol", "fedsgd", ["fedbcd", "celu"])
+    levels = ["fedbcd", "fedsgd", "celu"]
+    star = parse_compares(["protocol=fedsgd:*"], lambda axis: levels)
+    assert star == [Compare("protocol", "fedsgd", "fedbcd"), Compare("protocol", "fedsgd", "celu")]
+    assert [c.key for c in star] == ["protocol_fedsgd_vs_fedbcd", "protocol_fedsgd_vs_celu"]
+    assert Compare("aligned_ratio", "0.2", "1.0").key == "aligned_ratio_0.2_vs_1.0"
+    for bad, says in [
+        ("protocol=fedsgd:*,celu", "'*' stands alone"),
+        ("protocol=fedsgd:celu,celu", "celu listed twice"),
+        ("protocol=fedsgd:fedsgd", "A and B are the same value"),
+        ("protocol=fedsgd:", "AXIS=REF:*"),
+        ("seed=0:*", "not one of the spec's fields"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            parse_compares([bad], lambda axis: levels)
+    with pytest.raises(ConfigError, match="asked for twice"):
+        parse_compares(["protocol=fedsgd:celu", "protocol=fedsgd:*"], lambda axis: levels)
+    with pytest.raises(ConfigError, match="no level of protocol besides 'fedsgd'"):
+        parse_compares(["protocol=fedsgd:*"], lambda axis: ["fedsgd"])
+
+
+def test_every_level_against_the_reference_in_one_analysis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = rows()
+    sweep_dir = tmp_path / "three"
+    write_records(sweep_dir, records)
+    args = [str(sweep_dir), "--no-mlflow", "--no-plots"]
+    assert analysis_main([*args, "--compare", "protocol=fedsgd:*"]) == 0
+    out = capsys.readouterr().out
+    report = sweep_dir / "report"
+    for level in ("fedbcd", "celu"):
+        assert f"== protocol: {level} − fedsgd | digits (up to 3 paired seeds) ==" in out
+        table = json.loads((report / "summary.json").read_text())["contrasts"]
+        assert f"protocol_fedsgd_vs_{level}" in table
+        rows_b = (report / f"contrast_protocol_fedsgd_vs_{level}.csv").read_text()
+        assert f"contrast_protocol_fedsgd_vs_{level}.csv" in out
+        from io import StringIO
+
+        import pandas as pd
+
+        frame = pd.read_csv(StringIO(rows_b))
+        undefended = frame[
+            (frame["kind"] == "contrast") & (frame["defense"] == "none")
+            & (frame["metric"].astype(str).str.contains("ns"))
+        ]  # fmt: skip
+        assert undefended["delta"].iloc[0] == pytest.approx(by_hand(records, level), abs=1e-9)
+        assert (report / f"dcs_gap_protocol_fedsgd_vs_{level}.csv").is_file()
+    # two comparisons on one axis, each with its own reference, also in one analysis
+    two = ["--compare", "protocol=fedsgd:celu", "--compare", "protocol=celu:fedbcd"]
+    assert analysis_main([*args, *two]) == 0
+    assert (report / "contrast_protocol_celu_vs_fedbcd.csv").is_file()
+    assert "== protocol: fedbcd − celu | digits" in capsys.readouterr().out
+    # the same comparison twice: refused before anything is written
+    before = sorted(p.name for p in report.iterdir())
+    assert analysis_main([*args, "--compare", "protocol=fedsgd:celu", "--compare",
+                          "protocol=fedsgd:*"]) == 2  # fmt: skip
+    assert "protocol=fedsgd:celu: asked for twice" in capsys.readouterr().err
+    assert sorted(p.name for p in report.iterdir()) == before
+
+
+def test_a_later_analysis_keeps_the_earlier_comparisons_and_marks_them_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = rows(seeds=3)
+    sweep_dir = tmp_path / "kept"
+    write_records(sweep_dir, records)
+    args = [str(sweep_dir), "--no-mlflow", "--no-plots"]
+    report = sweep_dir / "report"
+    assert analysis_main([*args, "--compare", "protocol=fedsgd:fedbcd,celu"]) == 0
+    first = (report / "contrast_protocol_fedsgd_vs_fedbcd.csv").read_bytes()
+    capsys.readouterr()
+
+    assert analysis_main([*args, "--compare", "protocol=fedbcd:celu"]) == 0
+    out = capsys.readouterr().out
+    assert (report / "contrast_protocol_fedsgd_vs_fedbcd.csv").read_bytes() == first  # kept
+    assert (report / "contrast_protocol_fedsgd_vs_celu_baselines.csv").is_file()
+    assert (report / "contrast_protocol_fedbcd_vs_celu.csv").is_file()  # the new one
+    summary = json.loads((report / "summary.json").read_text())
+    kept = {k["compare"]: k for k in summary["comparisons_kept"]}
+    assert set(kept) == {"protocol=fedsgd:fedbcd", "protocol=fedsgd:celu"}
+    assert not any("stale" in k for k in kept.values())
+    assert "kept from an earlier analysis" in out and "--compare protocol=fedsgd:celu" in out
+    index = json.loads((report / "comparisons.json").read_text())
+    assert index["protocol_fedsgd_vs_fedbcd"]["kept"] is True
+    assert "kept from an earlier analysis" in (report / "index.md").read_text()
+
+    # the sweep grows (a fourth seed): what was kept is now marked stale, with its command
+    write_records(sweep_dir, [r for r in rows(seeds=4) if r["seed"] == 3], name="more")
+    assert analysis_main([*args, "--compare", "protocol=fedbcd:celu"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((report / "summary.json").read_text())
+    stale = {k["compare"]: k.get("stale", "") for k in summary["comparisons_kept"]}
+    assert "18 trainings then, 24 now" in stale["protocol=fedsgd:fedbcd"]
+    assert "re-run with --compare protocol=fedsgd:fedbcd" in stale["protocol=fedsgd:fedbcd"]
+    assert "STALE" in out
+
+
+def test_a_space_asks_every_level_against_its_reference_and_a_lost_level_warns(
+    tmp_path: Path,
+) -> None:
+    """``analysis: {compare: [n_parties=2:*]}``: every other value of the grid against 2; a
+    level whose cells are all dropped (40 parties cannot split 30 columns) is said lost."""
+    from sweep_engine.dropped import lost_arms
+    from sweep_engine.plan import expand
+    from sweep_engine.space import load_space
+
+    space = tmp_path / "levels.yaml"
+    space.write_text(
+        "name: levels\nbase: {dataset: breast_cancer, epochs: 1}\n"
+        "grid: {n_parties: [2, 3, 40], seed: [0]}\n"
+        "analysis: {compare: ['n_parties=2:*']}\n"
+    )
+    plan = expand(load_space(str(space)), missing_ok=True)
+    assert [c.text for c in plan.space.compares()] == ["n_parties=2:3", "n_parties=2:40"]
+    (warning,) = lost_arms(plan)
+    assert warning.startswith("warning: analysis.compare n_parties=2:40: every cell with ")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(space.read_text().replace("n_parties=2:*", "n_parties=5:*"))
+    with pytest.raises(Exception, match=r"n_parties='5' is not a value of the axis"):
+        load_space(str(bad))
