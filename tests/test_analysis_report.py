@@ -161,6 +161,32 @@ def test_cap_averages_utility_times_protection_over_strengths() -> None:
     assert cap.loc[("none", "dli"), "cap"] == pytest.approx(0.9 * 0.2)
     assert np.isnan(cap.loc[("dcor", "all LI"), "cap"])  # no label attack: undefined
     assert "no label-inference" in cap.loc[("dcor", "all LI"), "note"]
+    assert cap.loc[("gdp", "dli"), "n_seeds"] == 1 and np.isnan(cap.loc[("gdp", "dli"), "cap_lo"])
+
+
+def test_cap_has_a_t_interval_over_seeds_as_by_hand() -> None:
+    """Issue 64: CAP per cell with its 95 % interval over seeds (per seed, CAP over the
+    strengths; then t over the seeds), computed here by hand from the same numbers."""
+    from scipy.stats import t
+
+    aps = {0: (0.40, 0.20), 1: (0.45, 0.30), 2: (0.35, 0.10)}  # seed -> AP at 0.1, 1.0
+    rows = []
+    for seed, (ap1, ap2) in aps.items():
+        rows += training(0.9, {"dli": ("LI", 0.8, None)}, seed=seed)
+        rows += training(0.8, {"dli": ("LI", ap1, None)}, defense="gdp", defense_param=0.1,
+                         seed=seed)  # fmt: skip
+        rows += training(0.7, {"dli": ("LI", ap2, None)}, defense="gdp", defense_param=1.0,
+                         seed=seed)  # fmt: skip
+    cap = cap_table(prepare(frame(rows), 0.5)).set_index(["defense", "attack"])
+    per_seed = np.array([(0.8 * (1 - a) + 0.7 * (1 - b)) / 2 for a, b in aps.values()])
+    half = t.ppf(0.975, 2) * per_seed.std(ddof=1) / np.sqrt(3)
+    for attack in ("dli", "all LI"):
+        got = cap.loc[("gdp", attack)]
+        assert got["cap"] == pytest.approx(per_seed.mean())
+        assert got["n_seeds"] == 3
+        assert (got["cap_lo"], got["cap_hi"]) == pytest.approx(
+            (per_seed.mean() - half, per_seed.mean() + half)
+        )
 
 
 def test_pareto_front_keeps_only_undominated_points() -> None:
