@@ -18,6 +18,7 @@ from pathlib import Path
 
 from analysis.compare import parse_compares, parse_group, record_levels
 from analysis.completeness import completeness_lines
+from analysis.contrast import FAMILIES
 from analysis.kept_comparisons import kept_lines
 from analysis.load import read_records
 from analysis.plot_jobs import PlotPool
@@ -48,6 +49,20 @@ def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
         "(dotted: protocol_params.q). AXIS=REF:B,C contrasts each level with REF, AXIS=REF:* "
         "every other level; repeat for more comparisons. Default: the space's analysis.compare",
     )
+    p.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default="comparison",
+        help="what Holm corrects over: each comparison's rows (default), each attack's rows "
+        "of a comparison apart, or every comparison of this analysis together",
+    )
+    p.add_argument(
+        "--effect",
+        type=float,
+        default=0.05,
+        help="the difference (in MP or advantage) whose needed seeds each comparison's "
+        "header states (default 0.05)",
+    )
     p.add_argument("--out", default=None, help="report folder (default <sweep dir>/report)")
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.add_argument(
@@ -74,6 +89,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     sweep_dir = Path(args.sweep_dir)
     if not 0.0 <= args.beta <= 1.0:
         raise ConfigError(f"--beta={args.beta}: must be between 0 and 1")
+    if not args.effect > 0:
+        raise ConfigError(
+            f"--effect={args.effect}: must be above 0 (a difference in MP or advantage)"
+        )
     weights = parse_weights(args.weights)
     manifest = read_manifest(sweep_dir)
     texts = args.compare if args.compare is not None else space_compares(manifest)
@@ -87,7 +106,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
         records = read_records(sweep_dir)
         read_s = time.perf_counter() - clock
         compares = parse_compares(texts, record_levels(records))  # ``*``: the records' levels
-        report = make(records, args.beta, weights, compares, out, manifest, pool)
+        report = make(
+            records, args.beta, weights, compares, out, manifest, pool, args.family, args.effect
+        )
     report.timings = {"read": round(read_s, 4), **report.timings}
     report.timings["report"] = round(time.perf_counter() - started, 4)
     report.timings["cpu_main"] = round(time.process_time(), 4)  # imports included

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.compare import Arms, Compare, row_arms
+from analysis.power import detectable
 from analysis.uncertainty import MIN_SEEDS, at_chance, cell_stats, half_width
 from trainables.errors import ConfigError
 
@@ -56,11 +57,20 @@ class Contrasts:
     contexts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     text: list[Any] | None = None  # contrast_text.tables, built once for screen and page
+    effect: float = 0.05  # the difference whose needed seeds the header states
 
 
-def contrasts(dcs: pd.DataFrame, compare: Compare, arms: Arms | None = None) -> Contrasts:
+def contrasts(
+    dcs: pd.DataFrame,
+    compare: Compare,
+    arms: Arms | None = None,
+    family: str = "comparison",
+    effect: float = 0.05,
+) -> Contrasts:
     """The contrasts of ``compare`` over the prepared records (``report.prepare``);
-    ``arms``: ``row_arms(dcs, compare)`` when the caller has it already."""
+    ``arms``: ``row_arms(dcs, compare)`` when the caller has it already. ``family``: what
+    Holm corrects over, ``comparison`` (every row of this one) or ``attack`` (each metric's
+    rows apart); ``analysis`` (every comparison together) is ``joint_holm``'s, afterwards."""
     units = seed_units(dcs, compare, arms)
     paired = pair_arms(units)
     if paired.empty:
@@ -78,7 +88,8 @@ def contrasts(dcs: pd.DataFrame, compare: Compare, arms: Arms | None = None) -> 
         [summarize(paired, "contrast"), summarize(interactions(paired), "interaction")],
         ignore_index=True,
     )
-    table = holm(ordered(plain(table), units))
+    table = holm(ordered(plain(table), units), by=["metric"] if family == "attack" else [])
+    table["family_by"] = family
     table["verdict"] = [verdict(r, compare) for r in table.itertuples()]
     table.insert(0, "axis", compare.axis)
     table.insert(1, "a", compare.a)
@@ -92,7 +103,7 @@ def contrasts(dcs: pd.DataFrame, compare: Compare, arms: Arms | None = None) -> 
             f"{len(few)} contrasts have fewer than {MIN_SEEDS} paired seeds: "
             "no interval, no verdict"
         )
-    return Contrasts(compare, table, baselines, left_out, contexts, notes)
+    return Contrasts(compare, table, baselines, left_out, contexts, notes, effect=effect)
 
 
 def plain(frame: pd.DataFrame) -> pd.DataFrame:
@@ -196,7 +207,8 @@ def interactions(paired: pd.DataFrame) -> pd.DataFrame:
 
 def summarize(per_seed: pd.DataFrame, kind: str) -> pd.DataFrame:
     """Per cell: n, mean A, mean B, Δ, its interval and uncorrected p (module docstring)."""
-    columns = [*CELL, "n", "mean_a", "mean_b", "delta", "lo", "hi", "half", "p"]
+    columns = [*CELL, "n", "mean_a", "mean_b", "delta", "lo", "hi", "half", "p", "std", "se"]
+    columns.append("mde")  # the smallest Δ these seeds could detect (``power.py``)
     if per_seed.empty:
         return pd.DataFrame(columns=["kind", *columns])
     grouped = per_seed.groupby(CELL, dropna=False, sort=False, observed=True)
@@ -215,6 +227,7 @@ def summarize(per_seed: pd.DataFrame, kind: str) -> pd.DataFrame:
     out["lo"], out["hi"], out["half"] = out["delta"] - half, out["delta"] + half, half
     p = interval_pvalue(out["delta"].to_numpy(), spread, out["se"].to_numpy(), n - 1)
     out["p"] = np.where(enough, p, np.nan)
+    out["mde"] = detectable(out["std"].to_numpy(), n, out["se"].to_numpy())
     out.insert(0, "kind", kind)
     return out[["kind", *columns]]
 
@@ -244,18 +257,46 @@ def interval_pvalue(
     return np.where((spread == 0) & (se == 0), np.where(mean > 0, 0.0, 1.0), out)
 
 
-def holm(table: pd.DataFrame) -> pd.DataFrame:
-    """``p_holm``: Holm's step-down adjusted p over every row with a p value."""
+def holm(table: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
+    """``p_holm``: Holm's step-down adjusted p over every row with a p value, within each
+    group of ``by`` (none: the whole table); ``family``: the size of a row's group."""
     p = table["p"].to_numpy(dtype=float)
-    have = np.flatnonzero(~np.isnan(p))
     adjusted = np.full(len(p), np.nan)
-    order = have[np.argsort(p[have], kind="stable")]
-    m = len(order)
-    running = 0.0
-    for i, row in enumerate(order):
-        running = max(running, min(1.0, (m - i) * p[row]))
-        adjusted[row] = running
-    return table.assign(p_holm=adjusted, family=m)
+    sizes = np.zeros(len(p), dtype=int)
+    groups = (
+        [np.arange(len(p))]
+        if not by
+        else [
+            np.asarray(ix) for ix in table.groupby(by, sort=False, observed=True).indices.values()
+        ]
+    )
+    for rows in groups:
+        have = rows[~np.isnan(p[rows])]
+        order = have[np.argsort(p[have], kind="stable")]
+        m = len(order)
+        running = 0.0
+        for i, row in enumerate(order):
+            running = max(running, min(1.0, (m - i) * p[row]))
+            adjusted[row] = running
+        sizes[rows] = m
+    return table.assign(p_holm=adjusted, family=sizes)
+
+
+FAMILIES = ("comparison", "attack", "analysis")
+
+
+def joint_holm(found: list[Contrasts]) -> None:
+    """``--family analysis``: Holm over every row of every comparison at once (a grid of
+    comparisons then manufactures no finding either); tables and verdicts in place."""
+    if not found:
+        return
+    tables = [c.table.assign(_which=i) for i, c in enumerate(found)]
+    joint = holm(pd.concat(tables, ignore_index=True).drop(columns=["p_holm", "family"]))
+    for i, c in enumerate(found):
+        part = joint[joint["_which"] == i].drop(columns="_which").reset_index(drop=True)
+        part["family_by"] = "analysis"
+        part["verdict"] = [verdict(r, c.compare) for r in part.itertuples()]
+        c.table, c.text = part, None
 
 
 def verdict(row: object, compare: Compare) -> str:

@@ -85,6 +85,9 @@ def _tables(c: Contrasts) -> list[ContrastTable]:
         n = int(rows["n"].max()) if len(rows) else 0
         header = [f"undefended under {a}: {arm_text(base, 'a')}"]
         header.append(f"undefended under {b}: {arm_text(base, 'b')}")
+        power = power_text(rows, c.effect)
+        if power:
+            header.append(power)
         gone = c.left_out[c.left_out["context"] == context]["metric"].astype(str).tolist()
         if gone:
             header.append(
@@ -127,15 +130,49 @@ def tail(row: Mapping[str, Any]) -> list[str]:
     return [interval(row), p_text(float(row["p_holm"])), str(row["verdict"])]
 
 
+def power_text(rows: pd.DataFrame, effect: float) -> str:
+    """``detectable (80 % power): MP ±0.012, ns adv ±0.150; seeds for 0.05: MP 3, ns adv
+    28``, from each metric's undefended contrast (``power.py``): what "cannot tell" means
+    at these seeds."""
+    from analysis.power import seeds_needed
+
+    undefended = rows[(rows["kind"] == "contrast") & (rows["defense"] == "none")]
+    undefended = undefended[np.isfinite(undefended["mde"].astype(float))]
+    if "mde" not in rows.columns or undefended.empty:
+        return ""
+    found, needed = [], []
+    for r in undefended.to_dict("records"):
+        name = metric_text(str(r["metric"]))
+        found.append(f"{name} ±{float(r['mde']):.3f}")
+        n = seeds_needed(float(r["std"]), float(r["n"]), float(r["se"]), effect)
+        needed.append(f"{name} {n if n is not None else 'no number (test-set error)'}")
+    return (
+        "smallest Δ these seeds could detect (80 % power, α 0.05 uncorrected, undefended): "
+        f"{', '.join(found)}; seeds to detect Δ {effect:g}: {', '.join(needed)}"
+    )
+
+
+FAMILY_TEXT = {
+    "comparison": "over the {m} contrasts and interactions of this comparison",
+    "attack": "within each metric's contrasts and interactions of this comparison apart "
+    "(families of {sizes})",
+    "analysis": "over all {m} contrasts and interactions of every comparison of this analysis",
+}
+
+
 def legend(c: Contrasts) -> list[str]:
-    family = int(c.table["family"].max()) if len(c.table) else 0
+    table = c.table
+    family = int(table["family"].max()) if len(table) else 0
+    by = str(table["family_by"].iloc[0]) if len(table) and "family_by" in table else "comparison"
+    sizes = "/".join(str(int(v)) for v in pd.unique(table["family"])) if len(table) else "0"
     a, b = c.compare.a, c.compare.b
     return [
         f"Δ = {b} − {a}, paired over seeds (same seed, defense and context). MP: main-task "
         "accuracy; adv: attack advantage over a no-information guess. 95% CI: t over the "
-        "paired seeds with the test-set error, uncorrected. p (Holm): Holm-corrected over the "
-        f"{family} contrasts and interactions of this comparison; verdicts read it at "
-        f"{ALPHA:g}. Interaction: a defense's effect (defended − undefended, same seed) under "
+        "paired seeds with the test-set error, uncorrected. p (Holm): Holm-corrected "
+        f"{FAMILY_TEXT[by].format(m=family, sizes=sizes)} (--family {by}); verdicts read it "
+        f"at {ALPHA:g}: an interval that excludes 0 may still read 'cannot tell' once "
+        "corrected. Interaction: a defense's effect (defended − undefended, same seed) under "
         f"{b} minus under {a}; on adv, negative = it removes more leakage under {b}."
     ]
 
@@ -159,7 +196,11 @@ def contrast_lines(c: Contrasts, max_rows: int | None = 20) -> list[str]:
     lines: list[str] = []
     for t in tables(c):
         lines.append(f"== {t.title} ==")
-        lines += [f"  {h}" for h in t.header]
+        lines += [
+            part
+            for h in t.header
+            for part in textwrap.wrap(h, 98, initial_indent="  ", subsequent_indent="    ")
+        ]
         lines.append("  contrast:")
         lines += fixed_width(t.contrast_head, t.contrast_rows, max_rows)
         if t.interaction_rows:

@@ -27,7 +27,7 @@ from analysis.by_axis import best_cells, by_axis_table, per_training
 from analysis.cap import cap_table
 from analysis.compare import row_arms
 from analysis.completeness import completeness
-from analysis.contrast import Contrasts, contrasts
+from analysis.contrast import Contrasts, contrasts, joint_holm
 from analysis.dcs import add_dcs
 from analysis.gaps import Compare, dcs_gaps, gap_summary
 from analysis.kept_comparisons import keep
@@ -52,6 +52,8 @@ def build(
     compares: list[Compare],
     manifest: dict[str, object] | None = None,
     ready: Callable[[str, object], None] | None = None,
+    family: str = "comparison",
+    effect: float = 0.05,
 ) -> Report:
     """All tables (no I/O); ``timings`` says where the time went. ``manifest``: the
     sweep's ``manifest.json`` (its varying fields); without it they are inferred.
@@ -103,7 +105,8 @@ def build(
     lap("cap")
     for c in compares:  # MP contrasts need no attack; gaps need scored attack rows
         arms = row_arms(dcs, c)  # each spec parsed once for both
-        found = report.contrasts[c.key] = contrasts(dcs, c, arms)
+        by = family if family != "analysis" else "comparison"  # joint: after the loop
+        found = report.contrasts[c.key] = contrasts(dcs, c, arms, by, effect)
         report.summary.setdefault("contrasts", {})  # one entry per comparison
         report.summary["contrasts"][c.key] = contrast_summary(found)  # type: ignore[index]
         if report.has_attacks:
@@ -113,6 +116,13 @@ def build(
                 report.summary["contrasts"][c.key]["gaps"] = f"skipped: {err}"  # type: ignore[index]
                 continue
             tell("gaps", (c.key, report.gaps[c.key]))
+    if family == "analysis" and report.contrasts:
+        joint_holm(list(report.contrasts.values()))
+        for key, found in report.contrasts.items():  # the verdicts changed with the family
+            gaps = report.summary["contrasts"][key].get("gaps")  # type: ignore[index]
+            report.summary["contrasts"][key] = contrast_summary(found)  # type: ignore[index]
+            if gaps is not None:
+                report.summary["contrasts"][key]["gaps"] = gaps  # type: ignore[index]
     lap("contrasts")
     return report
 
@@ -127,6 +137,7 @@ def contrast_summary(found: Contrasts) -> dict[str, object]:
         "contrasts": int((table["kind"] == "contrast").sum()),
         "interactions": int((table["kind"] == "interaction").sum()),
         "correction": "holm",
+        "family": str(table["family_by"].iloc[0]) if len(table) else "comparison",
         "verdicts": {str(k): int(v) for k, v in table["verdict"].value_counts().items()},
         "left_out_at_chance": found.left_out.to_dict("records"),
     }
@@ -175,6 +186,8 @@ def make(
     out: Path,
     manifest: dict[str, object] | None = None,
     pool: PlotPool | None = None,
+    family: str = "comparison",
+    effect: float = 0.05,
 ) -> Report:
     """``build`` and ``write`` in one go, the figures drawn by ``pool``'s workers while the
     tables are computed (``analysis/plot_jobs.py``); no figures without a pool."""
@@ -182,7 +195,7 @@ def make(
     try:
         figures = Figures(pool, tmp, compares) if pool is not None else None
         ready = figures.ready if figures is not None else None
-        report = build(records, beta, weights, compares, manifest, ready)
+        report = build(records, beta, weights, compares, manifest, ready, family, effect)
         write_files(report, tmp, pool, out)
         swap_in(tmp, out)
     except BaseException:

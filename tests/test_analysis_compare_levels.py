@@ -200,3 +200,77 @@ def test_a_space_asks_every_level_against_its_reference_and_a_lost_level_warns(
     bad.write_text(space.read_text().replace("n_parties=2:*", "n_parties=5:*"))
     with pytest.raises(Exception, match=r"n_parties='5' is not a value of the axis"):
         load_space(str(bad))
+
+
+def test_the_family_holm_corrects_over_is_chosen_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--family``: each comparison's rows (default), each metric's rows apart, or every
+    comparison of the analysis at once; the legend says which and how large."""
+    from analysis.contrast import contrasts
+    from analysis.ranking import DEFAULT_WEIGHTS
+    from analysis.report import build, prepare
+    from analysis.synthetic import frame
+
+    dcs = prepare(frame(rows()), 0.5)
+    celu = Compare("protocol", "fedsgd", "celu")
+    whole = contrasts(dcs, celu).table
+    per_metric = contrasts(dcs, celu, family="attack").table
+    assert set(whole["family"]) == {6}  # 2 contrasts + 1 interaction, on MP and on ns
+    assert set(per_metric["family"]) == {3} and set(per_metric["family_by"]) == {"attack"}
+    # a smaller family never corrects more
+    assert (per_metric["p_holm"].to_numpy() <= whole["p_holm"].to_numpy() + 1e-12).all()
+    both = [celu, Compare("protocol", "fedsgd", "fedbcd")]
+    joint = build(frame(rows()), 0.5, DEFAULT_WEIGHTS, both, family="analysis")
+    for found in joint.contrasts.values():
+        assert set(found.table["family"]) == {12} and set(found.table["family_by"]) == {"analysis"}
+    alone = contrasts(dcs, both[1]).table
+    assert (
+        joint.contrasts[both[1].key].table["p_holm"].to_numpy() >= alone["p_holm"].to_numpy()
+    ).all()
+    assert joint.summary["contrasts"][both[1].key]["family"] == "analysis"  # type: ignore[index]
+
+    sweep_dir = tmp_path / "fam"
+    write_records(sweep_dir, rows())
+    args = [str(sweep_dir), "--no-mlflow", "--no-plots", "--compare", "protocol=fedsgd:*"]
+    assert analysis_main([*args, "--family", "analysis"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "over all 12 contrasts and interactions of every comparison of this analysis" in out
+    assert "(--family analysis)" in out
+    assert analysis_main([*args, "--effect", "0"]) == 2
+    assert "--effect=0.0: must be above 0" in capsys.readouterr().err
+
+
+def test_the_header_states_what_the_seeds_could_detect() -> None:
+    """The smallest detectable Δ (80 % power) and the seeds a stated Δ needs, from the
+    paired spread: the formula by hand, monotone in n, none when the test-set error alone
+    exceeds the difference."""
+    from scipy.stats import norm, t
+
+    from analysis.contrast import contrasts
+    from analysis.contrast_text import contrast_lines
+    from analysis.power import detectable, seeds_needed
+    from analysis.report import prepare
+    from analysis.synthetic import frame
+
+    std, n, se = 0.04, 3.0, 0.01
+    seeds = (t.ppf(0.975, 2) + t.ppf(0.8, 2)) * std / np.sqrt(3)
+    tests = (norm.ppf(0.975) + norm.ppf(0.8)) * se
+    assert detectable(np.array([std]), np.array([n]), np.array([se]))[0] == pytest.approx(
+        np.hypot(seeds, tests)
+    )
+    assert np.isnan(detectable(np.array([std]), np.array([2.0]), np.array([se]))[0])
+    need = seeds_needed(std, n, se, 0.05)
+    assert need is not None and need > 3
+    assert detectable(np.array([std]), np.array([float(need)]), np.array([se]))[0] <= 0.05
+    assert detectable(np.array([std]), np.array([need - 1.0]), np.array([se]))[0] > 0.05
+    assert seeds_needed(std, n, 0.05, 0.05) is None  # 2.8 se alone is above 0.05
+
+    found = contrasts(prepare(frame(rows()), 0.5), Compare("protocol", "fedsgd", "celu"))
+    text = " ".join(" ".join(contrast_lines(found)).split())
+    assert (
+        "smallest Δ these seeds could detect (80 % power, α 0.05 uncorrected, undefended): MP ±"
+        in text
+    )
+    assert "seeds to detect Δ 0.05: MP " in text
+    assert {"mde", "std", "se"} <= set(found.table.columns)
