@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.baselines import not_a_baseline
 from analysis.compare import Arms, Compare, row_arms
 from analysis.power import detectable
 from analysis.uncertainty import MIN_SEEDS, at_chance, cell_stats, half_width
@@ -91,12 +92,15 @@ def contrasts(
     table = holm(ordered(plain(table), units), by=["metric"] if family == "attack" else [])
     table["family_by"] = family
     table["verdict"] = [verdict(r, compare) for r in table.itertuples()]
+    table["not_a_baseline"] = not_a_baseline(table, compare)
     table.insert(0, "axis", compare.axis)
     table.insert(1, "a", compare.a)
     table.insert(2, "b", compare.b)
     contexts = [str(c) for c in pd.unique(units["context"])]
     baselines, left_out = plain(baselines), plain(left_out)
     notes = []
+    for why in pd.unique(table.loc[table["not_a_baseline"] != "", "not_a_baseline"]):
+        notes.append(f"† not a baseline: {why}")
     few = table[table["n"] < MIN_SEEDS]
     if len(few):
         notes.append(

@@ -127,7 +127,8 @@ def cell(row: Mapping[str, Any]) -> list[str]:
 
 
 def tail(row: Mapping[str, Any]) -> list[str]:
-    return [interval(row), p_text(float(row["p_holm"])), str(row["verdict"])]
+    mark = " †" if row.get("not_a_baseline") else ""  # analysis/baselines.py: see the note
+    return [interval(row), p_text(float(row["p_holm"])), str(row["verdict"]) + mark]
 
 
 def power_text(rows: pd.DataFrame, effect: float) -> str:

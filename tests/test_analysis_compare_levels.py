@@ -274,3 +274,50 @@ def test_the_header_states_what_the_seeds_could_detect() -> None:
     )
     assert "seeds to detect Δ 0.05: MP " in text
     assert {"mde", "std", "se"} <= set(found.table.columns)
+
+
+def ssl_rows(seeds: int = 3) -> list[dict]:
+    """splitnn / local_simsiam / hssl_simsiam x seeds: MC on the pretrained encoder leaks
+    0.05 / 0.30 / 0.32 (splitnn's is untrained), MC after fine-tuning 0.40 everywhere."""
+    rng = np.random.default_rng(5)
+    leak = {"splitnn": 0.05, "local_simsiam": 0.30, "hssl_simsiam": 0.32}
+    out = []
+    for seed in range(seeds):
+        for variant, pre in leak.items():
+            spec = {"dataset": "digits", "seed": seed, "ssl_variant": variant,
+                    "defense": "none", "defense_param": None}  # fmt: skip
+            ids = {"spec_json": json.dumps(spec, sort_keys=True), "trial_id": f"{variant}{seed}"}
+            advs = {"mc_pretrained": pre + rng.normal(0, 0.01), "mc": 0.4 + rng.normal(0, 0.01)}
+            attacks = {name: ("LI", 0.1 + adv, None) for name, adv in advs.items()}
+            part = training(0.9, attacks, seed=seed, ssl_variant=variant, **ids)
+            for r in part:
+                if r["attack"] != "none":
+                    r.update(ap_chance=0.1, ap_advantage=advs[r["attack"]], ap_advantage_se=0.005)
+            out += part
+    return out
+
+
+def test_a_reference_that_is_no_baseline_for_a_row_is_flagged(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Under splitnn nothing is pretrained: its ``mc_pretrained`` rows are flagged as no
+    baseline (column, mark, note naming the adversary's prior); ``mc`` rows and a
+    ``local_simsiam`` reference are not."""
+    from analysis.contrast import contrasts
+    from analysis.contrast_text import contrast_lines
+    from analysis.report import prepare
+    from analysis.synthetic import frame
+
+    dcs = prepare(frame(ssl_rows()), 0.5)
+    flagged = contrasts(dcs, Compare("ssl_variant", "splitnn", "hssl_simsiam"))
+    table = flagged.table[flagged.table["kind"] == "contrast"].set_index("metric")
+    assert "untrained encoder" in table.loc["mc_pretrained", "not_a_baseline"]
+    assert table.loc["mc", "not_a_baseline"] == "" and table.loc["mp", "not_a_baseline"] == ""
+    text = "\n".join(contrast_lines(flagged))
+    (row,) = [line for line in text.splitlines() if "mc_pretrained adv" in line and "none" in line]
+    assert row.rstrip().endswith("†")
+    assert "note: † not a baseline: splitnn pretrains nothing" in text
+    assert "--compare ssl_variant=local_simsiam:*" in text
+    prior = contrasts(dcs, Compare("ssl_variant", "local_simsiam", "hssl_simsiam"))
+    assert (prior.table["not_a_baseline"] == "").all()
+    assert not any("not a baseline" in n for n in prior.notes)
