@@ -21,6 +21,7 @@ from analysis.completeness import completeness_lines
 from analysis.contrast import FAMILIES
 from analysis.kept_comparisons import kept_lines
 from analysis.load import read_records
+from analysis.paper_tables import FORMATS, write_paper_tables
 from analysis.plot_jobs import PlotPool
 from analysis.ranking import parse_weights
 from analysis.report import Report, make
@@ -62,6 +63,13 @@ def build_parser(prog: str = "python -m analysis") -> argparse.ArgumentParser:
         default=0.05,
         help="the difference (in MP or advantage) whose needed seeds each comparison's "
         "header states (default 0.05)",
+    )
+    p.add_argument(
+        "--table",
+        choices=FORMATS,
+        default=None,
+        help="also write the ranking (VFLAIR's layout and ours with intervals), the contrasts "
+        "and the worst case as paper-ready tables: report/tables.tex or report/tables.md",
     )
     p.add_argument("--out", default=None, help="report folder (default <sweep dir>/report)")
     p.add_argument("--no-plots", action="store_true", help="tables only")
@@ -115,8 +123,12 @@ def run(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the plot workers, reaped
     report.timings["cpu_plot_workers"] = round(workers.ru_utime + workers.ru_stime, 4)
     summary = {**report.summary, "report": str(out), "timings": report.timings}
+    if args.table is not None:
+        summary["tables"] = str(write_paper_tables(report, out, args.table))
     lines = screen_lines(report, out, args.rows)
     lines = [*completeness_lines(report.summary), *lines]  # how complete, before any number
+    if "tables" in summary:
+        lines.append(f"paper tables ({args.table}): {summary['tables']}")
     if (sweep_dir / "search").is_dir():  # Optuna's own analysis of the searches, into the
         from analysis.optuna_report import write_studies  # report: MLflow gets it with it
 

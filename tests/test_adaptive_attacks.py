@@ -208,6 +208,12 @@ def test_a_report_reads_the_default_view_and_writes_the_worst_case(tmp_path: Any
     assert "Worst case" in (out / "index.md").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["worst_case"]["cells_changed"]
+    from analysis.paper_tables import write_paper_tables  # issue 64: paper-ready, same numbers
+
+    md = write_paper_tables(report, tmp_path, "markdown").read_text()
+    mid = report.worst.attacks.set_index("defense").loc["mid"]
+    assert "**Worst case (tuned attacks): " in md
+    assert f"| {mid['adv_default']:.3f} | {mid['adv_adapted']:.3f} | {mid['gain']:+.3f} |" in md
 
 
 def test_mlflow_logs_both_settings_under_legal_names() -> None:

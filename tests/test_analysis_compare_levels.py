@@ -321,3 +321,36 @@ def test_a_reference_that_is_no_baseline_for_a_row_is_flagged(
     prior = contrasts(dcs, Compare("ssl_variant", "local_simsiam", "hssl_simsiam"))
     assert (prior.table["not_a_baseline"] == "").all()
     assert not any("not a baseline" in n for n in prior.notes)
+
+
+def test_paper_tables_hold_the_reports_numbers_in_latex_and_markdown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--table latex|markdown``: VFLAIR's ranking layout and ours with intervals per
+    scenario, each comparison's contrasts; the same numbers as the CSVs, to 3 decimals."""
+    import pandas as pd
+
+    sweep_dir = tmp_path / "paper"
+    write_records(sweep_dir, rows())
+    args = [str(sweep_dir), "--no-mlflow", "--no-plots", "--compare", "protocol=fedsgd:celu"]
+    report = sweep_dir / "report"
+    assert analysis_main([*args, "--table", "latex"]) == 0
+    assert f"paper tables (latex): {report / 'tables.tex'}" in capsys.readouterr().out
+    tex = (report / "tables.tex").read_text()
+    assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 4  # 3 rankings + 1
+    assert r"$\Delta$ celu-fedsgd [95\% CI]" in tex and "Δ" not in tex
+    contrast = pd.read_csv(report / "contrast_protocol_fedsgd_vs_celu.csv")
+    row = contrast[(contrast["kind"] == "contrast") & (contrast["metric"] == "ns")
+                   & (contrast["defense"] == "none")].iloc[0]  # fmt: skip
+    assert f"{row['delta']:+.3f} [{row['lo']:+.3f}, {row['hi']:+.3f}]" in tex
+    ranking = pd.read_csv(report / "ranking.csv")
+    best = ranking[ranking["scenario"] == "protocol=celu"].iloc[0]
+    assert f"{best['cdcs']:.3f} & {int(best['rank'])} & {best['ca_cdcs']:.3f} [" in tex
+
+    assert analysis_main([*args, "--table", "markdown"]) == 0
+    md = (report / "tables.md").read_text()
+    assert "**Defense ranking: protocol=celu**" in md
+    assert (
+        "| defense | strength | T-DCS LI | C-DCS | rank | ca-C-DCS [95% CI] | group | seeds |" in md
+    )
+    assert f"{row['delta']:+.3f} [{row['lo']:+.3f}, {row['hi']:+.3f}]" in md
