@@ -146,10 +146,18 @@ class AdaptEntry(_Strict):
     trials: int = Field(16, ge=1)
     sampler: Literal["tpe", "random"] = "tpe"
     holdout: Float = Field(0.5, gt=0, lt=1)
+    # cv: k-fold over the attacker's auxiliary rows (folds 0: as many as min_rows allows,
+    # 2 to 5); holdout: one split at ``holdout``. No fold holds out fewer than min_rows.
+    method: Literal["cv", "holdout"] = "cv"
+    folds: int = Field(0, ge=0, le=20)
+    min_rows: int = Field(10, ge=1)
 
 
 # An ``adapt:`` entry's keys, as messages name them
-ADAPT_FORM = "{trials: <int >= 1>, sampler: tpe|random, holdout: <between 0 and 1>}"
+ADAPT_FORM = (
+    "{trials: <int >= 1>, sampler: tpe|random, method: cv|holdout, folds: <0 (auto) or 2-20>, "
+    "min_rows: <int >= 1>, holdout: <between 0 and 1>}"
+)
 
 
 class AttackEntry(_Strict):

@@ -141,8 +141,79 @@ def test_the_plans_cost_counts_the_tuning() -> None:
     spec = TrialSpec.build(dataset="digits")
     plain = cost(Training(spec, {}, attacks=(("pmc", {}),)), remote=False)
     tuned = cost(Training(spec, {}, attacks=(("pmc", {"adapt": {"trials": 8}}),)), remote=False)
-    assert runs({"adapt": {"trials": 8}}) == 10 and runs({}) == 1
-    assert tuned.attacks == pytest.approx(10 * plain.attacks)
+    # cross-validated (the default): each trial scored on up to 5 folds, plus the default
+    # and the chosen setting; one holdout: one run per trial
+    assert runs({"adapt": {"trials": 8}}) == 8 * 5 + 2 and runs({}) == 1
+    assert runs({"adapt": {"trials": 8, "method": "holdout"}}) == 10
+    assert runs({"adapt": {"trials": 8, "folds": 3}}) == 8 * 3 + 2
+    assert tuned.attacks == pytest.approx(42 * plain.attacks)
+
+
+# -- issue 65: cross-validated choices, on enough rows, that beat their own noise ----------
+def test_folds_cover_the_aux_rows_once_and_none_holds_fewer_than_min_rows(
+    trained: list[Any],
+) -> None:
+    from trainables.attacks.tuning import plan_folds
+
+    view = view_of(trained, "pmc")  # digits: 4 labelled rows per class, 40 in all
+    info = ATTACKS.get("pmc").info
+    masks, why = plan_folds(view, info, Adapt())
+    assert why == "" and len(masks) == 4  # auto: 40 rows // min_rows 10, at most 5
+    stacked = np.stack(masks)
+    assert (stacked.sum(axis=0) == 1).all()  # every aux row held out exactly once
+    assert all(m.sum() >= 10 for m in masks)
+    labels = view.aux.labels
+    for m in masks:  # stratified: each fold holds every class once (4 per class, 4 folds)
+        assert sorted(labels[m].tolist()) == list(range(10))
+    none, why = plan_folds(view, info, Adapt(min_rows=25))
+    assert none == [] and "40 auxiliary rows cannot give 2 folds of at least min_rows=25" in why
+    single, _ = plan_folds(view, info, Adapt(method="holdout", holdout=0.5))
+    assert len(single) == 1 and single[0].sum() == 20
+    few, why = plan_folds(view, info, Adapt(method="holdout", holdout=0.25, min_rows=15))
+    assert few == [] and "10 held-out auxiliary rows of 40, fewer than min_rows=15" in why
+
+
+def test_the_tuned_setting_replaces_the_default_only_above_its_fold_noise() -> None:
+    from scipy.stats import t
+
+    from trainables.attacks.tuning import choose
+
+    default = np.array([0.10, 0.12, 0.08, 0.11])
+    steady = default + np.array([0.05, 0.06, 0.05, 0.04])
+    replace, noise, why = choose(default, steady, "cv")
+    gain = steady - default
+    assert replace and why == ""
+    assert noise == pytest.approx(t.ppf(0.95, 3) * gain.std(ddof=1) / 2)
+    noisy = default + np.array([0.30, -0.20, 0.25, -0.15])  # mean +0.05, sd 0.26
+    replace, noise, why = choose(default, noisy, "cv")
+    assert not replace and noise > 0.05 and why.startswith("gain +0.0500 over 4 fold(s)")
+    assert choose(default, default, "cv")[2] == "no setting scored above the default"
+    assert choose(default[:1], default[:1] + 0.01, "holdout")[0]  # one split: any gain
+
+
+def test_no_record_chooses_on_fewer_held_out_rows_than_the_minimum(trained: list[Any]) -> None:
+    """Every adapted record either scored each setting on folds of at least ``min_rows``
+    held-out rows, or says it was not tuned and why (and keeps the default's score)."""
+    judge = Judge(trained)
+
+    def views(info: Any) -> tuple[int, Any]:
+        return attacker_index(info, len(trained)), view_of(trained, "pmc")
+
+    def score_of(guess: Any, who: int) -> tuple[Any, dict[str, Any]]:
+        return judge.score(guess, who), {}
+
+    for min_rows in (10, 25):
+        budget = {"trials": 2, "min_rows": min_rows}
+        default, adapted = evaluate([("pmc", {**CHEAP_PMC, "adapt": budget})], views, score_of)
+        record = adapted.extra["adapted"]
+        assert record["min_rows"] == min_rows and record["method"] == "cv"
+        if record["why_default"].startswith("not tuned"):
+            assert record["folds"] == 0 and record["default_kept"] and record["trials_run"] == 0
+            assert adapted.score == default.score
+        else:
+            assert record["held_out_rows"] >= min_rows and record["folds"] >= 2
+            assert len(record["fold_scores_default"]) == record["folds"]
+        assert (min_rows == 25) == record["why_default"].startswith("not tuned")
 
 
 # -- the analysis: default vs worst case --------------------------------------------------

@@ -45,14 +45,25 @@ ADAPT_KEY = "adapt"  # the key an attack spec's params carry the budget under
 SAMPLERS = ("tpe", "random")
 
 
+METHODS = ("cv", "holdout")
+MAX_FOLDS = 5
+
+
 @dataclass(frozen=True)
 class Adapt:
     """The attacker's tuning budget: ``trials`` settings tried (the default is the first),
-    proposed by ``sampler``, each scored on ``holdout`` of its auxiliary rows."""
+    proposed by ``sampler``, each scored by ``method``: ``cv`` (default), k-fold cross
+    validation over its auxiliary rows (``folds``; 0: as many as give every fold
+    ``min_rows`` held-out rows, 2 to 5), or ``holdout``, one split at ``holdout`` of them.
+    Either way no fold holds out fewer than ``min_rows``: below that the attack is
+    recorded as not tuned, with the reason, never chosen on 4 rows."""
 
     trials: int = 16
     sampler: str = "tpe"
     holdout: float = 0.5
+    method: str = "cv"
+    folds: int = 0
+    min_rows: int = 10
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -68,10 +79,13 @@ def split_adapt(params: dict[str, Any]) -> tuple[dict[str, Any], Adapt | None]:
 
 def runs(params: dict[str, Any]) -> int:
     """How many runs of the attack an evaluation with ``params`` costs, at most: the
-    default, one per tuning trial (each no dearer than the default: ``search``) and the
-    chosen setting. What the planner's estimate multiplies an evaluation's cost by."""
+    default, one per tuning trial and fold (each no dearer than the default: ``search``)
+    and the chosen setting. What the planner's estimate multiplies an evaluation's cost by."""
     _, adapt = split_adapt(params)
-    return 1 if adapt is None else int(adapt.trials) + 2
+    if adapt is None:
+        return 1
+    folds = 1 if adapt.method == "holdout" else (adapt.folds or MAX_FOLDS)
+    return int(adapt.trials) * folds + 2
 
 
 def without_adapt(attacks: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -98,6 +112,12 @@ def check_adapt(cls: type[Attack], adapt: Adapt) -> None:
         raise ConfigError(f"{where}.sampler: {adapt.sampler!r}; allowed: {', '.join(SAMPLERS)}")
     if not 0.0 < float(adapt.holdout) < 1.0:
         raise ConfigError(f"{where}.holdout: {adapt.holdout!r}; allowed: 0 < holdout < 1")
+    if adapt.method not in METHODS:
+        raise ConfigError(f"{where}.method: {adapt.method!r}; allowed: {', '.join(METHODS)}")
+    if not isinstance(adapt.folds, int) or adapt.folds == 1 or not 0 <= adapt.folds <= 20:
+        raise ConfigError(f"{where}.folds: {adapt.folds!r}; allowed: 0 (auto) or 2 to 20")
+    if not isinstance(adapt.min_rows, int) or adapt.min_rows < 1:
+        raise ConfigError(f"{where}.min_rows: {adapt.min_rows!r}; allowed: an integer >= 1")
 
 
 def _tunable_names() -> list[str]:
@@ -127,6 +147,39 @@ def _held_out(groups: np.ndarray, share: float, seed: int) -> np.ndarray:
 def holdout_view(
     view: PartyView, info: AttackInfo, share: float
 ) -> tuple[PartyView, SelfScore, int]:
+    """``masked_view`` of one stratified split holding out ``share`` of the aux rows."""
+    held = _held_out(aux_groups(view, info), share, view.seed)
+    return masked_view(view, info, held)
+
+
+def aux_groups(view: PartyView, info: AttackInfo) -> np.ndarray:
+    """What folds stratify the attacker's auxiliary rows by: their labels (label
+    knowledge), else one group (peer feature rows); ConfigError without either."""
+    aux = view.aux
+    if info.aux_labels_per_class or info.aux_labels_total:
+        return np.asarray(aux.labels)
+    if info.aux_feature_fraction and aux.peer_features is not None:
+        return np.zeros(len(aux.feature_rows), dtype=np.int64)
+    raise ConfigError(f"adapt: the attacker holds no auxiliary ground truth ({info})")
+
+
+def fold_masks(groups: np.ndarray, k: int, seed: int) -> list[np.ndarray]:
+    """``k`` disjoint masks over ``groups`` (n,) covering every row: each group's members
+    shuffled (seeded) and dealt round-robin, the deal going on across groups, so every
+    fold holds about n / k rows and each class in proportion."""
+    rng = np.random.default_rng([seed, 4244])
+    fold = np.empty(len(groups), dtype=np.int64)
+    dealt = 0
+    for g in np.unique(groups):
+        members = rng.permutation(np.flatnonzero(groups == g))
+        fold[members] = (np.arange(len(members)) + dealt) % k
+        dealt += len(members)
+    return [fold == f for f in range(k)]
+
+
+def masked_view(
+    view: PartyView, info: AttackInfo, held: np.ndarray
+) -> tuple[PartyView, SelfScore, int]:
     """The view the tuner runs the attack on, how the attacker scores a guess there, and
     on how many held-out rows.
 
@@ -139,7 +192,6 @@ def holdout_view(
     """
     aux = view.aux
     if info.aux_labels_per_class or info.aux_labels_total:
-        held = _held_out(aux.labels, share, view.seed)
         if not held.any():
             raise ConfigError("adapt: too few labelled auxiliary rows to hold any out")
         rows, labels = aux.label_rows[held], aux.labels[held]  # (m,), (m,)
@@ -152,7 +204,6 @@ def holdout_view(
 
         return tuning, score_labels, int(held.sum())
     if info.aux_feature_fraction and aux.peer_features is not None:
-        held = _held_out(np.zeros(len(aux.feature_rows), dtype=np.int64), share, view.seed)
         if not held.any():
             raise ConfigError("adapt: too few auxiliary feature rows to hold any out")
         peer = np.asarray(aux.peer_features, dtype=np.float64)  # (m, d)
@@ -180,14 +231,20 @@ def holdout_view(
 # -- the tuner ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Tuned:
-    """What the tuning found: the best setting (only tuned keys) and what it cost."""
+    """What the tuning found: the best setting (only tuned keys; empty when the default
+    was kept) and what it cost, with every fold's score of the default and of the best."""
 
     best: dict[str, Any]
-    self_default: float  # the attacker's own score of the default setting (held-out rows)
+    self_default: float  # the attacker's own score of the default (mean over its folds)
     self_best: float
     trials: int
-    held_out: int  # auxiliary rows the attacker scored itself on
+    held_out: int  # the fewest held-out auxiliary rows any score was made on (per fold)
     seconds: float
+    folds: int = 1
+    fold_default: tuple[float, ...] = ()
+    fold_best: tuple[float, ...] = ()
+    noise: float = 0.0  # the gain the choice had to beat (``choose``)
+    kept: str = ""  # why the default was kept, or why nothing was tuned
 
     def record(self, adapt: Adapt) -> dict[str, Any]:
         """The adapted record's ``extra.adapted``: budget, choice and its own scores."""
@@ -195,31 +252,84 @@ class Tuned:
             **adapt.as_params(),
             "held_out_rows": self.held_out,
             "best": self.best,
-            "self_default": round(self.self_default, 6),
-            "self_best": round(self.self_best, 6),
+            "self_default": _rounded(self.self_default),
+            "self_best": _rounded(self.self_best),
             "trials_run": self.trials,
             "tuning_seconds": round(self.seconds, 3),
+            "folds": self.folds,
+            "fold_scores_default": [round(v, 6) for v in self.fold_default],
+            "fold_scores_best": [round(v, 6) for v in self.fold_best],
+            "gain_noise": round(self.noise, 6),
+            "default_kept": bool(not self.best),
+            "why_default": self.kept,
         }
+
+
+def _rounded(value: float) -> float | None:
+    return None if np.isnan(value) else round(value, 6)  # JSON has no NaN
+
+
+def plan_folds(view: PartyView, info: AttackInfo, adapt: Adapt) -> tuple[list[np.ndarray], str]:
+    """The held-out masks the attacker scores on (one for ``holdout``, k for ``cv``), or
+    none and why: every mask must hold out at least ``adapt.min_rows`` rows."""
+    groups = aux_groups(view, info)
+    n = len(groups)
+    if adapt.method == "holdout":
+        held = _held_out(groups, float(adapt.holdout), view.seed)
+        if held.sum() < adapt.min_rows:
+            return [], (f"not tuned: {int(held.sum())} held-out auxiliary rows of {n}, fewer "
+                        f"than min_rows={adapt.min_rows}")  # fmt: skip
+        return [held], ""
+    k = adapt.folds or min(MAX_FOLDS, n // max(1, adapt.min_rows))
+    masks = fold_masks(groups, k, view.seed) if k >= 2 else []
+    smallest = min((int(m.sum()) for m in masks), default=0)
+    if k < 2 or smallest < adapt.min_rows:
+        return [], (f"not tuned: {n} auxiliary rows cannot give {max(k, 2)} folds of at least "
+                    f"min_rows={adapt.min_rows} held-out rows each")  # fmt: skip
+    return masks, ""
+
+
+def choose(default: np.ndarray, best: np.ndarray, method: str) -> tuple[bool, float, str]:
+    """Whether the best setting replaces the default, the gain it had to beat, and why not.
+    The rule: the mean paired gain over the folds must exceed its own fold-to-fold noise,
+    t(0.95, k-1) · sd(gain) / √k (a one-sided paired t test at 5 %); with one holdout
+    there is no noise to measure, and any gain above 0 counts."""
+    gain = best - default  # (k,)
+    mean = float(gain.mean())
+    if method == "holdout" or len(gain) < 2:
+        noise = 0.0
+    else:
+        from scipy.special import stdtrit
+
+        noise = float(stdtrit(len(gain) - 1, 0.95) * gain.std(ddof=1) / np.sqrt(len(gain)))
+    if mean > noise and mean > 0:
+        return True, noise, ""
+    why = f"gain {mean:+.4f} over {len(gain)} fold(s) not above its noise {noise:.4f}"
+    return False, noise, why if mean > 0 else "no setting scored above the default"
 
 
 def tune(attack: Attack, view: PartyView, adapt: Adapt) -> Tuned:
     """Tune ``attack``'s ``search`` parameters on ``view`` (the attacker's own) and return
     the best setting. Trial 1 is the attack's own setting, the other ``trials - 1`` are
-    proposed by the sampler; only a strictly higher score replaces the default, so the
-    adapted attack is never a blind change."""
+    proposed by the sampler, each scored on every fold (``plan_folds``) by its mean; the
+    best replaces the default only by ``choose``'s rule, so the adapted attack is never a
+    blind change, and never a choice made on fewer than ``min_rows`` held-out rows."""
     import optuna
 
     cls = type(attack)
-    tuning, self_score, held = holdout_view(view, cls.info, float(adapt.holdout))
-    base = dict(attack.params)
     start = time.perf_counter()
+    masks, why = plan_folds(view, cls.info, adapt)
+    if not masks:
+        return Tuned({}, float("nan"), float("nan"), 0, 0, time.perf_counter() - start, 0, kept=why)
+    folds = [masked_view(view, cls.info, m) for m in masks]
+    base = dict(attack.params)
 
-    def scored(params: dict[str, Any]) -> float:
-        value = self_score(cls(**params).run(tuning))
-        return -1.0 if np.isnan(value) else float(value)  # no score: worse than any
+    def scored(params: dict[str, Any]) -> np.ndarray:
+        values = [score(cls(**params).run(tuning)) for tuning, score, _ in folds]
+        return np.array([-1.0 if np.isnan(v) else float(v) for v in values])  # no score: worst
 
     default = scored(base)
-    best_value, best = default, base
+    best_scores, best = default, base
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = (
         optuna.samplers.TPESampler(seed=view.seed)
@@ -230,10 +340,15 @@ def tune(attack: Attack, view: PartyView, adapt: Adapt) -> Tuned:
     for _ in range(int(adapt.trials) - 1):
         trial = study.ask()
         params = {**base, **{name: span.suggest(trial, name) for name, span in cls.search.items()}}
-        value = scored(params)
-        study.tell(trial, value)
-        if value > best_value:
-            best_value, best = value, params
-    changed = {k: v for k, v in sorted(best.items()) if v != base[k]}
-    seconds = time.perf_counter() - start
-    return Tuned(changed, default, best_value, int(adapt.trials), held, seconds)
+        values = scored(params)
+        study.tell(trial, float(values.mean()))
+        if values.mean() > best_scores.mean():
+            best_scores, best = values, params
+    replace, noise, kept = choose(default, best_scores, adapt.method)
+    changed = {k: v for k, v in sorted(best.items()) if v != base[k]} if replace else {}
+    held = min(n for _, _, n in folds)
+    return Tuned(
+        changed, float(default.mean()), float(best_scores.mean()), int(adapt.trials), held,
+        time.perf_counter() - start, len(folds), tuple(default.tolist()),
+        tuple(best_scores.tolist()), noise, kept,
+    )  # fmt: skip
