@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -66,9 +67,10 @@ def keep(report: Report, tmp: Path, out: Path | None) -> dict[str, Any]:
     source = out if out is not None else tmp
     earlier = _earlier(out) if out is not None else {}
     for key, entry in earlier.items():
-        if key in index or not isinstance(entry, dict):
-            continue
-        present = [n for n in entry.get("files", []) if (source / n).is_file()]
+        if key in index or not isinstance(entry, dict) or not re.fullmatch(r"[\w.=-]+", key):
+            continue  # a key is ``Compare.key``: a file-name part, never a path
+        listed = set(entry.get("files") or [])  # only a comparison's own names, no path
+        present = [n for n in files_of(str(key), source) if n in listed]
         if not present:
             continue
         for name in present:
