@@ -152,6 +152,13 @@ class AdaptEntry(_Strict):
     folds: int = Field(0, ge=0, le=20)
     min_rows: int = Field(10, ge=1)
 
+    @field_validator("folds")
+    @classmethod
+    def _not_one_fold(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("one fold holds nothing out; allowed: 0 (auto) or 2 to 20")
+        return value
+
 
 # An ``adapt:`` entry's keys, as messages name them
 ADAPT_FORM = (
