@@ -121,12 +121,10 @@ def parse_compares(texts: Iterable[str], levels: Callable[[str], list[object]]) 
 
 
 def _level_text(value: object) -> str:
-    """A level as ``--compare`` would name it: ``0.2``, ``fedbcd``, ``true``."""
-    if isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, float) and value.is_integer():
-        return f"{value:g}"
-    return str(value) if not isinstance(value, dict | list) else json.dumps(value)
+    """A level as ``--compare`` would name it: ``0.2``, ``fedbcd`` (``axes.show``)."""
+    from analysis.axes import show
+
+    return json.dumps(value) if isinstance(value, dict | list) else show(value)
 
 
 def record_levels(rows: pd.DataFrame) -> Callable[[str], list[object]]:

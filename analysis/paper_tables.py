@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.contrast_text import strength
 from analysis.report_data import Report
 
 FORMATS = ("latex", "markdown")
@@ -34,10 +35,6 @@ def _num(value: object, sign: bool = False) -> str:
     if isinstance(value, int | float):
         return f"{value:+.3f}" if sign else f"{value:.3f}"
     return str(value)
-
-
-def _strength(value: object) -> str:
-    return "-" if value is None or pd.isna(value) else f"{float(value):g}"  # type: ignore[arg-type]
 
 
 def _ci(mean: object, lo: object, hi: object, sign: bool = False) -> str:
@@ -76,7 +73,7 @@ def ranking_tables(ranking: pd.DataFrame, fmt: str) -> list[str]:
     for scenario, part in ranking.groupby("scenario", sort=False, observed=True):
         rows = []
         for r in part.to_dict("records"):
-            row = [str(r["defense"]), _strength(r.get("strength"))]
+            row = [str(r["defense"]), strength(r.get("strength"))]
             row += [_num(r.get(f"tdcs_{t}")) for t in types]
             row += [_num(r.get("cdcs")), _num(r.get("rank")).split(".")[0]]
             row += [_ci(r.get("ca_cdcs"), r.get("ca_cdcs_lo"), r.get("ca_cdcs_hi"))]
@@ -97,7 +94,7 @@ def contrast_tables(report: Report, fmt: str) -> list[str]:
         head += [f"Δ {c.b}−{c.a} [95% CI]", "p (Holm)", "verdict"]
         for context, part in table.groupby("context", sort=False, observed=True):
             rows = [
-                [str(r["kind"]), str(r["defense"]), _strength(r["defense_param"]),
+                [str(r["kind"]), str(r["defense"]), strength(r["defense_param"]),
                  "MP" if r["metric"] == "mp" else f"{r['metric']} adv",
                  _num(r["mean_a"]), _num(r["mean_b"]), _ci(r["delta"], r["lo"], r["hi"], True),
                  "-" if pd.isna(r["p_holm"]) else f"{r['p_holm']:.3g}",
@@ -119,7 +116,7 @@ def worst_tables(report: Report, fmt: str) -> list[str]:
     out = []
     for scenario, part in worst.attacks.groupby("scenario", sort=False, observed=True):
         rows = [
-            [str(r["attack"]), str(r["defense"]), _strength(r["defense_param"]),
+            [str(r["attack"]), str(r["defense"]), strength(r["defense_param"]),
              _num(r["adv_default"]), _num(r["adv_adapted"]), _num(r["gain"], True)]
             for r in part.to_dict("records")
         ]  # fmt: skip
