@@ -39,8 +39,11 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def not_a_baseline(table: pd.DataFrame, compare: Compare) -> pd.Series:
-    """Per contrast row: the reason its comparison is no baseline for its metric, or ""."""
+def not_a_baseline(
+    table: pd.DataFrame, compare: Compare, cap_attacks: list[str] | None = None
+) -> pd.Series:
+    """Per contrast row: the reason its comparison is no baseline for its metric, or "".
+    A CAP row (``cap``) averages ``cap_attacks``: it is flagged when one of them is."""
     out = pd.Series([""] * len(table), index=table.index, dtype=object)
     for rule in RULES:
         if compare.axis != rule.axis:
@@ -49,5 +52,7 @@ def not_a_baseline(table: pd.DataFrame, compare: Compare) -> pd.Series:
         if arm_of(compare.a, probe) != "a" and arm_of(compare.b, probe) != "a":
             continue
         hit = table["metric"].astype(str).str.startswith(rule.metric_prefix)
+        if any(a.startswith(rule.metric_prefix) for a in cap_attacks or ()):
+            hit |= table["metric"].astype(str) == "cap"
         out[hit] = rule.why
     return out

@@ -38,6 +38,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.baselines import not_a_baseline
+from analysis.cap_contrast import METRIC as CAP
+from analysis.cap_contrast import cap_attacks, cap_units
 from analysis.compare import Arms, Compare, row_arms
 from analysis.power import detectable
 from analysis.uncertainty import MIN_SEEDS, at_chance, cell_stats, half_width
@@ -72,7 +74,11 @@ def contrasts(
     ``arms``: ``row_arms(dcs, compare)`` when the caller has it already. ``family``: what
     Holm corrects over, ``comparison`` (every row of this one) or ``attack`` (each metric's
     rows apart); ``analysis`` (every comparison together) is ``joint_holm``'s, afterwards."""
+    arms = arms if arms is not None else row_arms(dcs, compare)
     units = seed_units(dcs, compare, arms)
+    caps = cap_units(dcs, arms)
+    if len(caps):  # CAP as one more metric (cap_contrast.py)
+        units = pd.concat([units, caps], ignore_index=True)
     paired = pair_arms(units)
     if paired.empty:
         raise ConfigError(
@@ -92,7 +98,7 @@ def contrasts(
     table = holm(ordered(plain(table), units), by=["metric"] if family == "attack" else [])
     table["family_by"] = family
     table["verdict"] = [verdict(r, compare) for r in table.itertuples()]
-    table["not_a_baseline"] = not_a_baseline(table, compare)
+    table["not_a_baseline"] = not_a_baseline(table, compare, cap_attacks(dcs))
     table.insert(0, "axis", compare.axis)
     table.insert(1, "a", compare.a)
     table.insert(2, "b", compare.b)
@@ -127,7 +133,7 @@ def ordered(table: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
         {
             "k": (table["kind"] != "contrast").astype(int),
             "c": table["context"].map(context_rank),
-            "m": table["metric"].map(lambda m: "" if m == "mp" else str(m)),
+            "m": table["metric"].map(lambda m: {"mp": "", CAP: "~"}.get(str(m), str(m))),
             "d": table["defense"].map(lambda d: "" if d == "none" else str(d)),
             "s": table["defense_param"],
         }
@@ -315,9 +321,13 @@ def verdict(row: object, compare: Compare) -> str:
     if row.kind == "contrast":  # type: ignore[attr-defined]
         if row.metric == "mp":  # type: ignore[attr-defined]
             return f"{b} higher MP" if up else f"{b} lower MP"
+        if row.metric == CAP:  # type: ignore[attr-defined]
+            return f"{b} higher CAP" if up else f"{b} lower CAP"
         return f"{b} leaks more" if up else f"{b} leaks less"
     if row.metric == "mp":  # type: ignore[attr-defined]
         return f"costs less under {b}" if up else f"costs more under {b}"
+    if row.metric == CAP:  # type: ignore[attr-defined]
+        return f"gains more CAP under {b}" if up else f"gains less CAP under {b}"
     return f"protects less under {b}" if up else f"protects more under {b}"
 
 
@@ -331,7 +341,7 @@ def baseline_table(units: pd.DataFrame) -> pd.DataFrame:
 
 def chance_both(baselines: pd.DataFrame) -> pd.DataFrame:
     """(context, attack) whose undefended advantage is at chance in both arms."""
-    adv = baselines[baselines["metric"] != "mp"]
+    adv = baselines[~baselines["metric"].astype(str).isin(["mp", CAP])]  # advantages only
     chance = adv.assign(
         chance=at_chance(adv["mean"], adv["half"], adv["n"], adv["se_test"]).to_numpy()
     )

@@ -46,7 +46,7 @@ def interval(row: Mapping[str, Any]) -> str:
 
 
 def metric_text(metric: str) -> str:
-    return "MP" if metric == "mp" else f"{metric} adv"
+    return {"mp": "MP", "cap": "CAP"}.get(metric, f"{metric} adv")
 
 
 def strength(value: object) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.contrast_text import strength
+from analysis.contrast_text import metric_text, strength
 from analysis.report_data import Report
 
 FORMATS = ("latex", "markdown")
@@ -95,7 +95,7 @@ def contrast_tables(report: Report, fmt: str) -> list[str]:
         for context, part in table.groupby("context", sort=False, observed=True):
             rows = [
                 [str(r["kind"]), str(r["defense"]), strength(r["defense_param"]),
-                 "MP" if r["metric"] == "mp" else f"{r['metric']} adv",
+                 metric_text(str(r["metric"])),
                  _num(r["mean_a"]), _num(r["mean_b"]), _ci(r["delta"], r["lo"], r["hi"], True),
                  "-" if pd.isna(r["p_holm"]) else f"{r['p_holm']:.3g}",
                  str(r["verdict"]) + (" †" if r.get("not_a_baseline") else "")]

@@ -216,14 +216,14 @@ def test_the_family_holm_corrects_over_is_chosen_and_said(
     celu = Compare("protocol", "fedsgd", "celu")
     whole = contrasts(dcs, celu).table
     per_metric = contrasts(dcs, celu, family="attack").table
-    assert set(whole["family"]) == {6}  # 2 contrasts + 1 interaction, on MP and on ns
+    assert set(whole["family"]) == {9}  # 2 contrasts + 1 interaction, on MP, ns and CAP
     assert set(per_metric["family"]) == {3} and set(per_metric["family_by"]) == {"attack"}
     # a smaller family never corrects more
     assert (per_metric["p_holm"].to_numpy() <= whole["p_holm"].to_numpy() + 1e-12).all()
     both = [celu, Compare("protocol", "fedsgd", "fedbcd")]
     joint = build(frame(rows()), 0.5, DEFAULT_WEIGHTS, both, family="analysis")
     for found in joint.contrasts.values():
-        assert set(found.table["family"]) == {12} and set(found.table["family_by"]) == {"analysis"}
+        assert set(found.table["family"]) == {18} and set(found.table["family_by"]) == {"analysis"}
     alone = contrasts(dcs, both[1]).table
     assert (
         joint.contrasts[both[1].key].table["p_holm"].to_numpy() >= alone["p_holm"].to_numpy()
@@ -235,7 +235,7 @@ def test_the_family_holm_corrects_over_is_chosen_and_said(
     args = [str(sweep_dir), "--no-mlflow", "--no-plots", "--compare", "protocol=fedsgd:*"]
     assert analysis_main([*args, "--family", "analysis"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "over all 12 contrasts and interactions of every comparison of this analysis" in out
+    assert "over all 18 contrasts and interactions of every comparison of this analysis" in out
     assert "(--family analysis)" in out
     assert analysis_main([*args, "--effect", "0"]) == 2
     assert "--effect=0.0: must be above 0" in capsys.readouterr().err

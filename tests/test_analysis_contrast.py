@@ -207,7 +207,8 @@ def test_compare_on_a_real_sweep_prints_tables_and_matches_the_records_by_hand(
     import ray
 
     from analysis.cli import main as analysis_main
-    from benchmarks.compare_walkthrough import SPACE, by_hand
+    from benchmarks.compare_walkthrough import SPACE, by_hand, cap_by_hand
+    from benchmarks.compare_walkthrough import printed as written
     from sweep_engine.cli import main as sweep_main
 
     space = tmp_path / "fedbcd_ns.yaml"
@@ -230,8 +231,13 @@ def test_compare_on_a_real_sweep_prints_tables_and_matches_the_records_by_hand(
     assert float(printed[1]) == pytest.approx(hand["mean"], abs=5e-4)
     table = pd.read_csv(sweep_dir / "report" / "contrast_protocol_fedsgd_vs_fedbcd.csv")
     assert set(table["kind"]) == {"contrast", "interaction"}
-    assert len(table[table["kind"] == "interaction"]) == 4  # 2 strengths x (MP, ns)
+    # 2 strengths x (MP, ns), and CAP once per defense (it spans the strengths)
+    assert len(table[table["kind"] == "interaction"]) == 5
     assert (table["n"] == 3).all() and table["half"].notna().all()
+    # CAP as a contrast metric: G-DP's CAP under fedbcd minus under fedsgd, by hand
+    assert written(table, "cap", "gdp") == pytest.approx(cap_by_hand(sweep_dir)["mean"], abs=1e-6)
+    cap_line = next(x for x in out.splitlines() if re.match(r"\s+gdp\s+-\s+CAP", x))
+    assert re.search(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", cap_line), cap_line
 
 
 def test_attacks_in_one_arm_only_still_get_mp_contrasts_and_no_gaps() -> None:
