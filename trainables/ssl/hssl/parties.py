@@ -191,14 +191,15 @@ class SSLParty(Endpoint):
 
     # -- step 3: partial model aggregation (the server averages, parties load) -----------
     def shared_state(self) -> Message:
-        """This party's local top encoder + projector + predictor, to the server."""
+        """This party's local top encoder + projector + predictor, to the server, through its
+        hooks (ISO's ``lambda_p`` noises the active party's share)."""
         state = {
             f"{name}.{key}": value.detach().numpy().copy()
             for name, module in self.local.shared_modules().items()
             for key, value in module.state_dict().items()
         }
         nbytes = int(sum(a.nbytes for a in state.values()))
-        return Message("model_share", self.party_id, SERVER, state, nbytes)
+        return self.send(Message("model_share", self.party_id, SERVER, state, nbytes))
 
     def load_shared(self, msg: Message) -> bool:
         for name, module in self.local.shared_modules().items():
