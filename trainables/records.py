@@ -240,7 +240,9 @@ class Record:
         transport counted them, rounds to the target, seconds; the validation rows' MP with
         its error over ``y_val`` (n_val,) where the training has them. ``fields`` add or override
         (``extra``, ``epsilon`` and the DP fields, a kind's own ``rounds_to_target``)."""
-        from trainables.attacks.chance import main_task_se  # numpy only; no torch here
+        # chance.py is numpy only, but importing it loads the attacks package (torch): here,
+        # inside a training, and never at import (tests/test_records_light.py)
+        from trainables.attacks.chance import main_task_se
 
         measured: dict[str, object] = {
             "mp": result.mp,

@@ -17,9 +17,10 @@ nuswide, else 0.5: ``LoadModels.py``), and eps drawn at evaluation too (it has n
 branch). Its parameters train with their own Adam at ``lr`` (VFLAIR's MNIST configs:
 1e-4) for the first epoch only: VFLAIR's LR decay then resets every optimizer of the
 active party to the main schedule (``global_LR_decay``). And they train on the
-prediction's gradient alone (``ActiveParty.global_backward``: dL/dpred back through the
-bottleneck): the KL term moves the passive embeddings (its gradient is in what the
-passive party is sent) but never the bottleneck itself.
+prediction's gradient alone (VFLAIR's ``global_backward``: dL/dpred back through the
+bottleneck; here the KL reads a frozen copy of the encoder, ``StackedMID.transform``):
+the KL term moves the passive embeddings (its gradient is in what the passive party is
+sent) but never the bottleneck itself.
 """
 
 from __future__ import annotations

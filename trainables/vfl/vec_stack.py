@@ -265,7 +265,8 @@ class VecStack:
             hook.after_backward(self, rows, h_sent, g)
 
     def vstep(self, grad: Payload | None, ref: BatchRef | None) -> Payload | None:
-        """``Party.step`` for the stack: round t's gradient in, round t+1's H out."""
+        """One exchange at this party, for the K stacked trainings: round t's gradient in
+        (applied by ``backward``), round t+1's H out (``forward``; None after the last)."""
         if grad is not None:
             self.backward(grad)
         return None if ref is None else self.forward(ref)
@@ -296,7 +297,7 @@ class VecStack:
         weights: torch.Tensor | None = None,
         index: Index = None,
     ) -> torch.Tensor:
-        """(K,) each training's objective (``ActiveParty.objective``): mean cross-entropy
+        """(K,) each training's objective: mean cross-entropy
         over its batch on its labels or a defense's soft targets (each row weighted by
         ``weights`` (K, B) where given: CELU-VFL's cached steps), plus defenses' terms."""
         k, b, c = logits.shape
