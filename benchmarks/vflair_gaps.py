@@ -20,6 +20,9 @@ Our LI is the multi-class label attacks: the published LI_10 column (no LI_2 her
 under the system temp dir). ``--seeds`` runs fewer seeds (the paper's comparison: 3).
 ``--defenses gdp ldp dcor mid`` runs the 21 points the paper ranks (all four types
 published) and leaves out GS, CAE, DCAE and GPer (16 points with LI and TB only).
+``--attacks dli bli tbm lrb nsb mf`` runs those attacks only (each type's T-DCS is then the
+mean over its attacks that ran); a setting already run with every attack in ``--results``
+is resumed and read for those attacks, so its gaps stay paired with the same trainings.
 Needs ``../shared/datasets/mnist``.
 """
 
@@ -42,6 +45,7 @@ from analysis.report import prepare
 from benchmarks import ROOT, run_space
 from benchmarks.vflair_mnist_table import PUBLISHED, SPACE, TYPES
 from benchmarks.vflair_published import AGG_FEDBCD, SPLIT_FEDSGD, Table
+from trainables.results.labels import base_label
 
 BATCH = 273  # VFLAIR's ~29 batches per epoch of its 60k rows, on our 8,000 (docs/vflair.md)
 SETTINGS: dict[str, tuple[dict[str, object], Table]] = {
@@ -55,17 +59,28 @@ GAPS = {"split_minus_agg": ("split_fedsgd", "agg_fedsgd"),
 
 
 def space_file(
-    setting: str, seeds: list[int], folder: Path, defenses: list[str] | None = None
+    setting: str,
+    seeds: list[int],
+    folder: Path,
+    defenses: list[str] | None = None,
+    attacks: list[str] | None = None,
 ) -> tuple[str, str]:
     """(path, name) of the space for ``setting``: the shipped grid under VFLAIR's procedure
-    (``defenses``: only those of its grid, with the undefended cell)."""
+    (``defenses``: only those of its grid, with the undefended cell; ``attacks``: only
+    those of its attacks)."""
     space = yaml.safe_load((ROOT / "search_spaces" / f"{SPACE}.yaml").read_text())
     missing = sorted(set(defenses or ()) - set(space["defenses"]))
     if missing:
         raise SystemExit(f"--defenses: {missing}; allowed: {[*space['defenses']]}")
+    unknown = sorted(set(attacks or ()) - set(space["attacks"]))
+    if unknown:
+        raise SystemExit(f"--attacks: {unknown}; allowed: {space['attacks']}")
     if defenses:
         space["defenses"] = {k: v for k, v in space["defenses"].items() if k in defenses}
+    if attacks:
+        space["attacks"] = [a for a in space["attacks"] if a in attacks]
     name = f"vflair_gaps_{setting}" + ("_" + "_".join(sorted(defenses)) if defenses else "")
+    name += "_atk_" + "_".join(sorted(attacks)) if attacks else ""
     space["name"] = name
     space["base"] = {**space["base"], **SETTINGS[setting][0], "procedure": "vflair",
                      "batch_size": BATCH}  # fmt: skip
@@ -156,19 +171,32 @@ def main() -> None:
     parser.add_argument("--defenses", nargs="+", default=None,
                         help="only these defenses of the grid (gdp ldp dcor mid: the 21 points "
                              "the paper ranks, every type published)")  # fmt: skip
+    parser.add_argument("--attacks", nargs="+", default=None,
+                        help="only these attacks (a setting already run with every attack in "
+                             "--results is resumed and read for these)")  # fmt: skip
     args = parser.parse_args()
     results = args.results or Path(tempfile.gettempdir()) / "vflsweep_vflair_gaps"
     start = time.perf_counter()
     ours, seconds, trainings = {}, {}, {}
+    sources = {}
     for setting in SETTINGS:
-        space, name = space_file(setting, list(range(args.seeds)), results, args.defenses)
+        seeds = list(range(args.seeds))
+        space, name = space_file(setting, seeds, results, args.defenses, args.attacks)
+        full, full_name = space_file(setting, seeds, results, args.defenses)
+        if args.attacks and (results / full_name).exists():  # a run with every attack
+            space, name = full, full_name  # resumed, and read for ``--attacks`` only
         seconds[setting] = round(run_space(space, results), 1)
         records = read_records(results / name)
+        if args.attacks:
+            base = records["attack"].astype(str).map(base_label)
+            records = records[base.isin(["none", *args.attacks])]
+        sources[setting] = name
         trainings[setting] = int(records["trial_id"].nunique())
         ours[setting] = per_seed_tdcs(records)
     print(json.dumps({
         "benchmark": "vflair_gaps", "results": str(results), "procedure": "vflair",
         "batch_size": BATCH, "seeds": args.seeds, "defenses": args.defenses or "all",
+        "attacks": args.attacks or "all", "sweeps": sources,
         "trainings": trainings,
         "sweep_seconds": seconds,
         **{name: compare_gap(ours, name) for name in GAPS},

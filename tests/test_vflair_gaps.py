@@ -95,3 +95,8 @@ def test_spaces_run_the_shipped_grid_under_vflairs_procedure(tmp_path: Path) -> 
     assert not plan.dropped and len(plan.trainings) > 0
     with pytest.raises(SystemExit, match="allowed"):
         space_file("split_fedsgd", [0], tmp_path, ["iso"])
+    path, name = space_file("split_fedsgd", [0], tmp_path, ["mid"], ["tbm", "dli"])
+    assert name == "vflair_gaps_split_fedsgd_mid_atk_dli_tbm"
+    assert yaml.safe_load(Path(path).read_text())["attacks"] == ["dli", "tbm"]
+    with pytest.raises(SystemExit, match="--attacks"):
+        space_file("split_fedsgd", [0], tmp_path, None, ["ns"])
