@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -45,7 +46,6 @@ from analysis.report import prepare
 from benchmarks import ROOT, run_space
 from benchmarks.vflair_mnist_table import PUBLISHED, SPACE, TYPES
 from benchmarks.vflair_published import AGG_FEDBCD, SPLIT_FEDSGD, Table
-from trainables.results.labels import base_label
 
 BATCH = 273  # VFLAIR's ~29 batches per epoch of its 60k rows, on our 8,000 (docs/vflair.md)
 SETTINGS: dict[str, tuple[dict[str, object], Table]] = {
@@ -89,6 +89,11 @@ def space_file(
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return str(path), name
+
+
+def attack_name(label: str) -> str:
+    """The attack's registry name from its record label (``lrb[count=all,...]`` -> lrb)."""
+    return re.split(r"[@\[+]", label, maxsplit=1)[0]
 
 
 def per_seed_tdcs(records: pd.DataFrame) -> pd.DataFrame:
@@ -188,8 +193,8 @@ def main() -> None:
         seconds[setting] = round(run_space(space, results), 1)
         records = read_records(results / name)
         if args.attacks:
-            base = records["attack"].astype(str).map(base_label)
-            records = records[base.isin(["none", *args.attacks])]
+            names = records["attack"].astype(str).map(attack_name)
+            records = records[names.isin(["none", *args.attacks])]
         sources[setting] = name
         trainings[setting] = int(records["trial_id"].nunique())
         ours[setting] = per_seed_tdcs(records)
