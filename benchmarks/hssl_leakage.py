@@ -33,16 +33,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import yaml
-from scipy import stats
 
+from analysis.cap import cap_table
 from analysis.compare import parse_compare
 from analysis.contrast import contrasts
 from analysis.load import read_records
 from analysis.report import prepare
-from benchmarks import run_space
+from benchmarks import run_space, seed_interval
 
 BASE = {
     "n_parties": 2,
@@ -74,12 +73,12 @@ def write_space(folder: Path, name: str, dataset: str, seeds: int, variants: lis
 
 
 def interval(values: pd.Series) -> dict[str, object]:
-    """Mean and 95 % t interval over seeds (none below 2)."""
-    v = values.dropna().to_numpy(dtype=float)
-    out: dict[str, object] = {"mean": round(float(v.mean()), 4) if len(v) else None, "n": len(v)}
-    if len(v) >= 2:
-        half = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
-        out["ci95"] = [round(float(v.mean()) - half, 4), round(float(v.mean()) + half, 4)]
+    """Mean over seeds, their count and the 95 % interval (``seed_interval``: none below
+    three seeds)."""
+    mean, ci = seed_interval(values.to_numpy(dtype=float))
+    out: dict[str, object] = {"mean": mean, "n": int(values.notna().sum())}
+    if ci is not None:
+        out["ci95"] = ci
     return out
 
 
@@ -116,21 +115,26 @@ def table_vi(main: pd.DataFrame, by_lp: dict[float, pd.DataFrame]) -> dict[str, 
 def table_vii(main: pd.DataFrame) -> dict[str, object]:
     """Per variant: CAP over λf with MC on the fine-tuned encoder (per seed, then t), and
     the analysis' CAP contrast hssl_simsiam − local_simsiam (with MC on both stages)."""
+    dcs = prepare(main, 0.5)
+    caps = cap_table(dcs[(dcs["defense"] == "iso") | (dcs["attack"] == "none")])
+    caps = caps[caps["attack"] == "mc"].set_index("scenario")  # MC on the fine-tuned encoder
     out: dict[str, object] = {}
     for variant in VARIANTS:
         rows = main[(main["ssl_variant"] == variant) & (main["status"] == "ok")]
         clean = rows[rows["attack"] == "none"].set_index("trial_id")["mp"]
-        mc = rows[(rows["attack"] == "mc") & (rows["defense"] == "iso")].copy()
-        mc["ue"] = mc["trial_id"].map(clean) * (1.0 - mc["ap"])
-        cap = mc.groupby("seed")["ue"].mean()  # mean over λf, per seed
-        out[variant] = {"cap": interval(cap),
-                        "mp_by_lambda_f": {f"{lam:g}": interval(
-                            mc[mc["defense_param"] == lam].groupby("seed")["trial_id"].first()
-                            .map(clean)) for lam in LAMBDA_F},
-                        "mc_ap_by_lambda_f": {f"{lam:g}": interval(
-                            mc[mc["defense_param"] == lam].groupby("seed")["ap"].mean())
-                            for lam in LAMBDA_F}}  # fmt: skip
-    found = contrasts(prepare(main, 0.5), parse_compare("ssl_variant=local_simsiam:hssl_simsiam"))
+        mc = rows[(rows["attack"] == "mc") & (rows["defense"] == "iso")]
+        row = caps.loc[f"ssl_variant={variant}"]
+        cap = {"mean": round(float(row["cap"]), 4), "n": int(row["n_seeds"])}
+        if pd.notna(row["cap_lo"]):
+            cap["ci95"] = [round(float(row["cap_lo"]), 4), round(float(row["cap_hi"]), 4)]
+        by_lam = {f"{lam:g}": mc[mc["defense_param"] == lam].groupby("seed") for lam in LAMBDA_F}
+        out[variant] = {
+            "cap": cap,  # cap.csv's CAP of (variant, iso, mc): U·E over λf, t over seeds
+            "mp_by_lambda_f": {k: interval(g["trial_id"].first().map(clean))
+                               for k, g in by_lam.items()},
+            "mc_ap_by_lambda_f": {k: interval(g["ap"].mean()) for k, g in by_lam.items()},
+        }  # fmt: skip
+    found = contrasts(dcs, parse_compare("ssl_variant=local_simsiam:hssl_simsiam"))
     cap = found.table[found.table["metric"] == "cap"]
     out["cap_contrast_hssl_minus_local"] = [
         {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}

@@ -38,12 +38,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from scipy import stats
 
 from analysis.load import read_records
 from analysis.ranking import DEFAULT_WEIGHTS, ranking_table
 from analysis.report import prepare
-from benchmarks import ROOT, run_space
+from benchmarks import ROOT, run_space, seed_interval
 from benchmarks.vflair_mnist_table import PUBLISHED, SPACE, TYPES
 from benchmarks.vflair_published import AGG_FEDBCD, SPLIT_FEDSGD, Table
 
@@ -120,14 +119,6 @@ def published_gaps(a: Table, b: Table) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def interval(values: np.ndarray) -> list[float] | None:
-    """95 % t interval of the mean (None below two values)."""
-    if len(values) < 2:
-        return None
-    half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
-    return [round(float(values.mean() - half), 4), round(float(values.mean() + half), 4)]
-
-
 def compare_gap(ours: dict[str, pd.DataFrame], name: str) -> dict[str, object]:
     """One comparison: per type, ours beside the published gaps (module docstring)."""
     a, b = GAPS[name]
@@ -155,7 +146,7 @@ def compare_gap(ours: dict[str, pd.DataFrame], name: str) -> dict[str, object]:
         out[t] = {
             "points": len(both),
             "ours_mean_gap": round(float(mine.mean()), 4) if len(both) else None,
-            "ours_mean_gap_ci95": interval(per_seed),
+            "ours_mean_gap_ci95": seed_interval(per_seed)[1],
             "ours_share_positive": round(float((mine > 0).mean()), 3) if len(both) else None,
             "vflair_mean_gap": round(float(theirs.mean()), 4) if len(both) else None,
             "vflair_share_positive": round(float((theirs > 0).mean()), 3) if len(both) else None,
@@ -163,7 +154,7 @@ def compare_gap(ours: dict[str, pd.DataFrame], name: str) -> dict[str, object]:
             if len(both) else None,
             "pearson_r": None if np.isnan(r) else round(r, 3),
             "ours_undefended_gap": round(float(none.mean()), 4) if len(none) else None,
-            "ours_undefended_gap_ci95": interval(none),
+            "ours_undefended_gap_ci95": seed_interval(none)[1],
         }  # fmt: skip
     points = table.dropna(subset=[f"gap_{t}" for t in TYPES], how="all").round(4)
     return {"per_type": out, "points": points.to_dict(orient="records")}

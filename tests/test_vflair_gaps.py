@@ -100,3 +100,17 @@ def test_spaces_run_the_shipped_grid_under_vflairs_procedure(tmp_path: Path) -> 
     assert yaml.safe_load(Path(path).read_text())["attacks"] == ["dli", "tbm"]
     with pytest.raises(SystemExit, match="--attacks"):
         space_file("split_fedsgd", [0], tmp_path, None, ["ns"])
+
+
+def test_seed_interval_is_t_over_seeds_and_none_below_three() -> None:
+    from scipy import stats
+
+    from benchmarks import seed_interval
+
+    v = np.array([0.1, 0.2, 0.4])
+    mean, ci = seed_interval(v)
+    half = stats.t.ppf(0.975, 2) * v.std(ddof=1) / np.sqrt(3)
+    assert mean == pytest.approx(v.mean(), abs=1e-4) and ci is not None
+    assert ci == pytest.approx([v.mean() - half, v.mean() + half], abs=1e-4)
+    assert seed_interval(np.array([0.1, 0.2, np.nan])) == (0.15, None)  # two seeds: no interval
+    assert seed_interval(np.array([])) == (None, None)
