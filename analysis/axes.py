@@ -29,7 +29,7 @@ import pandas as pd
 from trainables.results.manifest import flat_spec
 
 # Not axes: a training-time attack is an attack row (``ap:<attack>``), not a setting.
-NOT_AXES = ("train_attack", "train_attack_params")
+NOT_AXES = ("train_attack", "train_attack_params", "train_attack_adapt")
 
 
 _PARSED: list[tuple[pd.Index, pd.DataFrame]] = []  # the last categories parsed, and their table

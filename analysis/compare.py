@@ -36,7 +36,7 @@ AXES: dict[str, tuple[str, ...]] = {
 # spec fields that are not the context: the cell (defense), the unit (seed), what an
 # attack row already names (a training-time attack), and where it ran
 NOT_CONTEXT = ("seed", "defense", "defense_param", "defense_params", "stack", "train_attack",
-               "train_attack_params", "device")  # fmt: skip
+               "train_attack_params", "train_attack_adapt", "device")  # fmt: skip
 
 
 # per record: its arm (0 = A, 1 = B, -1 neither), its context's code; the contexts' labels

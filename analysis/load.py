@@ -41,6 +41,7 @@ NOT_SETTING = (
     "seed", "device", "dataset", "n_parties", "partition", "protocol", "protocol_params",
     "model", "ssl_variant", "aligned_ratio", "n_labeled", "procedure", "defense",
     "defense_param", "defense_params", "stack", "train_attack", "train_attack_params",
+    "train_attack_adapt",
 )  # fmt: skip
 SPEC_FIELDS = frozenset(f.name for f in SPEC_TYPE)  # a TrialSpec's; other keys are not settings
 CATEGORICAL = (

@@ -112,7 +112,9 @@ def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace) -> float | N
         print(json.dumps(summary, default=str))
         return left_s
     print(f"space {summary['space']} ({summary['source']})")
-    print(f"  trainings:   {summary['trainings']}")
+    trial_trainings = summary["attacker_trial_trainings"]
+    more = f" (+{trial_trainings} trial trainings of adapted training-time attackers)"
+    print(f"  trainings:   {summary['trainings']}{more if trial_trainings else ''}")
     evaluations = plural(summary["evaluations"], "attack evaluation")
     tuned = summary["adapted_evaluations"]
     also = f" ({tuned} also tuned by their attacker: docs/attacks.md)" if tuned else ""

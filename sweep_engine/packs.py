@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainables.attacks.tuning import runs
+from trainables.attacks.tuning_trained import budget, trainings
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
 from trainables.kinds import kind_of
@@ -155,8 +156,10 @@ def evaluations(training: Training) -> list[tuple[str, int]]:
     runs_of = {name: runs(params) for name, params in training.attacks}  # runs: tuning
     asked = [name for name, _ in training.attacks]
     out = [(name, runs_of.get(name, 1)) for name in kind_of(spec).evaluations(spec, asked)]
-    if spec.train_attack != "none":
-        out.append((spec.train_attack, 1))
+    if spec.train_attack != "none":  # an adapted one: each trial judged and self-scored
+        adapt = budget(spec)
+        folds = 0 if adapt is None else 1 if adapt.method == "holdout" else adapt.folds or 5
+        out.append((spec.train_attack, trainings(spec) * (1 + folds)))
     return out
 
 
@@ -222,7 +225,9 @@ def cost(training: Training, remote: bool = True, data_dir: str | None = None) -
         transport = rounds * ROUND_S if remote else 0.0
     columns = features / max(1, spec.n_parties)
     attacks = sum(_attack_s(n, rows, columns) * k for n, k in evaluations(training))
-    return Cost(local, transport, attacks, pretrain=pretrain_cost(spec, every, features))
+    k = trainings(spec)  # an adapted training-time attacker's trials: its stated budget
+    pretrain = k * pretrain_cost(spec, every, features)
+    return Cost(k * local, k * transport, attacks, k * TRAINING_S, pretrain)
 
 
 def slots(plan: Plan, n_parties: int, cpus: float, gpus: float | None = None) -> int:

@@ -24,6 +24,7 @@ from sweep_engine.validate import (
     spec_at,
 )
 from trainables.attacks import ATTACKS
+from trainables.attacks.tuning_trained import budget, trainings
 from trainables.data import load_dataset
 from trainables.data.catalog import known_classes
 from trainables.errors import ConfigError, MissingDataError
@@ -92,7 +93,15 @@ class Plan:
         """Evaluations whose attacker also tunes its attack (``adapt``): one more record each."""
         n_trials = self.space.search.n_trials if self.space.search else 1
         tuned = sum(1 for t in self.trainings for _, p in t.attacks if "adapt" in p)
+        tuned += sum(1 for t in self.trainings if budget(t.spec) is not None)
         return tuned * n_trials
+
+    @property
+    def n_trial_trainings(self) -> int:
+        """Trainings beyond ``n_trainings`` that adapted training-time attackers train,
+        one per trial setting but their default (``tuning_trained``): the stated budget."""
+        n_trials = self.space.search.n_trials if self.space.search else 1
+        return sum(trainings(t.spec) - 1 for t in self.trainings) * n_trials
 
     def bundles(self, n_parties: int) -> list[dict[str, float]]:
         """The placement group of one trial: the trial's bundle, then one per party."""
@@ -112,6 +121,7 @@ class Plan:
             "trainings": self.n_trainings,
             "evaluations": self.n_evaluations,
             "adapted_evaluations": self.n_adapted,
+            "attacker_trial_trainings": self.n_trial_trainings,
             "dropped": len(self.dropped),
             "duplicates_merged": self.duplicates,
             "search": None
@@ -185,8 +195,17 @@ def _attack_cells(
         elif info.binary_only and n_classes != 2:
             reason = f"attack {entry.name!r} is binary-only; {spec.dataset} has {n_classes} classes"
             dropped.append(Dropped({**cell, "attack": entry.name}, reason))
+        elif info.training_time and entry.adapt is not None and kind_of(spec).name != "nn":
+            reason = (f"attack {entry.name!r} with adapt: its trial trainings stack on the plain "
+                      f"NN kind only; {spec.ssl_variant!r} trains its own loop")  # fmt: skip
+            dropped.append(Dropped({**cell, "attack": entry.name}, reason))
         elif info.training_time:
-            update = {"train_attack": entry.name, "train_attack_params": entry.attack_params()}
+            params = entry.attack_params()
+            update = {
+                "train_attack": entry.name,
+                "train_attack_params": {k: v for k, v in params.items() if k != "adapt"},
+                "train_attack_adapt": params.get("adapt", {}),
+            }
             tampered = (  # a procedure's attack parameters fill in (``procedure: vflair``)
                 spec.model_copy(update=update)
                 if spec.procedure == "standard"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from sweep_engine.costs import Costs, attack_key, train_key
 from sweep_engine.packs import attack_cost, cost, pretrain_epochs
 from trainables.attacks.tuning import split_adapt, without_adapt
+from trainables.attacks.tuning_trained import trainings
 from trainables.errors import ConfigError
 from trainables.results.labels import adapted_label
 from trainables.trial import kind_of, run_trial
@@ -62,8 +63,11 @@ def _probe(
 
 
 def _at(spec: TrialSpec, epochs: int, pretrain: bool) -> TrialSpec:
-    """``spec`` at ``epochs`` (0: as it is), with one pretraining epoch if ``pretrain``."""
+    """``spec`` at ``epochs`` (0: as it is), with one pretraining epoch if ``pretrain``; one
+    training of an adapted training-time attacker (``parts`` multiplies by its trials)."""
     update: dict[str, object] = {"epochs": epochs} if epochs else {}
+    if spec.train_attack_adapt:
+        update["train_attack_adapt"] = {}
     if pretrain:
         update["model_params"] = {**spec.model_params, "pretrain_epochs": 1}
     return spec.model_copy(update=update)
@@ -158,6 +162,7 @@ def parts(
     if got is not None:
         fixed, per_epoch = got
         train = fixed + per_epoch * int(spec.epochs or 0) + costs.pretraining(key) / parallel
+        train *= trainings(spec)  # an adapted training-time attacker trains once per trial
         if remote and costs.source.get(f"train:{key}") == "probe":
             train += cost(training, remote=True).transport  # actor round trips a probe skips
     adapt_of = {name: split_adapt(params)[1] for name, params in training.attacks}

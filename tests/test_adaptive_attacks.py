@@ -130,9 +130,10 @@ def test_tbm_gains_on_its_own_rows_at_vflairs_weak_default(trained: list[Any]) -
 def test_what_cannot_adapt_is_refused() -> None:
     from trainables.attacks.tuning import check_adapt
 
-    for name, why in (("bli", "declares no tunable"), ("amc", "training-time")):
+    for name, why in (("bli", "declares no tunable"), ("amc", "training-time attack")):
         with pytest.raises(ConfigError, match=why):
             check_adapt(ATTACKS.get(name), Adapt())
+    check_adapt(ATTACKS.get("amc"), Adapt(sampler="random"))  # its trials train as one stack
     with pytest.raises(ConfigError, match="sampler"):
         check_adapt(ATTACKS.get("pmc"), Adapt(sampler="grid"))
 

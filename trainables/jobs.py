@@ -22,6 +22,9 @@ class Job:
 
     spec: TrialSpec
     attacks: tuple[AttackSpec, ...] = field(default_factory=tuple)
+    # a trial training of an adapted training-time attack (``tuning_trained``): its record
+    # carries its attacker's own scores
+    tuned: bool = False
 
 
 # What ``run_many`` yields per job: its records, or the deterministic error (a ConfigError

@@ -144,7 +144,8 @@ class DefenseEntry(BaseModel):
 # Fields added after records existed: at their default they are left out of config_hash,
 # so a sweep started before them resumes and golden records keep their ids.
 NEW_AT_DEFAULT_UNHASHED = (
-    "split_params", "val_ratio", "lr_decay", "shuffle", "procedure", "weight_init"
+    "split_params", "val_ratio", "lr_decay", "shuffle", "procedure", "weight_init",
+    "train_attack_adapt",
 )  # fmt: skip
 
 # ``procedure: vflair``: the options it sets where the spec does not set them itself, each
@@ -253,6 +254,9 @@ class TrialSpec(BaseModel):
     target_mp: Float | None = Field(None, gt=0, le=1)  # record rounds until MP reaches this
     train_attack: str = "none"  # a training-time attack (it changes the training itself)
     train_attack_params: Params = Field(default_factory=dict)
+    # its attacker's tuning budget (``attacks/tuning_trained.py``: ``trials`` trainings at
+    # random settings, chosen on its own rows); empty: the attack at fixed settings
+    train_attack_adapt: Params = Field(default_factory=dict)
     seed: Int = Field(0, ge=0)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from trainables.attacks.base import AttackInfo, AuxData
+from trainables.attacks.base import AttackInfo, AuxData, Range
 from trainables.attacks.pmc import PassiveModelCompletion
 from trainables.defenses.stacked import StackedDefense
 from trainables.messages import Message
@@ -111,6 +111,13 @@ class ActiveModelCompletion(PassiveModelCompletion):
     presets: ClassVar[dict[str, dict[str, Any]]] = {
         **PassiveModelCompletion.presets,  # fast, converge
         "strong": {"gamma_lr_scale_up": 2.0},
+    }
+
+    # what its attacker may tune, one training per setting (``tuning_trained``): how far
+    # its optimizer scales its own updates; the completion runs at its own setting
+    search: ClassVar[dict[str, Range]] = {
+        "gamma_lr_scale_up": Range(0.25, 4.0, log=True),
+        "max_ratio": Range(2.0, 10.0),
     }
 
     def install(self, party: Any, aux: AuxData) -> None:

@@ -183,6 +183,10 @@ class Attack:
     # (``defenses/stacked.py``: LRB's swaps, AMC's optimizer) says so: its trainings then
     # run in vectorized packs; one that does not runs them alone
     stacks: ClassVar[bool] = False
+    # a training-time attack whose stacked form keeps each training's own parameters
+    # (LRB's hooks hold their margin, trigger and poison rows): trainings at different
+    # settings then share a stack (an adapted attacker's trials: ``tuning_trained``)
+    stacks_params: ClassVar[bool] = False
     # parameters that take one of a few named values (LRB's ``injection``): any other
     # value is refused when the attack is built, i.e. at plan time
     choices: ClassVar[dict[str, tuple[str, ...]]] = {}
@@ -229,6 +233,15 @@ class Attack:
         VFLAIR's): the attack's ``install`` then also runs at the active party, and its
         records say ``threat_model: colluding``. Default: the attacker alone."""
         return False
+
+    def own_probe(
+        self, view: PartyView
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
+        """What an attack that tampers at inference submits to score a training on its own
+        rows (``tuning_trained``): (rows (m,), their fold groups (m,), its clean features
+        of them (m, d), the tampered ones (m, d), the target class); None: it guesses
+        labels, and scores itself on folds of its labelled rows."""
+        return None
 
     def view_info(self) -> AttackInfo:
         """What the harness builds this attack's view from: ``info``, unless its settings

@@ -110,6 +110,26 @@ class Judge:
         return score.with_mp(tampered_mp, n_test)
 
 
+@torch.no_grad()
+def service_answers(
+    parties: Sequence[object], attacker: int, rows: np.ndarray, x_attacker: np.ndarray
+) -> np.ndarray:
+    """(m,) the classes the deployed model answers for training ``rows`` (m,) when the
+    attacker submits ``x_attacker`` (m, d_k) as its features of them and every other party
+    its own: what a backdoor attacker sees of its trigger at inference, here on rows whose
+    labels it already holds (``tuning_trained``). No label is read."""
+    hs = []
+    for k, p in enumerate(parties):
+        p.bottom.eval()  # type: ignore[attr-defined]
+        x = p.X_train[torch.as_tensor(rows, device=p.X_train.device)]  # type: ignore[attr-defined]
+        if k == attacker:
+            x = torch.as_tensor(np.asarray(x_attacker, dtype=np.float32), device=x.device)
+        hs.append(p.bottom(x))  # type: ignore[attr-defined]
+    top = parties[-1].top  # type: ignore[attr-defined]
+    top.eval()
+    return top(hs).argmax(dim=1).cpu().numpy()
+
+
 class QueryModel(torch.nn.Module):
     """The released trained VFL model as a differentiable function of every party's input.
 

@@ -47,7 +47,14 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from trainables.attacks.base import Attack, AttackInfo, AuxData, InferenceTamper, PartyView
+from trainables.attacks.base import (
+    Attack,
+    AttackInfo,
+    AuxData,
+    InferenceTamper,
+    PartyView,
+    Range,
+)
 from trainables.attacks.lrb_colluding import injection_hook
 from trainables.defenses.stacked import StackedDefense
 from trainables.messages import Message
@@ -162,6 +169,15 @@ class LabelReplacementBackdoor(Attack):
     presets: ClassVar[dict[str, dict[str, Any]]] = {
         "strong": {"margin": 15.0, "test_ratio": 1.0},  # see the module docstring
     }
+    # what its attacker may tune, one training per setting (``tuning_trained``): how hard
+    # it swaps, how many poison samples and how wide a trigger; not the target, the test
+    # rows triggered or the threat model (they change what is measured, not the effort)
+    search: ClassVar[dict[str, Range]] = {
+        "margin": Range(0.0, 30.0),
+        "poison_ratio": Range(0.005, 0.05, log=True),
+        "trigger_size": Range(2, 16, integer=True),
+    }
+    stacks_params = True  # each member hook holds its own margin, trigger and poison rows
 
     def colludes(self) -> bool:
         return self.params["injection"] == "colluding"
@@ -187,6 +203,19 @@ class LabelReplacementBackdoor(Attack):
         if party.config.partition != "agg":  # embeddings feed a trainable head: not logits
             margin = 0.0
         party.hooks.insert(0, ReplacementHook(known, poison, target, margin))
+
+    def own_probe(
+        self, view: PartyView
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """Its own labelled rows of other classes, clean and triggered: whether its trigger
+        sends them to the target is how it scores a training on its own rows."""
+        target = int(self.params["target"])
+        other = np.asarray(view.aux.labels) != target
+        rows = np.asarray(view.aux.label_rows)[other]  # (m,) training rows it knows
+        columns, values = trigger_of(view.X_train, int(self.params["trigger_size"]))
+        x = np.asarray(view.X_train[rows], dtype=np.float32)  # (m, d)
+        groups = np.asarray(view.aux.labels)[other]
+        return rows, groups, x, add_trigger(x, columns, values), target
 
     def run(self, view: PartyView) -> InferenceTamper:
         columns, values = trigger_of(view.X_train, int(self.params["trigger_size"]))

@@ -16,8 +16,9 @@ rows are not in the tuning view at all: a label attack labels the held-out auxil
 in their place. Only the chosen setting, run on the full view, reaches the judge.
 
 Attacks without auxiliary ground truth of what they guess (BLI, GRN, NS, ...) cannot score
-themselves and have an empty ``search``; training-time attacks would need a training per
-trial setting and are refused (``check_adapt``).
+themselves and have an empty ``search``. Training-time attacks (LRB, AMC) need a training
+per trial setting: ``tuning_trained.py`` trains them as one stack and chooses by the same
+folds and rule (``folds_of``, ``choose``).
 """
 
 from __future__ import annotations
@@ -96,10 +97,12 @@ def without_adapt(attacks: Any) -> list[tuple[str, dict[str, Any]]]:
 def check_adapt(cls: type[Attack], adapt: Adapt) -> None:
     """A ConfigError naming what cannot be tuned, and why."""
     where = f"attack {cls.name!r}: adapt"
-    if cls.info.training_time:
+    if cls.info.training_time and adapt.sampler != "random":
         raise ConfigError(
-            f"{where}: {cls.name} is a training-time attack; tuning it needs a training per "
-            "setting, which is not supported (tune an inference-time attack)"
+            f"{where}.sampler: {adapt.sampler!r}; {cls.name} is a training-time attack: its "
+            f"{adapt.trials} trial settings each need a training, and they train at once as "
+            "one stack (``tuning_trained``), so no sampler can learn from the first; "
+            "allowed: random"
         )
     if not cls.search:
         raise ConfigError(
@@ -272,16 +275,21 @@ def _rounded(value: float) -> float | None:
 def plan_folds(view: PartyView, info: AttackInfo, adapt: Adapt) -> tuple[list[np.ndarray], str]:
     """The held-out masks the attacker scores on (one for ``holdout``, k for ``cv``), or
     none and why: every mask must hold out at least ``adapt.min_rows`` rows."""
-    groups = aux_groups(view, info)
+    return folds_of(aux_groups(view, info), adapt, view.seed)
+
+
+def folds_of(groups: np.ndarray, adapt: Adapt, seed: int) -> tuple[list[np.ndarray], str]:
+    """``plan_folds`` over rows stratified by ``groups`` (n,): the attacker's auxiliary rows,
+    or the rows a training-time attacker scores its trainings on (``tuning_trained``)."""
     n = len(groups)
     if adapt.method == "holdout":
-        held = _held_out(groups, float(adapt.holdout), view.seed)
+        held = _held_out(groups, float(adapt.holdout), seed)
         if held.sum() < adapt.min_rows:
             return [], (f"not tuned: {int(held.sum())} held-out auxiliary rows of {n}, fewer "
                         f"than min_rows={adapt.min_rows}")  # fmt: skip
         return [held], ""
     k = adapt.folds or min(MAX_FOLDS, n // max(1, adapt.min_rows))
-    masks = fold_masks(groups, k, view.seed) if k >= 2 else []
+    masks = fold_masks(groups, k, seed) if k >= 2 else []
     smallest = min((int(m.sum()) for m in masks), default=0)
     if k < 2 or smallest < adapt.min_rows:
         return [], (f"not tuned: {n} auxiliary rows cannot give {max(k, 2)} folds of at least "

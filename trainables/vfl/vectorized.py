@@ -30,6 +30,7 @@ from typing import Any
 
 from trainables.attacks import ATTACKS
 from trainables.attacks.harness import AttackOutcome, run_attacks_many
+from trainables.attacks.tuning_trained import budget, combine, own_extra, trainings, trial_specs
 from trainables.data import Dataset
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.defenses.base import DEFENSES
@@ -105,8 +106,11 @@ def model_signature(prepared: PreparedTrial) -> tuple[Any, ...]:
         for _, name, params in prepared.protocol.codec_hooks()
         if (form := getattr(CODECS.get(name), "stacked", None)) is not None and form.model
     ]
-    named += [  # a training-time attack's parameters (its aux data may differ)
-        (name, params) for init in prepared.inits for name, params, _ in init.install
+    named += [  # a training-time attack's parameters (its aux data may differ), but for
+        # one whose stacked form keeps each training's own (``Attack.stacks_params``)
+        (name, {} if ATTACKS.get(name).stacks_params else params)
+        for init in prepared.inits
+        for name, params, _ in init.install
     ]
     return tuple((name, json.dumps(params, sort_keys=True, default=str)) for name, params in named)
 
@@ -136,6 +140,37 @@ def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | Non
 
 
 def run_vectorized(
+    jobs: Sequence[Job], ds: Dataset, placement: Placement
+) -> Iterator[tuple[int, Outcome]]:
+    """``run_jobs``, where a job whose training-time attacker tunes (``tuning_trained``)
+    is its ``trials`` trainings, trained with the others (as one stack where they can
+    stack) and yielded as one outcome: its default and ``@adapted`` records, or the first
+    error of its trials."""
+    expanded: list[Job] = []
+    parent: list[int] = []  # expanded job -> the job it is a trial of (or itself)
+    for i, job in enumerate(jobs):
+        specs = [job.spec] if budget(job.spec) is None else trial_specs(job.spec)
+        expanded += [Job(s, job.attacks, tuned=len(specs) > 1) for s in specs]
+        parent += [i] * len(specs)
+    if len(expanded) == len(jobs):
+        yield from run_jobs(jobs, ds, placement)
+        return
+    waiting: dict[int, dict[int, Outcome]] = {}
+    first = {i: parent.index(i) for i in set(parent)}
+    for k, outcome in run_jobs(expanded, ds, placement):
+        i = parent[k]
+        if not expanded[k].tuned:
+            yield i, outcome
+            continue
+        got = waiting.setdefault(i, {})
+        got[k - first[i]] = outcome
+        if len(got) == trainings(jobs[i].spec):
+            trials = [got[j] for j in range(len(got))]
+            error = next((o for o in trials if isinstance(o, BaseException)), None)
+            yield i, error if error is not None else combine(jobs[i].spec, trials)  # type: ignore[arg-type]
+
+
+def run_jobs(
     jobs: Sequence[Job], ds: Dataset, placement: Placement
 ) -> Iterator[tuple[int, Outcome]]:
     """Train ``jobs``: those that stack together as one stacked run, each other one as a
@@ -210,6 +245,8 @@ def _run_chunk(
                 skipped = None if placement.halving is None else halving_skipped(item.prepared)
                 if skipped is not None:  # asked for, and not done: say why
                     extra["halving_skipped"] = skipped
+                if jobs[item.index].tuned:  # a trial of an adapted training-time attack
+                    extra.update(own_extra(jobs[item.index].spec, trained.parties))
                 yield item.index, nn_records_of(
                     jobs[item.index].spec, trained, item.prepared.n_labeled, item.attacks,
                     extra=extra or None,
