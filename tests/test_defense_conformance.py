@@ -41,8 +41,10 @@ def _spec(**fields: object) -> TrialSpec:
 
 
 def test_every_module_is_registered() -> None:
+    """Each module of ``MODULES`` registers one defense under its own name (no count: a
+    new defense is its file and its ``MODULES`` entry)."""
     assert set(NAMES) == {DEFENSES.get(n).name for n in NAMES}
-    assert len(NAMES) == len(MODULES) == 9
+    assert len(NAMES) == len(MODULES) and len(NAMES) >= 1
 
 
 @pytest.mark.parametrize("name", NAMES)

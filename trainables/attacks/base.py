@@ -50,6 +50,9 @@ class AttackInfo:
     # row of its first batch), not from all training rows
     aux_from_first_batch: bool = False
     query_model: bool = False  # may query the released trained model (GRN's setting)
+    # changes what its party sends for rows of a scheduled batch while training (LRB's
+    # swap, at the stacked forward): a kind without per-row batches cannot host it
+    tampers_batches: bool = False
     # reads the exchanged embeddings / gradients as per-class scores (aggVFL's bottoms
     # output C logits): meaningless where a kind exchanges wider representations
     logit_embeddings: bool = False

@@ -146,7 +146,10 @@ class LabelReplacementBackdoor(Attack):
     name = "lrb"
     stacks = True  # its hooks' stacked form: StackedReplacement
     # VFLAIR gives the attacker 10 clean samples of the target class
-    info = AttackInfo(type="TB", role="passive", training_time=True, aux_labels_per_class=10)
+    info = AttackInfo(
+        type="TB", role="passive", training_time=True, aux_labels_per_class=10,
+        tampers_batches=True,
+    )  # fmt: skip
     defaults: ClassVar[dict[str, Any]] = {
         "target": 0,  # the attacker-chosen label (VFLAIR draws one at random)
         "poison_ratio": 0.01,  # share of its training rows used as poison samples

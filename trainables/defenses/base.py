@@ -173,6 +173,11 @@ class Defense:
         """A strength other than the neutral one must change something during training."""
         return self.info.neutral is None or self.strength != self.info.neutral
 
+    def keeps_row_state(self) -> bool:
+        """Whether it keeps state per training row of a scheduled batch across rounds (GS's
+        residual): a kind whose messages are not per-row batches cannot host it."""
+        return False
+
     def targets(self) -> tuple[str, ...] | None:
         """Message kinds this defense acts on, if it acts on messages only (else None)."""
         return None

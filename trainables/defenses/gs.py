@@ -75,6 +75,9 @@ class GradientSparsification(Defense):
     def targets(self) -> tuple[str, ...]:
         return ("gradient",)
 
+    def keeps_row_state(self) -> bool:
+        return bool(self.params["residual"])  # the remainder, per row (or batch position)
+
     def on_send(self, party: HookHost, msg: Message) -> Message:
         if not is_training_gradient(msg) or self.strength == 0.0:
             return msg

@@ -37,9 +37,31 @@ from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.vfl.training import Trained, attacks_of, records_of
 
-# attacks evaluated on FedCVT (see the module docstring for why these and no others)
-ATTACKS_HOSTED = ("pmc", "mc", "amc", "nsb", "mf")
-PROTOCOLS_HOSTED = ("fedsgd", "fedbcd", "quantize", "topk")
+
+def attack_refusal(name: str) -> str | None:
+    """Why attack ``name`` cannot run on FedCVT, by what it declares (``AttackInfo``), or
+    None: FedCVT's exchange has no per-row messages of a scheduled batch to read or tamper
+    with, and no NN top model to release (see the module docstring)."""
+    from trainables.attacks import ATTACKS
+
+    info = ATTACKS.get(name).info
+    if info.needs_messages:
+        why = "it reads per-row gradients or embeddings of a scheduled batch"
+    elif info.query_model:
+        why = "it queries the released NN model, which FedCVT's three heads are not"
+    elif info.tampers_batches:
+        why = "it tampers with per-row messages of a scheduled batch while training"
+    else:
+        return None
+    return f"attack {name!r} is not evaluated on FedCVT: {why}; FedCVT's exchange has none"
+
+
+def protocols_hosted() -> list[str]:
+    """The registered protocols FedCVT runs: those that declare they need no replay of
+    cached NN exchanges (``Protocol.replays``: CELU-VFL's workset)."""
+    from trainables.protocols import PROTOCOLS
+
+    return [n for n in PROTOCOLS.names() if not PROTOCOLS.get(n).replays]
 
 
 def semi(spec: TrialSpec) -> bool:
@@ -63,21 +85,22 @@ def defense_refusal(spec: TrialSpec) -> str | None:
                 f"ssl_variant={spec.ssl_variant!r} does not have (its active party trains "
                 "three heads on FedCVT's own loss); only message-level defenses apply"
             )
-        if d.name == "gs" and d.params.get("residual") and d.must_apply():
+        if d.keeps_row_state() and d.must_apply():
             return (
-                "defense gs (residual=1) keeps the dropped remainder per training row of a "
-                "scheduled batch; FedCVT's gradients are per representation tensor over the "
-                "whole overlap or unlabeled rows; use residual: 0"
+                f"defense {d.name} ({d.params}) keeps state per training row of a scheduled "
+                "batch; FedCVT's gradients are per representation tensor over the whole "
+                "overlap or unlabeled rows"
+                + ("; use residual: 0" if "residual" in d.params else "")
             )
     return stack.incompatibility(sends(spec))
 
 
 def protocol_refusal(spec: TrialSpec) -> str | None:
-    if spec.protocol not in PROTOCOLS_HOSTED:
+    hosted = protocols_hosted()
+    if spec.protocol not in hosted:
         return (
             f"protocol {spec.protocol!r} is not defined on FedCVT's exchange (it replays cached "
-            f"NN exchanges through ActiveParty's top model); use one of: "
-            f"{', '.join(PROTOCOLS_HOSTED)}"
+            f"NN exchanges through ActiveParty's top model); use one of: {', '.join(hosted)}"
         )
     return None
 
@@ -109,15 +132,7 @@ class FedCVTKind(TrialKind):
         return runner.rows_incompatibility(spec, ds)
 
     def attack_incompatibility(self, spec: TrialSpec, attack: str) -> str | None:
-        reason = super().attack_incompatibility(spec, attack)
-        if reason is None and attack not in ATTACKS_HOSTED:
-            return (
-                f"attack {attack!r} is not evaluated on ssl_variant={spec.ssl_variant!r}: it "
-                "reads per-row gradients or embeddings of a scheduled batch (or a model of "
-                "the NN kind), which FedCVT's exchange does not have; hosted: "
-                + ", ".join(ATTACKS_HOSTED)
-            )
-        return reason
+        return super().attack_incompatibility(spec, attack) or attack_refusal(attack)
 
     def run(
         self, spec: TrialSpec, ds: Dataset, placement: Placement, attacks: Sequence[AttackSpec]

@@ -45,6 +45,9 @@ class Protocol(Rounds[A, Transport]):
     # and message codecs: what the stacked parties run (``vfl/vec_run.py``); the NN kind
     # refuses one that does not
     stacks: ClassVar[bool] = False
+    # whether its rounds replay cached NN exchanges through the active party's top model
+    # (CELU-VFL's workset): kinds without that top model (FedCVT) cannot run it
+    replays: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         refuse_unknown(f"protocol {self.name!r}", params, list(self.defaults))

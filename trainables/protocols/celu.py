@@ -175,6 +175,7 @@ class CELU(Protocol[NNActive]):
 
     name = "celu"
     stacks = True  # the base rounds; the stacks take the cached steps (``StackedWorkset``)
+    replays = True  # its workset replays cached exchanges through the top model
     defaults: ClassVar[dict[str, Any]] = {"q": 5, "w": 5, "xi": 0.5}
 
     def validate(self) -> None:

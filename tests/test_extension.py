@@ -1,0 +1,129 @@
+"""Extension as docs/contributing.md says it (issue 66 item 5): a defense and an attack,
+one file each, registered by entry points and nothing else, run on every trial kind
+that declares what they need, and are refused with a reason by every other.
+
+The two plugins declare only what the built-ins declare: the defense acts on the
+``gradient`` messages its party sends (``targets``), the attack reads its own trained
+bottom and a few labelled rows (``AttackInfo``: no messages, no released model, no
+per-row tampering). So the kinds place them by those declarations, as they place the
+built-ins (``tests/test_kind_conformance.py``), and no list names them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import test_kind_conformance as kinds
+from test_plugins import on_path
+
+from trainables.attacks import ATTACKS
+from trainables.defenses import DEFENSES
+from trainables.kinds import kind_of
+from trainables.trial import run_trial
+
+DEFENSE_FILE = '''
+"""round_grad: the active party rounds every gradient it sends to a grid of step s."""
+import numpy as np
+from trainables.defenses.base import Defense, DefenseInfo, is_training_gradient, with_payload
+
+
+class RoundGrad(Defense):
+    name = "round_grad"
+    info = DefenseInfo(party="active", parties=("active",), grid=(1e-3, 1e-2), neutral=0.0,
+                       quantity="grid step of the gradients sent", low=0.0, high=1.0)
+
+    def targets(self):
+        return ("gradient",)
+
+    def on_send(self, party, msg):
+        if not is_training_gradient(msg) or self.strength == 0.0:
+            return msg
+        self.count(msg.kind)
+        g = np.asarray(msg.payload)
+        return with_payload(msg, (np.round(g / self.strength) * self.strength).astype(g.dtype))
+'''
+ATTACK_FILE = '''
+"""centroid: the passive attacker labels each test row by the nearest class centroid of its
+own bottom's outputs on the rows whose labels it knows."""
+import numpy as np
+import torch
+from trainables.attacks.base import Attack, AttackInfo, LabelGuess
+
+
+class Centroid(Attack):
+    name = "centroid"
+    info = AttackInfo(type="LI", role="passive", training_time=False, aux_labels_per_class=5)
+
+    def run(self, view):
+        with torch.no_grad():
+            known = view.bottom(torch.as_tensor(view.X_train[view.aux.label_rows])).numpy()
+            test = view.bottom(torch.as_tensor(view.X_test)).numpy()
+        classes = np.unique(view.aux.labels)
+        centres = np.stack([known[view.aux.labels == c].mean(axis=0) for c in classes])
+        nearest = ((test[:, None, :] - centres[None]) ** 2).sum(axis=2).argmin(axis=1)
+        return LabelGuess(split="test", rows=np.arange(len(test)), labels=classes[nearest])
+'''
+ENTRY_POINTS = """
+[vflsweep.defenses]
+round_grad = vflsweep_ext_defense:RoundGrad
+
+[vflsweep.attacks]
+centroid = vflsweep_ext_attack:Centroid
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One file per plugin, and the dist-info that declares them: nothing else."""
+    site = tmp_path_factory.mktemp("ext")
+    (site / "vflsweep_ext_defense.py").write_text(DEFENSE_FILE)
+    (site / "vflsweep_ext_attack.py").write_text(ATTACK_FILE)
+    meta = site / "vflsweep_ext-0.1.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vflsweep-ext\n")
+    (meta / "entry_points.txt").write_text(ENTRY_POINTS)
+    return site
+
+
+@pytest.fixture
+def plugged(site: Path) -> Iterator[None]:
+    with on_path(site), DEFENSES.isolated(), ATTACKS.isolated():
+        DEFENSES.load_plugins()
+        ATTACKS.load_plugins()
+        assert "round_grad" in DEFENSES.names() and "centroid" in ATTACKS.names()
+        yield
+    for module in ("vflsweep_ext_defense", "vflsweep_ext_attack"):
+        sys.modules.pop(module, None)
+
+
+HOSTS = ("nn", "hssl", "fedcvt")  # the kinds with NN parties exchanging gradients
+
+
+@pytest.mark.usefixtures("plugged")
+def test_each_kind_places_the_plugins_by_their_declarations() -> None:
+    for kind in kinds.KIND_SPECS:
+        defense = kinds._defense_refusal(kind, "round_grad")
+        attack = kinds._attack_refusal(kind, "centroid")
+        if kind in HOSTS:
+            assert defense is None and attack is None, (kind, defense, attack)
+        else:  # trees, Paillier LR and FedSSL: no NN gradient messages, no NN attacks
+            assert defense and attack, kind
+            assert len(defense) > 20 and len(attack) > 20  # each says why
+
+
+@pytest.mark.usefixtures("plugged")
+@pytest.mark.parametrize("kind", HOSTS)
+def test_the_plugins_run_on_every_kind_that_hosts_them(kind: str) -> None:
+    spec = kinds._with_defense(kinds.KIND_SPECS[kind], "round_grad", 1e-2)
+    assert kind_of(spec).name == kind
+    records = run_trial(spec, attacks=[("centroid", {})])
+    clean, attacked = records[0], records[-1]
+    applied = json.loads(clean.extra)["defense_applied"]["round_grad"]
+    assert clean.defense == "round_grad" and sum(applied.values()) > 0
+    assert attacked.attack == "centroid" and attacked.attack_type == "LI"
+    assert attacked.ap is not None and 0.0 <= attacked.ap <= 1.0
+    assert attacked.ap_chance is not None  # scored by the judge, beside its baseline
