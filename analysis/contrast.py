@@ -1,5 +1,5 @@
 """Contrasts between two settings of one axis: "does B leak more than A, and does the
-defense act equally under both?" (DESIGN.md "Comparisons and selection").
+defense act equally under both?" (docs/architecture.md, "Comparisons and selection").
 
 ``--compare protocol=fedsgd:fedbcd`` reads "from A = fedsgd to B = fedbcd"; every Δ is
 B − A. Per *context* (every spec field but the axis, the defense and the seed held

@@ -9,7 +9,7 @@ file holds only the attack row: the MP of the model trained under attack). MP* i
 of the undefended row with the same (setting_hash, attack), falling back to the
 undefended training's clean row. VFLAIR clips AP − AP* and MP* − MP at 0.
 
-Chance-aware DCS (``ca_dcs``, DESIGN.md "Scores against their baseline"): the same
+Chance-aware DCS (``ca_dcs``, docs/architecture.md, "Scores against their baseline"): the same
 distance with the attack's *advantage* (``ap_advantage``: 0 = nothing beyond what a
 no-information guess scores on the same rows, 1 = perfect) in place of AP. VFLAIR's DCS
 reads an attack that guessed the minority class for every row (AP 0.24 on adult) as strong

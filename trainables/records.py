@@ -1,4 +1,5 @@
-"""Frozen trial records and the one pyarrow schema that fixes their types (DESIGN.md)."""
+"""Frozen trial records and the one pyarrow schema that fixes their types
+(docs/architecture.md, "Frozen records, one schema")."""
 
 from __future__ import annotations
 

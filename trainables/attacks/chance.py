@@ -6,7 +6,8 @@ attack") on the same imbalanced rows, though both know nothing; an AUC of 0.3 is
 informative as 0.7 (flip the score). So every score carries its *chance* (the best
 no-information guess on the same rows), an *advantage* in [0, 1] (0: no better than
 chance, 1: perfect), the advantage's test-set sampling error, and a *collapse* diagnostic
-(how much of the guess is one constant answer). DESIGN.md: "Scores against their baseline".
+(how much of the guess is one constant answer). docs/architecture.md: "Scores against
+their baseline".
 
 Plain functions over numpy arrays (no torch): the NN judge (``judge.py``) and the tree
 trials (``trainables/trees/run.py``) score by the same rules. A NaN AP (no rows to score,
