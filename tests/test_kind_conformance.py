@@ -2,7 +2,8 @@
 
 Why: the engine's promise is the cross product (any defense, attack and protocol with any
 SSL variant). A pair a kind cannot host must be refused at plan time with a reason; the
-refused pairs are listed here (``REFUSED``) so the list cannot grow silently. A pair
+refused pairs are written here by what each attack and defense declares (``REFUSED``), so
+a refusal no declaration explains fails, and a new one is placed without an entry. A pair
 that is hosted passes the checks NN trials pass: the defense acts (its application
 count is on the record) and at its neutral strength trains exactly like no defense; the
 attack gives a bounded AP through the common harness and Judge.
