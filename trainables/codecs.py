@@ -32,7 +32,7 @@ from trainables.registry import Registry
 if TYPE_CHECKING:
     from trainables.roles import HookHost
 
-CODECS: Registry = Registry("codec")
+CODECS: Registry[Any] = Registry("codec")  # codec and workset classes (no common base)
 
 _NATIVE_BITS = {8: "<u1", 16: "<u2", 32: "<u4"}
 

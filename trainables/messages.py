@@ -21,7 +21,7 @@ class BatchRef(NamedTuple):
     """
 
     epoch: int
-    index: int
+    index: int  # type: ignore[assignment]  # a NamedTuple field that shadows tuple.index
 
 
 @dataclass(frozen=True)

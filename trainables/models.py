@@ -8,6 +8,7 @@ features to C logits, so aggVFL can sum them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -15,7 +16,7 @@ from torch import nn
 from trainables.errors import ConfigError
 from trainables.registry import Registry
 
-BOTTOMS: Registry = Registry("model")
+BOTTOMS: Registry[Any] = Registry("model")  # bottom builders
 
 # Default hidden widths per (model, dataset); "*" applies to any dataset.
 DEFAULT_HIDDEN: dict[str, dict[str, tuple[int, ...]]] = {

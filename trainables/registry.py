@@ -20,12 +20,13 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from trainables.errors import ConfigError, did_you_mean
 from trainables.plugins import load_group
 
 T = TypeVar("T")
+Made = TypeVar("Made")  # what a ``ClassRegistry`` makes: ``create``'s type
 
 # One lock for every registry: loading is rare (once per family and process) and a
 # registry holds no lock of its own, so it stays a plain picklable object.
@@ -87,10 +88,9 @@ class Registry(Generic[T]):
                 f"unknown {self.family} {name!r}; {hint}known: {', '.join(self.names())}"
             ) from None
 
-    def create(self, name: str, *args: object, **kwargs: object) -> object:
-        """Call the factory registered under ``name``."""
-        factory = self.get(name)
-        return factory(*args, **kwargs)  # type: ignore[operator]
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the factory registered under ``name`` (``ClassRegistry``: typed)."""
+        return self.get(name)(*args, **kwargs)  # type: ignore[operator]  # T: a factory
 
     def names(self) -> list[str]:
         self._ensure_plugins()
@@ -173,3 +173,11 @@ class Registry(Generic[T]):
         # CPython marks a module whose import is running (what "partially initialized
         # module" errors test); a finished import has it False or unset
         return not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+class ClassRegistry(Registry[type[Made]]):
+    """A registry of classes of one base (attacks, defenses, protocols): ``create`` is an
+    instance of that base, so a caller needs no cast."""
+
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Made:
+        return self.get(name)(*args, **kwargs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -38,7 +39,7 @@ def _linears(module: nn.Module) -> list[nn.Linear]:
     return (
         [module]
         if isinstance(module, nn.Linear)
-        else [m for m in module if isinstance(m, nn.Linear)]
+        else [m for m in cast("nn.Sequential", module) if isinstance(m, nn.Linear)]
     )
 
 

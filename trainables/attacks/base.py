@@ -10,6 +10,7 @@ it returns a *guess* (labels, features, or a tampered inference), and the trial'
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args
@@ -29,7 +30,7 @@ from trainables.plugins import (
     same_call,
     subclass,
 )
-from trainables.registry import Registry
+from trainables.registry import ClassRegistry
 
 AttackType = Literal["LI", "FR", "TB", "NTB"]
 
@@ -204,11 +205,11 @@ class Attack:
         self.preset = preset
         chosen = self.presets[preset] if preset is not None else {}
         self.params = {**self.defaults, **chosen, **params}
-        for key, allowed in self.choices.items():
-            if self.params[key] not in allowed:
+        for key, values in self.choices.items():
+            if self.params[key] not in values:
                 raise ConfigError(
                     f"attack {self.name!r}: {key}={self.params[key]!r}; allowed: "
-                    + ", ".join(repr(a) for a in allowed)
+                    + ", ".join(repr(a) for a in values)
                 )
 
     def changed_params(self) -> dict[str, Any]:
@@ -317,9 +318,11 @@ def check_attack(cls: Any, name: str) -> Any:
             )
         same_call(cls, Attack, "install")
     for preset in (None, *cls.presets):
-        builds(lambda p=preset: cls(preset=p), f"with preset {preset}")
+        builds(functools.partial(cls, preset=preset), f"with preset {preset}")
     return cls
 
 
 # Registered last: its ``check`` is the function above
-ATTACKS: Registry = Registry("attack", "vflsweep.attacks", "trainables.attacks", check=check_attack)
+ATTACKS: ClassRegistry[Attack] = ClassRegistry(
+    "attack", "vflsweep.attacks", "trainables.attacks", check=check_attack
+)

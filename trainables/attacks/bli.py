@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -129,7 +129,8 @@ def matcher(
 
     def plain(g: Tensor) -> Tensor:
         got = torch.autograd.grad(h, params, g, create_graph=True, retain_graph=True)
-        return sum(((a - t) ** 2).sum() for a, t in zip(got, observed_t, strict=True)) / scale_t
+        total = sum(((a - t) ** 2).sum() for a, t in zip(got, observed_t, strict=True))
+        return cast("Tensor", total) / scale_t  # a sum of tensors: a tensor
 
     return plain
 
@@ -234,6 +235,7 @@ class BatchLabelInference(Attack):
             )
         msg = grads[0]  # the first round (VFLAIR's first_epoch_state)
         sent = next((m for m in view.sent if m.kind == "embedding" and m.batch == msg.batch), None)
+        assert msg.batch is not None, "a training gradient names its batch"
         rows = view.schedule.rows(msg.batch)  # (B,)
         x = torch.from_numpy(np.ascontiguousarray(view.X_train[rows], dtype=np.float32))
         g = torch.as_tensor(np.asarray(msg.payload, dtype=np.float32))  # (B, C)

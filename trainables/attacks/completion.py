@@ -279,7 +279,8 @@ def _ema_updater(ema: nn.Module, model: nn.Module, decay: float) -> Callable[[],
     """A step ema <- decay * ema + (1 - decay) * model (decay 0 copies the model); buffers
     copied. The tensor lists are gathered once: walking the modules every step cost more
     than the arithmetic. Foreach ops run the same per-tensor kernels: same bits."""
-    e_params, m_params = list(ema.parameters()), list(model.parameters())
+    e_params: list[torch.Tensor] = list(ema.parameters())
+    m_params: list[torch.Tensor] = list(model.parameters())
     e_bufs, m_bufs = list(ema.buffers()), list(model.buffers())
     assert len(e_params) == len(m_params) and len(e_bufs) == len(m_bufs)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -224,8 +224,8 @@ def train_fast(
     the generic loop's generators, fresh; ``stop``: its ``Convergence`` on xu. Needs
     ``applies(p, len(xu))``."""
     xl, yl, xu = data
-    bottom, ema = model.bottom.eval(), stop.ema
-    linear = model.head[0]
+    bottom, ema = _bottom(model).eval(), stop.ema
+    linear = _linear(model)
     theta = torch.cat([linear.weight, linear.bias.unsqueeze(1)], dim=1).detach().numpy()
     opt = AdamEma(theta.copy(), float(p["lr"]), float(p["ema_decay"]))
     bs, epoch = int(p["batch_size"]), int(p["steps_per_epoch"])
@@ -288,7 +288,7 @@ def train_fast_many(
     same batch, steps, head shape and no convergence stop (``stop_patience`` 0: every K
     runs every step); writes each model's weights and its EMA into ``emas``."""
     thetas = [
-        torch.cat([m.head[0].weight, m.head[0].bias.unsqueeze(1)], dim=1).detach().numpy()
+        torch.cat([_linear(m).weight, _linear(m).bias.unsqueeze(1)], dim=1).detach().numpy()
         for m in models
     ]
     opt = AdamEma(np.stack(thetas), float(p["lr"]), float(p["ema_decay"]))  # (K, C, w+1)
@@ -304,7 +304,7 @@ def train_fast_many(
         inps = []
         for model, (xl, yl, xu), gen, rng in zip(models, datas, gens, rngs, strict=True):
             b = draw_block(gen, rng, steps, bs, len(xl), len(xu), feat, noise, float(p["alpha"]))
-            inps.append(block_inputs(model.bottom.eval(), xl, yl, xu, b, noise))
+            inps.append(block_inputs(_bottom(model).eval(), xl, yl, xu, b, noise))
         feats = np.stack([i.feats for i in inps], axis=1)  # (S, K, 3B, w+1)
         t0 = np.stack([i.t0 for i in inps], axis=1)  # (S, K, 2B, C)
         mix_u = np.stack([i.mix_u for i in inps], axis=1)  # (S, K, 2B, B)
@@ -318,9 +318,18 @@ def train_fast_many(
         ema.steps = done  # type: ignore[assignment]
 
 
+def _linear(model: nn.Module) -> nn.Linear:
+    """A ``CompletionModel``'s linear head, ``model.head[0]`` (the fast path's only kind)."""
+    return cast("nn.Linear", model.get_submodule("head.0"))
+
+
+def _bottom(model: nn.Module) -> nn.Module:
+    return model.get_submodule("bottom")
+
+
 def _load(model: nn.Module, theta: np.ndarray) -> None:
     """Writes theta = [W | b] (C, w+1) into the model's linear head."""
-    linear = model.head[0]
+    linear = _linear(model)
     with torch.no_grad():
         linear.weight.copy_(torch.from_numpy(theta[:, :-1]))
         linear.bias.copy_(torch.from_numpy(theta[:, -1]))

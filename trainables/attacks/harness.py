@@ -39,7 +39,7 @@ class AttackOutcome:
     def mp(self) -> float:
         return self.score.mp
 
-    def record_fields(self) -> dict[str, float]:
+    def record_fields(self) -> dict[str, Any]:
         """The attack record's scored columns: the AP beside its baseline (advantage, its
         SE, collapse) and the MP under attack with its SE."""
         return {**self.score.ap_fields(), "mp": self.score.mp, "mp_se": self.score.mp_se}

@@ -63,7 +63,8 @@ def gradients_of(
     return last_gradients(view) if rounds == "last" else first_gradients(view, holding)
 
 
-ROUNDS = {"rounds": ("last", "first")}  # which gradients: see the module docstring
+# which gradients: see the module docstring
+ROUNDS: dict[str, tuple[str, ...]] = {"rounds": ("last", "first")}
 SCORE = {"score": ("auc", "vflair")}  # what AP is: see the module docstrings of NS and DS
 
 

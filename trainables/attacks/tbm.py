@@ -14,7 +14,7 @@ AP: 1 - MSE of the reconstructed non-aux training rows of party 0 (columns min-m
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -72,7 +72,7 @@ class TrainingBasedBackMapping(Attack):
                 nn.Linear(p["hidden"], x_aux.shape[1]),
             )
         with torch.no_grad():
-            net[-1].bias.copy_(x_aux.mean(0))  # start at the aux mean, not at 0
+            cast("nn.Linear", net[-1]).bias.copy_(x_aux.mean(0))  # the aux mean, not 0
         opt = torch.optim.Adam(net.parameters(), lr=p["lr"])
         m = len(x_aux)
         bs = min(int(p["batch_size"]), m)

@@ -59,7 +59,7 @@ def budget(spec: TrialSpec) -> Adapt | None:
     """The tuning budget of ``spec``'s training-time attack, or None (fixed settings)."""
     if spec.train_attack == "none" or not spec.train_attack_adapt:
         return None
-    given = dict(spec.train_attack_adapt)
+    given: dict[str, Any] = dict(spec.train_attack_adapt)
     refuse_unknown("train_attack_adapt", given, sorted(Adapt.__dataclass_fields__))
     adapt = Adapt(**given)
     check_adapt(ATTACKS.get(spec.train_attack), adapt)

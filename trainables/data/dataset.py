@@ -72,7 +72,7 @@ def _check_invariants(ds: Dataset) -> None:
 
 
 def _frozen(arr: np.ndarray, dtype: type) -> np.ndarray:
-    out = np.array(arr, dtype=dtype, order="C", copy=True)
+    out: np.ndarray = np.array(arr, dtype=dtype, order="C", copy=True)
     out.setflags(write=False)
     return out
 

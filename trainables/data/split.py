@@ -128,23 +128,34 @@ def vertical_split(ds: Dataset, n_parties: int, scheme: str = "auto") -> list[np
 
 
 class SpecLike(Protocol):
-    """The fields of a trial spec that decide its column split."""
+    """The fields of a trial spec that decide its column split (read-only: a frozen
+    spec, a pydantic model or a test's namespace all match)."""
 
-    dataset: str
-    dataset_params: Mapping[str, Any]
-    n_parties: int
-    split_scheme: str
-    split_params: Mapping[str, Any]
-    seed: int
+    @property
+    def dataset(self) -> str: ...
+    @property
+    def dataset_params(self) -> Mapping[str, Any]: ...
+    @property
+    def n_parties(self) -> int: ...
+    @property
+    def split_scheme(self) -> str: ...
+    @property
+    def split_params(self) -> Mapping[str, Any]: ...
+    @property
+    def seed(self) -> int: ...
 
 
 class RowSpecLike(SpecLike, Protocol):
     """The fields of a trial spec that decide its whole split: columns and rows."""
 
-    aligned_ratio: float
-    n_aligned: int | None
-    n_labeled: int | None
-    val_ratio: float
+    @property
+    def aligned_ratio(self) -> float: ...
+    @property
+    def n_aligned(self) -> int | None: ...
+    @property
+    def n_labeled(self) -> int | None: ...
+    @property
+    def val_ratio(self) -> float: ...
 
 
 def columns_for(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> list[np.ndarray]:

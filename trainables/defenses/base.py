@@ -28,6 +28,7 @@ counts back after training (``applied.py``) and fails such a training.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -47,7 +48,7 @@ from trainables.plugins import (
     same_call,
     subclass,
 )
-from trainables.registry import Registry
+from trainables.registry import ClassRegistry
 
 if TYPE_CHECKING:
     from trainables.roles import HookHost
@@ -283,11 +284,11 @@ def check_defense(cls: Any, name: str) -> Any:
             "messages = False (a stack would send around it)"
         )
     for strength in {*info.grid, *([info.neutral] if info.neutral is not None else [])}:
-        builds(lambda s=strength: cls(strength=s), f"at strength {strength}")
+        builds(functools.partial(cls, strength=strength), f"at strength {strength}")
     return cls
 
 
 # Registered last: its ``check`` is the function above
-DEFENSES: Registry = Registry(
+DEFENSES: ClassRegistry[Defense] = ClassRegistry(
     "defense", "vflsweep.defenses", "trainables.defenses", check=check_defense
 )

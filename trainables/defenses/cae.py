@@ -112,7 +112,7 @@ class ConfusionalAutoencoder(Defense):
 
     def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None:
         """(B,) labels -> (B, C) disguised soft labels."""
-        c = self.encoder[0].in_features
+        c = cast("nn.Linear", self.encoder.get_submodule("0")).in_features  # E's first layer
         self.count("soft_targets")
         with torch.no_grad():
             return self.encoder(nn.functional.one_hot(y, c).float())

@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any, ClassVar, TypeVar
 
 from trainables.errors import refuse_unknown
-from trainables.registry import Registry
+from trainables.registry import ClassRegistry
 from trainables.rounds import Rounds, TrainResult
 from trainables.transport.base import Pending, Transport
 
-PROTOCOLS: Registry = Registry("protocol")
+PROTOCOLS: ClassRegistry[Protocol[Any]] = ClassRegistry("protocol")
 
 HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in PartyInit.hooks
 

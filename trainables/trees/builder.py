@@ -25,7 +25,8 @@ ACTIVE = -1  # owner id of a split made on the active party's own features
 class SplitRule(Protocol):
     """What the active party scores splits with (gain for boosting, Gini for forests)."""
 
-    packer: Packer
+    @property
+    def packer(self) -> Packer: ...
 
     def decode(self, slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """(B, n_slots) per-bin slot sums, (B,) counts -> (B, n_stats) statistics."""

@@ -93,7 +93,7 @@ def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool
         "reveals": reveals(str(spec.model), encrypted),
     }
     outputs = {}
-    if observe:
+    if log is not None:  # observed
         outputs = {
             "view": tree_view(0, str(spec.model), data.n_classes, data.X_train[0], log),
             "view_labels": data.y_train,

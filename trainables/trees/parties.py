@@ -82,11 +82,10 @@ class TreeParty(Endpoint):
 
         nodes: the open nodes' training row ids (a ``node_rows`` message from the active).
         """
-        if isinstance(nodes, Message):
-            nodes = nodes.payload
+        node_rows = nodes.payload if isinstance(nodes, Message) else nodes
         out = []
         n_items = 0
-        for rows in nodes:
+        for rows in node_rows:
             per_feature = []
             for j in self.features:
                 b = self.bins_train[:, j]

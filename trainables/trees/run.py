@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -147,7 +147,9 @@ def _attack(clean: Record, out: TrainResult, attacks: Sequence[tuple[str, dict[s
 
     def score_of(guess: Any, who: int) -> tuple[Score, dict[str, Any]]:
         score = score_labels(guess, view_labels, np.zeros(0, dtype=np.int64))
-        score = dataclasses.replace(score, mp=clean.mp, mp_se=clean.mp_se)
+        score = dataclasses.replace(  # the clean record's MP: the judge's, as the NN kinds'
+            score, mp=cast("float", clean.mp), mp_se=cast("float", clean.mp_se)
+        )
         return score, {"attack_rows": len(guess.rows)}
 
     return evaluate(attacks, lambda info: (view.party_id, view), score_of)

@@ -121,7 +121,7 @@ def joined(join: Join, rank: int) -> Iterator[None]:
     """
     import xgboost as xgb
 
-    env = {
+    env: dict[str, Any] = {
         "dmlc_communicator": FEDERATED,
         "federated_server_address": join.address,
         "federated_world_size": join.world,

@@ -14,7 +14,7 @@ same model as ``xgb.train`` (tests/test_trees_leakage.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -58,14 +58,15 @@ def tapped_train(
     rank = xgb.collective.get_rank()
     n_classes = int(params.get("num_class", 2))
     received: list[dict[str, Any]] = []
-    score = xgb.collective.broadcast(base_score(y, n_classes) if rank == 0 else None, 0)
+    root = cast("np.ndarray", y)  # rank 0's labels (the others pass None and read none)
+    score = xgb.collective.broadcast(base_score(root, n_classes) if rank == 0 else None, 0)
     if rank != 0:
         received.append({"base_score": score})
     booster = xgb.Booster({**params, "base_score": score}, [dtrain])
     for i in range(rounds):
         margin = booster.predict(dtrain, output_margin=True, training=True)
-        gh = grad_hess(margin, y, n_classes) if rank == 0 else None
-        g, h = xgb.collective.broadcast(gh, 0)
+        gh = grad_hess(margin, root, n_classes) if rank == 0 else None
+        g, h = cast("tuple[np.ndarray, np.ndarray]", xgb.collective.broadcast(gh, 0))
         if rank != 0:
             received.append({"g": g, "h": h})
         booster.boost(dtrain, i, grad=g, hess=h)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from trainables.registry import Registry
 
-SSL_METHODS: Registry = Registry("ssl method")
+SSL_METHODS: Registry[Any] = Registry("ssl method")
 
 
 @dataclass(frozen=True)

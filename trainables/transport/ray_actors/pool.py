@@ -127,7 +127,7 @@ def start_actors(n: int, resources: PartyResources) -> ActorSet:
         _wait_ready(pg, n, resources)
         bundles = list(range(n))
     actors = [
-        PartyActor.options(
+        PartyActor.options(  # type: ignore[attr-defined]  # @ray.remote adds options
             num_cpus=resources.cpu,
             num_gpus=resources.gpu,
             **(
