@@ -57,9 +57,9 @@ class Endpoint:
         if init.record:
             self.hooks.append(MessageLog())
         for name, params, aux in init.install:
-            ATTACKS.create(name, **params).install(self, aux)  # type: ignore[attr-defined]
+            ATTACKS.create(name, **params).install(self, aux)
         for family, name, params in init.hooks:
-            hook_registry(family).create(name, **params).attach(self)  # type: ignore[attr-defined]
+            hook_registry(family).create(name, **params).attach(self)
 
     def send_out(self, msg: Message) -> Message:
         """``msg`` through the hook stack on the way out (list order)."""

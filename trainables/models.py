@@ -81,7 +81,7 @@ def build_bottom(
     model: str, in_dim: int, out_dim: int, hidden: Sequence[int] | None, dataset: str
 ) -> nn.Module:
     widths = default_hidden(model, dataset) if hidden is None else tuple(hidden)
-    return BOTTOMS.create(model, in_dim, out_dim, widths)  # type: ignore[return-value]
+    return BOTTOMS.create(model, in_dim, out_dim, widths)
 
 
 class AggTop(nn.Module):

@@ -221,7 +221,7 @@ class Record:
             seed=spec.seed,
             spec_json=spec.model_dump_json(),
             **split,
-            **{"defense": defense_label(spec), "defense_param": spec.defense_param, **measured},  # type: ignore[arg-type]
+            **{"defense": defense_label(spec), "defense_param": spec.defense_param, **measured},  # type: ignore[arg-type]  # measured: the columns' own types
         )
 
     @classmethod

@@ -292,6 +292,16 @@ class TrialSpec(BaseModel):
         blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def required(self, name: Literal["lr", "epochs", "batch_size", "n_labeled"]) -> int | float:
+        """A field the dataset's defaults may leave unset (``lr``, ``epochs``,
+        ``batch_size``, ``n_labeled``) where a kind needs it: its value, or a ConfigError
+        naming it. Typed code reads ``int(spec.required("epochs"))``, not a cast."""
+        value = getattr(self, name)
+        if value is None:
+            raise ConfigError(f"trial spec: {name} is unset for dataset {self.dataset!r}; "
+                              "this kind needs it: set it in the space's base")  # fmt: skip
+        return value
+
     def __hash__(self) -> int:  # dict fields are not hashable; the content hash is
         return hash(self.config_hash)
 

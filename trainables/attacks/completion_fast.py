@@ -315,7 +315,7 @@ def train_fast_many(
     for k, (model, ema) in enumerate(zip(models, emas, strict=True)):
         _load(model, opt.theta[k])
         _load(ema, opt.ema[k])
-        ema.steps = done  # type: ignore[assignment]
+        ema.steps = done  # type: ignore[assignment]  # an int kept on the module, as the loop does
 
 
 def _linear(model: nn.Module) -> nn.Linear:

@@ -132,7 +132,7 @@ def evaluate(
     outcomes = []
     for name, given in attacks:
         params, adapt = split_adapt(given)
-        attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
+        attack: Attack = ATTACKS.create(name, **params)
         start = time.perf_counter()
         who, view = view_of(attack.view_info())
         guess = attack.run(view)
@@ -228,7 +228,7 @@ def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
                 if len(attacks) > j:
                     out[k] += evaluate([attacks[j]], views[k], scorers[k])
             continue
-        attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
+        attack: Attack = ATTACKS.create(name, **params)
         start = time.perf_counter()
         seen = [view_of(attack.view_info()) for view_of in views]
         guesses = attack.run_many([view for _, view in seen])

@@ -9,6 +9,7 @@ the target class, and the MP drop under a non-targeted inference-time attack.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -18,15 +19,32 @@ from trainables.attacks.base import FeatureGuess, Guess, InferenceTamper, LabelG
 from trainables.attacks.chance import Score
 
 
+class TrainedParty(Protocol):
+    """A trained party as the judge reads it (a ``Party``, a stacked party's slice, a copy
+    from an actor): its bottom and its rows."""
+
+    bottom: torch.nn.Module
+    X_train: torch.Tensor  # (n_train, d_k)
+    X_test: torch.Tensor  # (n_test, d_k)
+
+
+class TrainedActive(TrainedParty, Protocol):
+    """The active party: also the top model and the labels (the judge's ground truth)."""
+
+    top: torch.nn.Module
+    y_train: torch.Tensor  # (n_train,)
+    y_test: torch.Tensor  # (n_test,)
+
+
 class Judge:
     """Full-model evaluation over parties [0..K-1]; party K-1 is active (has labels, top)."""
 
     def __init__(self, parties: Sequence[object]) -> None:
-        self.parties = list(parties)
-        self.active = self.parties[-1]
-        self.active.top.eval()  # type: ignore[attr-defined]  # MID samples only in training
-        self.y_train = self.active.y_train.cpu().numpy()  # type: ignore[attr-defined]
-        self.y_test = self.active.y_test.cpu().numpy()  # type: ignore[attr-defined]
+        self.parties = [cast(TrainedParty, p) for p in parties]
+        self.active = cast(TrainedActive, parties[-1])
+        self.active.top.eval()  # MID samples only in training
+        self.y_train = self.active.y_train.cpu().numpy()
+        self.y_test = self.active.y_test.cpu().numpy()
         self.clean_preds = self.predict()  # (n_test,) the untampered model's classes
         self.clean_mp = self.mp(self.clean_preds)
 
@@ -34,15 +52,15 @@ class Judge:
     def embeddings(self, split: str = "test") -> list[torch.Tensor]:
         out = []
         for p in self.parties:
-            p.bottom.eval()  # type: ignore[attr-defined]
-            x = p.X_test if split == "test" else p.X_train  # type: ignore[attr-defined]
-            out.append(p.bottom(x))  # type: ignore[attr-defined]
+            p.bottom.eval()
+            x = p.X_test if split == "test" else p.X_train
+            out.append(p.bottom(x))
         return out
 
     @torch.no_grad()
     def predict(self, embeddings: list[torch.Tensor] | None = None) -> np.ndarray:
         hs = self.embeddings() if embeddings is None else embeddings
-        return self.active.top(hs).argmax(dim=1).cpu().numpy()  # type: ignore[attr-defined]
+        return self.active.top(hs).argmax(dim=1).cpu().numpy()
 
     def mp(self, predictions: np.ndarray) -> float:
         return float((predictions == self.y_test).mean())
@@ -60,7 +78,7 @@ class Judge:
 
     def truth_features(self, party_id: int, split: str, rows: np.ndarray) -> np.ndarray:
         p = self.parties[party_id]
-        x = p.X_test if split == "test" else p.X_train  # type: ignore[attr-defined]
+        x = p.X_test if split == "test" else p.X_train
         return x.cpu().numpy()[rows]
 
     def feature_ap(self, guess: FeatureGuess) -> float:
@@ -71,13 +89,13 @@ class Judge:
         """``feature_ap`` beside its baseline: every row guessed as the target party's
         training column means, scaled and clipped as the guess is."""
         p = self.parties[guess.party_id]
-        full = (p.X_test if guess.split == "test" else p.X_train).cpu().numpy()  # type: ignore[attr-defined]
+        full = (p.X_test if guess.split == "test" else p.X_train).cpu().numpy()
         lo, hi = full.min(axis=0), full.max(axis=0)  # (d,)
         span = np.where(hi > lo, hi - lo, 1.0)
         truth = (full[guess.rows] - lo) / span  # (n, d)
         est = np.clip((np.asarray(guess.X, dtype=np.float64) - lo) / span, 0.0, 1.0)  # (n, d)
         ap = float(1.0 - np.mean((est - truth) ** 2))
-        train_mean = p.X_train.cpu().numpy().astype(np.float64).mean(axis=0)  # type: ignore[attr-defined]
+        train_mean = p.X_train.cpu().numpy().astype(np.float64).mean(axis=0)
         mean = np.clip((train_mean - lo) / span, 0.0, 1.0)  # (d,)
         return chance.feature_score(truth, est, mean, ap)
 
@@ -87,7 +105,7 @@ class Judge:
         party = self.parties[attacker]
         if guess.X_test is not None:
             x = torch.as_tensor(np.asarray(guess.X_test, dtype=np.float32), device=hs[0].device)
-            hs[attacker] = party.bottom(x)  # type: ignore[attr-defined]
+            hs[attacker] = party.bottom(x)
         elif guess.embeddings is not None:
             hs[attacker] = torch.as_tensor(np.asarray(guess.embeddings, dtype=np.float32))
         preds = self.predict(hs)  # (n_test,)
@@ -112,7 +130,7 @@ class Judge:
 
 @torch.no_grad()
 def service_answers(
-    parties: Sequence[object], attacker: int, rows: np.ndarray, x_attacker: np.ndarray
+    parties: Sequence[TrainedParty], attacker: int, rows: np.ndarray, x_attacker: np.ndarray
 ) -> np.ndarray:
     """(m,) the classes the deployed model answers for training ``rows`` (m,) when the
     attacker submits ``x_attacker`` (m, d_k) as its features of them and every other party
@@ -120,12 +138,12 @@ def service_answers(
     labels it already holds (``tuning_trained``). No label is read."""
     hs = []
     for k, p in enumerate(parties):
-        p.bottom.eval()  # type: ignore[attr-defined]
-        x = p.X_train[torch.as_tensor(rows, device=p.X_train.device)]  # type: ignore[attr-defined]
+        p.bottom.eval()
+        x = p.X_train[torch.as_tensor(rows, device=p.X_train.device)]
         if k == attacker:
             x = torch.as_tensor(np.asarray(x_attacker, dtype=np.float32), device=x.device)
-        hs.append(p.bottom(x))  # type: ignore[attr-defined]
-    top = parties[-1].top  # type: ignore[attr-defined]
+        hs.append(p.bottom(x))
+    top = cast(TrainedActive, parties[-1]).top
     top.eval()
     return top(hs).argmax(dim=1).cpu().numpy()
 
@@ -137,12 +155,12 @@ class QueryModel(torch.nn.Module):
     one; the parties' data are not reachable through it.
     """
 
-    def __init__(self, parties: Sequence[object]) -> None:
+    def __init__(self, parties: Sequence[TrainedParty]) -> None:
         super().__init__()
         import copy
 
-        self.bottoms = torch.nn.ModuleList([copy.deepcopy(p.bottom).cpu().eval() for p in parties])  # type: ignore[attr-defined]
-        self.top = copy.deepcopy(parties[-1].top).cpu().eval()  # type: ignore[attr-defined]
+        self.bottoms = torch.nn.ModuleList([copy.deepcopy(p.bottom).cpu().eval() for p in parties])
+        self.top = copy.deepcopy(cast(TrainedActive, parties[-1]).top).cpu().eval()
         for param in self.parameters():
             param.requires_grad_(False)
 

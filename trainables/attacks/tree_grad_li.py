@@ -105,7 +105,7 @@ class TreeGradLI(Attack):
     info = AttackInfo(type="LI", role="passive", training_time=False, needs_messages=True)
     defaults: ClassVar[dict[str, Any]] = {}
 
-    def run(self, view: TreeView) -> LabelGuess:  # type: ignore[override]
+    def run(self, view: TreeView) -> LabelGuess:  # type: ignore[override]  # a tree party's view
         n = len(view.X_train)
         guess = np.full(n, -1, dtype=np.int64)
         for rec in view.received:

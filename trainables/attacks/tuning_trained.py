@@ -100,7 +100,7 @@ def own_scores(
 ) -> tuple[list[float], int, str]:
     """The attacker's own score of one trained trial, per fold (the advantage over its
     no-information guess), the fewest held-out rows a fold had, and why there is none."""
-    attack: Attack = ATTACKS.create(name, **params)  # type: ignore[assignment]
+    attack: Attack = ATTACKS.create(name, **params)
     who, view = nn_view_of(parties, seed)(attack.view_info())
     probe = attack.own_probe(view)
     if probe is None:  # it guesses labels: each fold of its labelled rows, as it would

@@ -134,7 +134,7 @@ class Defense:
         """Join ``party``'s hook stack; subclasses that change the model also wire that."""
         party.hooks.append(self)
         if hasattr(party, "defenses"):
-            party.defenses.append(self)  # type: ignore[attr-defined]
+            party.defenses.append(self)
 
     # -- message hooks (identity by default) -----------------------------------------
     def on_send(self, party: HookHost, msg: Message) -> Message:

@@ -65,7 +65,7 @@ class DefenseStack:
         """ConfigError for a bad name, strength or parameter."""
         found = tuple(entries(spec))
         built = tuple(
-            DEFENSES.create(e.name, strength=e.strength, seed=spec.seed, index=i, **e.params)  # type: ignore[misc]
+            DEFENSES.create(e.name, strength=e.strength, seed=spec.seed, index=i, **e.params)
             for i, e in enumerate(found)
         )
         return cls(spec.seed, spec.n_parties, spec.defense != "none", found, built)

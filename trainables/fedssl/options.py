@@ -111,7 +111,7 @@ def options_of(spec: TrialSpec) -> FedSSLOptions:
         rule, ok = ALLOWED[key]
         if isinstance(value, bool) or not ok(value):
             raise ConfigError(f"model_params.{key}={value!r}: allowed: {rule}")
-    opts = FedSSLOptions(**params)  # type: ignore[arg-type]
+    opts = FedSSLOptions(**params)  # type: ignore[arg-type]  # values checked against ALLOWED above
     _check_spec_fields(spec, opts)
     return opts
 

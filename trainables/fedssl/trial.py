@@ -41,14 +41,14 @@ class Prepared:
 def prepare(spec: TrialSpec, ds: Dataset) -> Prepared:
     """Deal rows, build every party's init and the round plan (ConfigError if impossible)."""
     opts = options_of(spec)
-    n_labeled = int(spec.n_labeled)  # type: ignore[arg-type]  # options_of requires it
+    n_labeled = int(spec.required("n_labeled"))
     rows = split_rows(ds.y_train, n_labeled, opts, spec.seed)
     x = ds.X_train / pixel_scale(ds)  # (n, d) in [0, 1]
     server = opts.n_agents
     config = AgentConfig(
         variant=spec.ssl_variant, opts=opts, d=ds.X_train.shape[1], n_classes=ds.n_classes,
-        image_shape=ds.image_shape, lr=float(spec.lr), optimizer=spec.optimizer,  # type: ignore[arg-type]
-        batch_size=int(spec.batch_size), seed=spec.seed, server_id=server,  # type: ignore[arg-type]
+        image_shape=ds.image_shape, lr=float(spec.required("lr")), optimizer=spec.optimizer,
+        batch_size=int(spec.required("batch_size")), seed=spec.seed, server_id=server,
     )  # fmt: skip
     support = [SupportInit(i, x[r], ds.y_train[r], config) for i, r in enumerate(rows.support)]
     query = [
@@ -61,7 +61,7 @@ def prepare(spec: TrialSpec, ds: Dataset) -> Prepared:
     weights = {k: float(n) if opts.fedavg == "rows" else 1.0 for k, n in enumerate(sizes)}
     queries = tuple(range(opts.n_support, server))  # the supervised baseline leaves them idle
     plan = RoundPlan(
-        rounds=int(spec.epochs),  # type: ignore[arg-type]  # epochs = communication rounds
+        rounds=int(spec.required("epochs")),
         support=tuple(range(opts.n_support)),
         query=() if spec.ssl_variant == "fedssl_supervised" else queries,
         server=server, weights=weights, private=spec.ssl_variant == "fedssl_dp",
@@ -110,7 +110,7 @@ def record_of(
     extra, epsilon = extra_of(spec, prepared, result)
     return Record.trained(
         spec,
-        int(spec.n_labeled),  # type: ignore[arg-type]
+        int(spec.required("n_labeled")),
         result,
         y_test=y_test,
         epsilon=epsilon,
@@ -150,7 +150,7 @@ def extra_of(
         "delta": opts.delta,
         "noise_multiplier": opts.noise_multiplier,
         "max_grad_norm": opts.max_grad_norm,
-        "dp_steps": [list(h) for h in merged(history)],  # type: ignore[arg-type]
+        "dp_steps": [list(h) for h in merged(history)],
         "dp_steps_taken": sum(a["dp_steps"] for a in access[: opts.n_support]),
         "dp_stop_round": privacy["stopped_at"],
     }

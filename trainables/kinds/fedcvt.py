@@ -145,7 +145,7 @@ class FedCVTKind(TrialKind):
                                    codecs=codecs, attacks=evaluated)  # fmt: skip
         keep = bool(evaluated)
         with open_parties(inits, placement) as group:
-            result = group.train(protocol, int(spec.epochs), spec.target_mp)  # type: ignore[arg-type]
+            result = group.train(protocol, int(spec.required("epochs")), spec.target_mp)
             measured = group.call(1, "measurements")
             parties = group.snapshot() if keep or not placement.remote else []
             trained = Trained(result, parties, group.call_all("defense_applied"), defenses)

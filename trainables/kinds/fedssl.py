@@ -55,7 +55,7 @@ class FedSSLKind(TrialKind):
         if ds.image_shape is None:
             return f"dataset {spec.dataset!r} has no images; FedSSL's G and augmentation need them"
         try:
-            split_rows(ds.y_train, int(spec.n_labeled), options_of(spec), spec.seed)  # type: ignore[arg-type]
+            split_rows(ds.y_train, int(spec.required("n_labeled")), options_of(spec), spec.seed)
         except ConfigError as err:
             return str(err)
         return None

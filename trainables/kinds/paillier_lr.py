@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -57,8 +58,9 @@ def lr_inits(spec: TrialSpec, data: tree_common.TreeData, observe: bool) -> list
             X_tr = np.hstack([X_tr, np.ones((len(X_tr), 1))])
             X_te = np.hstack([X_te, np.ones((len(X_te), 1))])
         inits.append(LRPartyInit(
-            p, X_tr.astype(np.float64), X_te.astype(np.float64), width, int(spec.batch_size),  # type: ignore[arg-type]
-            float(spec.lr), spec.seed, observe and p == 0,  # type: ignore[arg-type]
+            p, X_tr.astype(np.float64), X_te.astype(np.float64), width,
+            int(spec.required("batch_size")),
+            float(spec.required("lr")), spec.seed, observe and p == 0,
             y_train=data.y_train[rows] if p == last else None,
             y_test=data.y_test if p == last else None,
             taylor=bool(params.taylor) or encrypted,  # encryption needs the polynomial loss
@@ -74,14 +76,14 @@ def train_lr(
     encrypted = tree_common.encrypt_flag(spec, True)
     holder = KeyHolderInit(spec.key_length, encrypted)
     with open_parties([*inits[:-1], holder, inits[-1]], placement) as group:
-        result = group.train(PaillierLR(), int(spec.epochs))  # type: ignore[arg-type]
+        result = group.train(PaillierLR(), int(spec.required("epochs")))
         log = group.call(0, "received") if observe else None
     rows = len(inits[0].X_train)
     extra = {**result.extra, "rows": rows, "reveals": reveals("paillier_lr", encrypted)}
     outputs = {}
     if observe:
         outputs = {
-            "view": lr_view(0, data.n_classes, inits[0].X_train, log),  # type: ignore[arg-type]
+            "view": lr_view(0, data.n_classes, inits[0].X_train, cast("tuple[Any, list]", log)),
             "view_labels": inits[-1].y_train,
         }
     return dataclasses.replace(result, extra=extra, outputs=outputs)

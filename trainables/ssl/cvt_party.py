@@ -200,7 +200,7 @@ class CvtParty(Endpoint):
             total = sum((t * g).sum() for t, g in zip(self._stash, received, strict=True))
             if self._local_loss is not None:
                 total = total + self._local_loss
-            total.backward()  # type: ignore[union-attr]
+            total.backward()  # type: ignore[union-attr]  # a sum of tensors: a tensor
             self.optimizer.step()
         self._stash, self._inputs = [], None
 

@@ -57,7 +57,7 @@ def cvt_options(spec: TrialSpec, semi: bool) -> CvtOptions:
                 f"model_params {key}={spec.model_params[key]!r} is not a FedCVT {key} value; "
                 f"allowed: {', '.join(allowed)}"
             )
-    return CvtOptions(**kwargs, semi=semi)  # type: ignore[arg-type]
+    return CvtOptions(**kwargs, semi=semi)
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,8 @@ def party_config(spec: TrialSpec, n_classes: int, local_steps: int) -> PartyConf
     """The config both FedCVT parties share (Adam, as FedCVT trains)."""
     return PartyConfig(
         model=str(spec.model), hidden=spec.hidden, dataset=spec.dataset, n_classes=n_classes,
-        n_parties=2, partition="fedcvt", optimizer="adam", lr=float(spec.lr),  # type: ignore[arg-type]
-        batch_size=int(spec.batch_size), seed=spec.seed, local_steps=local_steps,  # type: ignore[arg-type]
+        n_parties=2, partition="fedcvt", optimizer="adam", lr=float(spec.required("lr")),
+        batch_size=int(spec.required("batch_size")), seed=spec.seed, local_steps=local_steps,
         device=spec.device,
     )  # fmt: skip
 

@@ -114,7 +114,7 @@ def tree_view(
     for t, packed in enumerate(trees):
         rows = np.array([i for i, v in enumerate(packed[0]) if v is not None], dtype=np.int64)
         values = [[chunk[i] for chunk in packed] for i in rows]
-        got.append(Received(kind, rows, values, t % width if boost else 0, layout))  # type: ignore[arg-type]
+        got.append(Received(kind, rows, values, t % width if boost else 0, layout))  # type: ignore[arg-type]  # kind: a str the Literal names
     return TreeView(party_id, "passive", model, n_classes, X, key.n, tuple(got))
 
 
@@ -124,5 +124,5 @@ def lr_view(party_id: int, n_classes: int, X: np.ndarray, log: tuple[PublicKey, 
 
     key, batches = log
     kind = "fixed_gradient" if key.encrypted else "gradient"
-    got = tuple(Received(kind, np.asarray(rows), values) for rows, values in batches)  # type: ignore[arg-type]
+    got = tuple(Received(kind, np.asarray(rows), values) for rows, values in batches)  # type: ignore[arg-type]  # kind: a str the Literal names
     return TreeView(party_id, "passive", "paillier_lr", n_classes, X, key.n, got)

@@ -219,7 +219,7 @@ def _opened(key: PublicKey, plain: list[int], dst: int) -> Message:
 def _peer_split(transport: Transport) -> tuple[Transport, Transport]:
     """Transports to the passive parties and to the key holder (the last peer) that count
     into ``transport.stats``. Every transport here is built from its list of peers."""
-    peers = transport.peers  # type: ignore[attr-defined]
+    peers = transport.peers  # type: ignore[attr-defined]  # both transports have peers; the base not
     make: Any = type(transport)
     passives, holder = make(peers[:-1]), make(peers[-1:])
     passives.stats = holder.stats = transport.stats

@@ -94,7 +94,7 @@ def attacks_of(spec: TrialSpec, attacks: Sequence[AttackSpec] = ()) -> list[Atta
 
 def scored_over_epochs(name: str, params: dict[str, Any]) -> bool:
     """Whether attack ``name`` with ``params`` is judged on every epoch's model."""
-    return bool(ATTACKS.create(name, **split_adapt(params)[0]).over_epochs())  # type: ignore[attr-defined]
+    return bool(ATTACKS.create(name, **split_adapt(params)[0]).over_epochs())
 
 
 def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyConfig:
@@ -106,8 +106,8 @@ def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyCo
         n_parties=spec.n_parties,
         partition=spec.partition,
         optimizer=spec.optimizer,
-        lr=float(spec.lr),  # type: ignore[arg-type]
-        batch_size=int(spec.batch_size),  # type: ignore[arg-type]
+        lr=float(spec.required("lr")),
+        batch_size=int(spec.required("batch_size")),
         seed=spec.seed,
         local_steps=protocol.local_steps,
         device=spec.device,
@@ -210,7 +210,7 @@ def attack_needs(
         if info.training_time:
             install.setdefault(who, []).append((name, params))
             active = spec.n_parties - 1
-            if who != active and ATTACKS.create(name, **params).colludes():  # type: ignore[attr-defined]
+            if who != active and ATTACKS.create(name, **params).colludes():
                 install.setdefault(active, []).append((name, params))  # its help (LRB's)
     return record, install
 
@@ -353,7 +353,7 @@ def records_of(
 
     merged = defense_stack.checked(trained.reports)
     applied = defense_stack.extra_json(merged)
-    sample_rate = min(1.0, int(spec.batch_size) / max(1, n_labeled))  # type: ignore[arg-type]
+    sample_rate = min(1.0, int(spec.required("batch_size")) / max(1, n_labeled))
     clean = Record.trained(
         spec,
         n_labeled,

@@ -129,7 +129,7 @@ class VecStack:
         # each model hook's stacked form over the K trainings' own hooks (the same classes
         # in the same order at every training: the stack key says so)
         self.stacked_hooks = [
-            stacked_form(hs[0])(hs, self.device)  # type: ignore[misc]
+            stacked_form(hs[0])(hs, self.device)  # type: ignore[misc]  # a StackedDefense subclass
             for hs in zip(*(model_hooks(p) for p in ps), strict=True)
         ]
         params += [q for d in self.stacked_hooks for q in d.params]

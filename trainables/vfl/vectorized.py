@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from trainables.attacks import ATTACKS
 from trainables.attacks.harness import AttackOutcome, run_attacks_many
@@ -133,7 +133,8 @@ def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | Non
     )
     return (
         cfg.model, cfg.hidden, cfg.partition, cfg.n_parties, cfg.n_classes, cfg.batch_size,
-        cfg.optimizer, cfg.local_steps, cfg.device, cfg.metric, cfg.emb_dim, int(spec.epochs),  # type: ignore[arg-type]
+        cfg.optimizer, cfg.local_steps, cfg.device, cfg.metric, cfg.emb_dim,
+        int(spec.required("epochs")),
         cfg.lr_decay, cfg.keep_epochs,
         shapes, model_signature(prepared),
     )  # fmt: skip
@@ -167,7 +168,8 @@ def run_vectorized(
         if len(got) == trainings(jobs[i].spec):
             trials = [got[j] for j in range(len(got))]
             error = next((o for o in trials if isinstance(o, BaseException)), None)
-            yield i, error if error is not None else combine(jobs[i].spec, trials)  # type: ignore[arg-type]
+            records = cast("list[list[Record]]", trials)  # no error among them
+            yield i, error if error is not None else combine(jobs[i].spec, records)
 
 
 def run_jobs(
@@ -219,7 +221,7 @@ def _run_chunk(
     faults: list[BaseException],
 ) -> Iterator[tuple[int, Outcome]]:
     ready = [c.prepared for c in chunk]
-    epochs = int(jobs[chunk[0].index].spec.epochs)  # type: ignore[arg-type]
+    epochs = int(jobs[chunk[0].index].spec.required("epochs"))
     trained_all = train_stacked(
         ready, epochs, placement, [bool(c.attacks) for c in chunk],
         halving=halving_of(placement, ready), cells=[cell_of(jobs[c.index].spec) for c in chunk],

@@ -86,8 +86,8 @@ def labeled_rows(view: PartyView, n_labeled: int, seed: int) -> np.ndarray:
 # -- pretraining -----------------------------------------------------------------------------
 def method_of(name: str, widths: Widths, seed: int) -> SSLMethod:
     if name == "moco":
-        return SSL_METHODS.create("moco", widths.proj_out, 4096, 0.5, seed)  # type: ignore[return-value]
-    return SSL_METHODS.create(name)  # type: ignore[return-value]
+        return SSL_METHODS.create("moco", widths.proj_out, 4096, 0.5, seed)
+    return SSL_METHODS.create(name)
 
 
 def widths_for(method: str, widths: Widths | None = None) -> Widths:

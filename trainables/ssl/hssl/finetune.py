@@ -134,7 +134,7 @@ def finetune(
 ) -> FineTuned:
     """Pick the lr on the validation split (or take ``ft_lr``), then fine-tune on all
     labeled rows, all on the parties of ``group`` (rebuilt for each training)."""
-    epochs = int(spec.epochs)  # type: ignore[arg-type]
+    epochs = int(spec.required("epochs"))
     opt = ft_options(spec)
     candidates: list[Trained] = []
     val_mp: dict[float, float] = {}

@@ -67,10 +67,10 @@ class SSLPartyInit:
 
 def make_method(cfg: HSSLConfig, salt: int) -> SSLMethod:
     if cfg.method == "moco":
-        return SSL_METHODS.create(  # type: ignore[return-value]
+        return SSL_METHODS.create(
             "moco", cfg.widths.proj_out, cfg.queue, cfg.tau, cfg.seed * 131 + salt
         )
-    return SSL_METHODS.create(cfg.method)  # type: ignore[return-value]
+    return SSL_METHODS.create(cfg.method)
 
 
 class FTEncoder(nn.Module):
