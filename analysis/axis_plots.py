@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -35,6 +36,10 @@ from analysis.by_axis import by_axis_table, direction
 from analysis.plot_jobs import AxisFigure, axis_jobs
 from analysis.plots import defense_order, defense_styles, fit_title
 from analysis.uncertainty import MIN_SEEDS
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.typing import ColorType
 
 DPI = 90
 MAX_LINES = 8  # levels of the line axis drawn; more are named in the title as omitted
@@ -85,7 +90,8 @@ def plot_axis(long: pd.DataFrame, figure: AxisFigure, metrics: list[str], path: 
     drawn_levels = levels[:MAX_LINES]
     styles = _line_styles(line, drawn_levels)
     palette = defense_styles(table["defense"].astype(str)) if "defense" in table else {}
-    bars, legends = False, {}
+    bars = False
+    legends: dict[str | None, list[plt.Axes]] = {}
     for i, ((facet, name, _), label) in enumerate(zip(shown, labels, strict=True)):
         block, c = divmod(i, ncols)
         rows = _matching(table, figure.facets, facet)
@@ -96,7 +102,10 @@ def plot_axis(long: pd.DataFrame, figure: AxisFigure, metrics: list[str], path: 
             ax = grid[block * nm + r, c]
             part = rows[rows[f"{metric}_n"] > 0]
             if on_strength:
-                own = [tuple(palette[name])] if line is None else styles  # type: ignore[index]
+                assert name is not None  # on_strength: a panel per defense (``_columns``)
+                own: list[tuple[ColorType, str]] = (
+                    [(palette[name].color, palette[name].marker)] if line is None else styles
+                )
                 bars |= _strength_panel(ax, part, undefended, metric, line, drawn_levels, own)
                 _strength_axis(ax, part, name)
             elif per_strength:
@@ -142,7 +151,7 @@ def _columns(table: pd.DataFrame, figure: AxisFigure) -> list[tuple[tuple, str |
     """(facet values, defense or None, panel label) per panel column, facets in order."""
     facets = list(figure.facets)
     combos = table[facets].drop_duplicates().itertuples(index=False) if facets else [()]
-    out = []
+    out: list[tuple[tuple, str | None, str]] = []
     for combo in combos:
         values = tuple(combo)
         label = " ".join(f"{f}={show(v)}" for f, v in zip(facets, values, strict=True))
@@ -184,7 +193,7 @@ def _hide_unused(grid: np.ndarray, shown: list, ncols: int, nm: int) -> None:
 
 def _legend(axes: list[plt.Axes], title: str | None) -> None:
     """One legend on the first of ``axes`` with every line drawn on any of them."""
-    seen: dict[str, object] = {}
+    seen: dict[str, Artist] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, handle)
@@ -234,7 +243,7 @@ def _strength_panel(
     metric: str,
     line: str | None,
     levels: list,
-    styles: list[tuple[object, str]],
+    styles: list[tuple[ColorType, str]],
 ) -> bool:
     """One defense against its strengths; the undefended value as a horizontal line."""
     none = part[STRENGTH].isna().all()  # a defense without a strength: its value at 0
@@ -290,7 +299,7 @@ def _line(
     x: np.ndarray,
     part: pd.DataFrame,
     metric: str,
-    color: object,
+    color: ColorType,
     marker: str,
     label: str,
 ) -> bool:
@@ -307,7 +316,7 @@ def _line(
     return True
 
 
-def _reference(ax: plt.Axes, ref: pd.DataFrame, metric: str, color: object, suffix: str) -> bool:
+def _reference(ax: plt.Axes, ref: pd.DataFrame, metric: str, color: ColorType, suffix: str) -> bool:
     """The undefended mean as a dashed horizontal line, its CI (if any) as a band."""
     mean = float(ref[f"{metric}_mean"].mean())
     label = NO_DEFENSE + (f" ({suffix})" if suffix else "")
@@ -334,12 +343,12 @@ def _drawn(bars: bool) -> str:
     return f"mean over seeds (n < {MIN_SEEDS}: no interval)"
 
 
-def _line_styles(line: str | None, levels: list) -> list[tuple[object, str]]:
+def _line_styles(line: str | None, levels: list) -> list[tuple[ColorType, str]]:
     """(colour, marker) per line: defenses in their own palette, other levels tab10."""
     if line == "defense":
         styles = defense_styles([str(level) for level in levels])
-        return [tuple(styles[str(level)]) for level in levels]
-    colors = plt.cm.tab10.colors
+        return [(styles[str(level)].color, styles[str(level)].marker) for level in levels]
+    colors = plt.cm.tab10.colors  # type: ignore[attr-defined]  # a ListedColormap; stubs: Colormap
     return [(colors[j % len(colors)], "o") for j in range(len(levels))]
 
 

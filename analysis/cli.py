@@ -15,6 +15,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any, cast
 
 from analysis.compare import parse_compares, parse_group, record_levels
 from analysis.completeness import completeness_lines
@@ -186,7 +187,8 @@ def screen_lines(report: Report, out: Path, rows: int) -> list[str]:
     lines = answer_lines(report.answer, rows) if report.answer is not None else []
     if report.answer is None:
         lines.append(str(report.summary.get("dcs", "no attack rows")))
-        for metric, entry in (report.best.get("metrics") or {}).items():  # type: ignore[union-attr]
+        metrics = cast(dict[str, dict[str, Any]], report.best.get("metrics") or {})
+        for metric, entry in metrics.items():
             best = entry.get("best")
             if best is not None:
                 tied = [c["cell"] for c in entry.get("tied", [])]

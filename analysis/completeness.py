@@ -9,7 +9,7 @@ a table shows that; this block is printed first, written into ``summary.json``,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -119,8 +119,8 @@ def completeness_lines(summary: dict[str, object]) -> list[str]:
     found = summary.get("completeness")
     if not isinstance(found, dict):
         return []
-    damaged = summary.get("damaged") or {}
+    damaged = cast(dict[str, object], summary.get("damaged") or {})
     out = [str(found["line"])]
-    out += [f"  damaged, not read: {path}: {why}" for path, why in damaged.items()]  # type: ignore[union-attr]
+    out += [f"  damaged, not read: {path}: {why}" for path, why in damaged.items()]
     lacking = lacking_line(found)
     return out + ([lacking] if lacking else [])

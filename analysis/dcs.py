@@ -28,7 +28,7 @@ DCS_COLUMNS = ("mp_dcs", "mp_star", "ap_gap", "mp_gap", "dcs", "adv", "ca_dcs", 
 CHANCE_COLUMNS = ("ap_chance", "ap_advantage", "ap_advantage_se", "ap_collapse", "mp_se")
 
 
-def dcs_value(ap_gap: np.ndarray, mp_gap: np.ndarray, beta: float) -> np.ndarray:
+def dcs_value(ap_gap: np.ndarray, mp_gap: np.ndarray, beta: float | np.ndarray) -> np.ndarray:
     """DCS = 1 / (1 + sqrt((1-β)·ΔAP² + β·ΔMP²)) for already clipped gaps (any shape)."""
     return 1.0 / (1.0 + np.sqrt((1.0 - beta) * ap_gap**2 + beta * mp_gap**2))
 

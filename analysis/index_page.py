@@ -144,10 +144,10 @@ def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
     if report.worst is not None:  # adaptive attackers: the screen's section, verbatim
         from analysis.worst_case import worst_lines
 
-        text = worst_lines(report.worst, rows=1000)
-        md += ["## Worst case: attacks tuned by their attacker", "", "```", *text, "```", ""]
+        worst = worst_lines(report.worst, rows=1000)
+        md += ["## Worst case: attacks tuned by their attacker", "", "```", *worst, "```", ""]
         page.append("<h2>Worst case: attacks tuned by their attacker</h2>")
-        page.append(f"<pre>{html.escape(chr(10).join(text))}</pre>")
+        page.append(f"<pre>{html.escape(chr(10).join(worst))}</pre>")
     legend = legend_of([table for table, _ in tables])
     md += [f"> {line}" for line in legend] + ([""] if legend else [])
     page += [f"<p class='note'>{html.escape(line)}</p>" for line in legend]

@@ -23,7 +23,7 @@ import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 
@@ -35,7 +35,9 @@ def study_from_summary(name: str, summary: dict[str, Any]) -> tuple[optuna.Study
     """An in-memory Optuna study holding the summary's finished trials, in finishing order;
     the notes say which trials could not be added (values missing, params off the space)."""
     objectives = summary["objectives"]
-    directions = ["maximize" if o["mode"] == "max" else "minimize" for o in objectives]
+    directions: list[Literal["maximize", "minimize"]] = [
+        "maximize" if o["mode"] == "max" else "minimize" for o in objectives
+    ]
     study = optuna.create_study(study_name=name, directions=directions)
     dists = {
         k: optuna.distributions.json_to_distribution(v) for k, v in summary["distributions"].items()

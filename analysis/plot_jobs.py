@@ -22,6 +22,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import cast
 
 import pandas as pd
 
@@ -218,11 +219,11 @@ class Figures:
                 path = self.folder / "beta_sensitivity.png"
                 self.pool.submit("analysis.plots:plot_beta", value, path)
         elif name == "gaps":
-            key, pairs = value  # type: ignore[misc]
+            key, pairs = cast(tuple[str, pd.DataFrame], value)
             path = self.folder / f"dcs_gap_{key}.png"
             compare = self.compares[key]
             self.pool.submit("analysis.plots:plot_gaps", pairs[GAP_COLUMNS], compare, path)
         elif name == "per_training":
-            long, cell_axes = value  # type: ignore[misc]
+            long, cell_axes = cast(tuple[pd.DataFrame, list[str]], value)
             for args in axis_jobs(long, cell_axes, self.folder):
                 self.pool.submit("analysis.axis_plots:plot_axis", *args)

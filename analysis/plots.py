@@ -10,9 +10,9 @@ so plotting cost does not grow with the number of records.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import matplotlib
 
@@ -27,6 +27,8 @@ from analysis.gaps import Compare
 from analysis.plot_jobs import WORKERS, Figures, PlotPool
 
 if TYPE_CHECKING:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     from analysis.report_data import Report
 
 DPI = 90
@@ -80,7 +82,7 @@ def fit_title(
 ) -> tuple[plt.Text, float]:
     """The suptitle wrapped until the renderer measures it inside the figure's width,
     and its height in inches (the panels start below it)."""
-    renderer = fig.canvas.get_renderer()
+    renderer = cast("FigureCanvasAgg", fig.canvas).get_renderer()  # pyplot's, on Agg
     room = (width_in - 0.3) * fig.dpi
     chars = max(int(width_in * 72 / (size * 0.55)), 20)
     while True:
@@ -105,7 +107,7 @@ def _titled(fig: plt.Figure, text: str, panel_lines: int = 1) -> None:
 
 def _panel_title(ax: plt.Axes, text: str, size: float = 8) -> int:
     """A panel's title wrapped to the panel's width; its number of lines."""
-    width = ax.get_position().width * ax.figure.get_figwidth()
+    width = ax.get_position().width * cast(plt.Figure, ax.figure).get_figwidth()  # no subfigures
     wrapped = textwrap.fill(text, max(int(width * 72 / (size * 0.6)), 12))
     ax.set_title(wrapped, fontsize=size, y=TITLE_Y)
     return wrapped.count("\n") + 1
@@ -120,19 +122,21 @@ NONE_COLOR = (0.0, 0.0, 0.0, 1.0)
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "d")
 DASHES = ("-", "--", ":", "-.")  # strengths of one defense in the β figure
 CHANCE_LABEL = "no-information baseline"
-CHANCE_LINE: dict[str, object] = {"ls": "--", "c": "black", "lw": 1.2, "alpha": 0.7, "zorder": 1}
+CHANCE_LINE: dict[str, Any] = {"ls": "--", "c": "black", "lw": 1.2, "alpha": 0.7, "zorder": 1}
 
 
 class Style(NamedTuple):
-    color: tuple[float, ...]
+    color: tuple[float, float, float] | tuple[float, float, float, float]  # RGB or RGBA
     marker: str
 
 
-def defense_palette() -> list[tuple[float, ...]]:
+def defense_palette() -> list[tuple[float, float, float]]:
     """tab10 without its grey (grey and black mean "no defense"), then tab20's light
     shades without grey: 18 colours that differ in hue or lightness."""
-    strong = [c for i, c in enumerate(plt.cm.tab10.colors) if i != 7]
-    light = [c for i, c in enumerate(plt.cm.tab20.colors) if i % 2 and i != 15]
+    tab10 = plt.cm.tab10.colors  # type: ignore[attr-defined]  # a ListedColormap; stubs: Colormap
+    tab20 = plt.cm.tab20.colors  # type: ignore[attr-defined]  # a ListedColormap; stubs: Colormap
+    strong = [c for i, c in enumerate(tab10) if i != 7]
+    light = [c for i, c in enumerate(tab20) if i % 2 and i != 15]
     return [tuple(c) for c in strong + light]
 
 
@@ -169,7 +173,7 @@ def defense_order(names: Iterable[object]) -> list[str]:
     return head + sorted(slots, key=slots.__getitem__)
 
 
-def _scatter(ax: plt.Axes, x: pd.Series, y: pd.Series, markers: list[str], **kw: object) -> None:
+def _scatter(ax: plt.Axes, x: pd.Series, y: pd.Series, markers: list[str], **kw: Any) -> None:
     """One scatter call (one collection) with a marker per point."""
     points = ax.scatter(x, y, **kw)
     paths = []
@@ -261,7 +265,8 @@ def plot_ap_mp(points: pd.DataFrame, attack: str, path: Path) -> None:
         title_fontsize=7,
     )
     # the panels end left of the legend, measured: it was drawn over the data
-    wide = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+    renderer = cast("FigureCanvasAgg", fig.canvas).get_renderer()  # pyplot's, on Agg
+    wide = legend.get_window_extent(renderer).width / fig.dpi
     fig.subplots_adjust(right=1 - (wide + 0.25) / fig.get_figwidth())
     text = f"AP vs MP under {attack} ({kind}); better = bottom right"
     _titled(fig, text + _omitted(len(points["scenario"].unique()), "scenarios"), lines)
@@ -360,12 +365,13 @@ def plot_gaps(pairs: pd.DataFrame, compare: Compare, path: Path) -> None:
         ca, raw = part["ca_gap"].dropna().to_numpy(), part["gap"].dropna().to_numpy()
         both = np.concatenate([ca, raw]) if len(ca) + len(raw) else np.zeros(1)
         bins = np.linspace(both.min() - 1e-9, both.max() + 1e-9, min(40, max(6, len(both) // 5)))
+        edges = cast(Sequence[float], bins)  # hist takes any array of edges; stubs: Sequence
         share, raw_mean = stats["share_positive_ca"], stats["mean_gap_vflair"]
         if len(ca):
             label = f"chance-aware DCS gap ({share:.0%} > 0)"
-            ax.hist(ca, bins=bins, color="tab:blue", alpha=0.75, label=label)
+            ax.hist(ca, bins=edges, color="tab:blue", alpha=0.75, label=label)
         label = f"VFLAIR DCS gap, raw AP (mean {raw_mean:+.3f})"
-        ax.hist(raw, bins=bins, histtype="step", color="grey", lw=1.2, label=label)
+        ax.hist(raw, bins=edges, histtype="step", color="grey", lw=1.2, label=label)
         ax.axvline(0, c="red", ls="--", lw=1.0, label="no difference")
         mean, lo, hi = stats["mean_ca_gap"], stats["ca_gap_lo"], stats["ca_gap_hi"]
         if np.isfinite(mean):

@@ -38,7 +38,7 @@ def t_quantile(df: np.ndarray | float) -> np.ndarray:
     return np.asarray(stdtrit(np.asarray(df, dtype=float), 0.975))
 
 
-def half_width(std: np.ndarray, n: np.ndarray, se_test: np.ndarray) -> np.ndarray:
+def half_width(std: np.ndarray, n: np.ndarray, se_test: np.ndarray | float) -> np.ndarray:
     """The interval's half-width (see the module docstring); NaN where n < 3."""
     std, n = np.asarray(std, dtype=float), np.asarray(n, dtype=float)
     se_test = np.nan_to_num(np.asarray(se_test, dtype=float))

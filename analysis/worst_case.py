@@ -155,8 +155,8 @@ def _pm(mean: float, half: float) -> str:
     return f"{mean:.3f}" + ("" if pd.isna(half) else f"±{half:.3f}")
 
 
-def _group(value: object) -> str:
-    return "-" if value is None or pd.isna(value) else str(int(value))  # type: ignore[arg-type]
+def _group(value: float | None) -> str:
+    return "-" if value is None or pd.isna(value) else str(int(value))
 
 
 def worst_lines(worst: WorstCase, rows: int = 20) -> list[str]:
