@@ -39,7 +39,7 @@ def _num(value: object, sign: bool = False) -> str:
 
 def _ci(mean: object, lo: object, hi: object, sign: bool = False) -> str:
     text = _num(mean, sign)
-    if all(isinstance(v, int | float) and math.isfinite(v) for v in (lo, hi)):  # type: ignore[arg-type]
+    if all(isinstance(v, int | float) and math.isfinite(v) for v in (lo, hi)):
         text += f" [{_num(lo, sign)}, {_num(hi, sign)}]"
     return text
 

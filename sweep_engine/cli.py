@@ -353,8 +353,9 @@ def main(argv: list[str] | None = None, prog: str = "python sweep.py") -> int:
             sweep_dir = where.results / plan.space.name
             moved = sweep_dir != first.sweep_dir  # --new-version: NAME.v2 has its own lock
             with SweepLock(sweep_dir) if moved else nullcontext(first) as lock:
-                if lock.stale or first.stale:
-                    stale = describe(lock.stale or first.stale)
+                stale_holder = lock.stale or first.stale
+                if stale_holder:
+                    stale = describe(stale_holder)
                     print(f"took over the stale lock of a dead driver: {stale}")
                 where.plan, where.sweep_dir, where.lock = plan, sweep_dir, lock
                 where.recorded = lambda: recorded(plan, sweep_dir)

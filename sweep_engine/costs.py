@@ -141,7 +141,13 @@ def train_key(spec: TrialSpec) -> str:
     strength of its defense): its kind's shape, the defense and any training-time attack,
     and ``model_params`` (a tree's estimators, an SSL variant's pretraining epochs)."""
     fields = ("dataset", "dataset_params", "model", "hidden", "n_parties", "partition")
-    more = ("protocol", "protocol_params", "batch_size", "ssl_variant", "aligned_ratio")
+    more: tuple[str, ...] = (
+        "protocol",
+        "protocol_params",
+        "batch_size",
+        "ssl_variant",
+        "aligned_ratio",
+    )
     more += ("n_labeled", "defense", "train_attack", "optimizer", "kind", "model_params")
     dumped = spec.model_dump(mode="json")
     return json.dumps({k: dumped.get(k) for k in fields + more}, sort_keys=True, default=str)

@@ -32,7 +32,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import optuna
 import ray
@@ -90,7 +90,7 @@ class _Queues:
 @functools.cache
 def _queues() -> Any:
     """This trial process's queue actor, started on first use."""
-    return _Queues.remote()
+    return _Queues.remote()  # type: ignore[attr-defined]  # mypy ignores @ray.remote's type
 
 
 class EpochRelay:
@@ -101,7 +101,9 @@ class EpochRelay:
 
     def __init__(self, remote: bool) -> None:
         self.actor = _queues() if remote else None
-        self.local = None if remote else {"up": queue.Queue(), "down": queue.Queue()}
+        self.local: dict[str, queue.Queue[Any]] | None = (
+            None if remote else {"up": queue.Queue(), "down": queue.Queue()}
+        )
         self.key = uuid.uuid4().hex  # this training's queues in the shared actor
 
     def __getstate__(self) -> dict[str, Any]:
@@ -246,7 +248,7 @@ def scheduler(space: Any, searcher: PrunedSearch, epochs: int) -> TrialScheduler
     block = space.run.scheduler
     if block is None:
         return None if searcher.pruner is None else OptunaPruning(searcher)
-    common = {"time_attr": TIME_ATTR, "metric": METRIC, "mode": "max"}
+    common: dict[str, Any] = {"time_attr": TIME_ATTR, "metric": METRIC, "mode": "max"}
     if block.name == "median":
         return MedianStoppingRule(grace_period=block.grace_epochs, **common)
     rungs = {
@@ -271,7 +273,9 @@ class PrunedSearch(OptunaSearch):
     def _setup_study(self, mode: Any) -> None:
         super()._setup_study(mode)
         if self.pruner is not None:
-            self._ot_study.pruner = self.pruner
+            # Ray types _ot_study as None (its __init__'s value); _setup_study made the study
+            study = cast(optuna.study.Study, self._ot_study)
+            study.pruner = self.pruner
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if self.pruner is None and result.get("final") is False:
@@ -283,7 +287,8 @@ class PrunedSearch(OptunaSearch):
         if result is not None and result.get("final") is False:  # stopped at an epoch end
             if trial_id not in self._completed_trials:
                 ot_trial = self._ot_trials[trial_id]
-                self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
+                study = cast(optuna.study.Study, self._ot_study)  # Ray types it as None
+                study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
                 self._completed_trials.add(trial_id)
             return
         super().on_trial_complete(trial_id, result, error)

@@ -12,8 +12,9 @@ configs and specs in the object store, the Tuner, and what failed.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray import tune
@@ -128,14 +129,16 @@ def run_grid(
         ),
         run_config=run_config(plan, sweep_dir, callback, "grid"),
     )
-    results = tuner.fit()
+    # a ResultGrid iterates through __getitem__ (no __iter__), which mypy does not see
+    results = cast("Iterable[tune.Result]", tuner.fit())
     failures = []
     seen = callback.seen
     by_id = {p.pack_id: p for p in packs}
     for r in results:
         if r.error is None:
             continue
-        pack = by_id[r.config["cell"]["pack_id"]]
+        config = cast("dict[str, Any]", r.config)  # Optional in Ray: assumed present here
+        pack = by_id[config["cell"]["pack_id"]]
         left = [t for t in pack.trainings if t.trial_id not in seen]
         for k, training in enumerate(left):
             text = error_text(r.error)

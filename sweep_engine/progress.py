@@ -353,7 +353,7 @@ def search_lines(plan: Plan, studies: list[dict[str, Any]], max_studies: int = 4
             continue
         for k, objective in enumerate(study["objectives"]):
             pick = max if objective["mode"] == "max" else min
-            best = pick(trials, key=lambda t, k=k: float(t["values"][k]))
+            best = pick(trials, key=lambda t: float(t["values"][k]))  # called here: k is current
             value, at = float(best["values"][k]), params_text(best["params"])
             if objective["metric"] == "mp":  # chosen on the validation rows (search.selected)
                 lines.append(

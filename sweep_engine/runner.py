@@ -104,7 +104,7 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
             data_dir=ctx.data_dir,
             sweep=ctx.sweep,
             trial_id=trial_id,
-            attacks=attacks,  # type: ignore[arg-type]
+            attacks=attacks,
         )
 
     try:

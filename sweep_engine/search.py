@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from ray import tune
@@ -136,7 +137,7 @@ def selected(metric: str) -> str:
     return "val_mp" if metric == "mp" else metric
 
 
-def pareto(trials: list[dict[str, Any]], modes: list[str]) -> list[dict[str, Any]]:
+def pareto(trials: list[dict[str, Any]], modes: Sequence[str]) -> list[dict[str, Any]]:
     """Trials no other trial beats on every objective (and strictly on one)."""
     sign = [1.0 if m == "max" else -1.0 for m in modes]
 
@@ -258,11 +259,13 @@ def _run_study(
         ),
         run_config=runner.run_config(plan, sweep_dir, callback, f"search{offset}"),
     )
-    results = tuner.fit()
+    # a ResultGrid iterates through __getitem__ (no __iter__), which mypy does not see
+    results = cast("Iterable[tune.Result]", tuner.fit())
     failures: list[tuple[str, TrialSpec, str]] = []
     for r in results:
         if r.error is not None:
-            params = {k: v for k, v in r.config.items() if k in search.params}
+            config = cast("dict[str, Any]", r.config)  # Optional in Ray: assumed present here
+            params = {k: v for k, v in config.items() if k in search.params}
             spec = runner.spec_of(params, ctx)
             failures.append((spec.config_hash, spec, runner.error_text(r.error)))
     failed = len(callback.failed) + runner.record_failures(sink, failures, plan.space.name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -62,7 +63,7 @@ class SearchParam(_Strict):
     low: Float | None = None
     high: Float | None = None
     log: Bool = False
-    step: Float | None = Field(None, gt=0)
+    step: Float | None = Field(default=None, gt=0)
     integer: Bool = False
     choices: list[Any] | None = None
 
@@ -101,12 +102,12 @@ class Objective(_Strict):
 class SearchBlock(_Strict):
     params: dict[str, SearchParam] = Field(min_length=1)
     objectives: list[Objective] = Field(min_length=1)
-    n_trials: Int = Field(8, ge=1)
+    n_trials: Int = Field(default=8, ge=1)
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
     seed: Int = 0
     # an Optuna pruner on each trial's epoch-end validation MP (single objective only)
     pruner: Literal["none", "median", "hyperband", "successive_halving"] = "none"
-    pruner_grace: Int = Field(1, ge=1)  # epochs before the pruner may stop a trial
+    pruner_grace: Int = Field(default=1, ge=1)  # epochs before the pruner may stop a trial
 
     @model_validator(mode="after")
     def _pruner_single_objective(self) -> SearchBlock:
@@ -143,14 +144,14 @@ class AdaptEntry(_Strict):
     """An adaptive attacker's budget (``trainables/attacks/tuning.py``): ``trials``
     settings of the attack's ``search`` tried on ``holdout`` of its auxiliary rows."""
 
-    trials: int = Field(16, ge=1)
+    trials: int = Field(default=16, ge=1)
     sampler: Literal["tpe", "random"] = "tpe"
-    holdout: Float = Field(0.5, gt=0, lt=1)
+    holdout: Float = Field(default=0.5, gt=0, lt=1)
     # cv: k-fold over the attacker's auxiliary rows (folds 0: as many as min_rows allows,
     # 2 to 5); holdout: one split at ``holdout``. No fold holds out fewer than min_rows.
     method: Literal["cv", "holdout"] = "cv"
-    folds: int = Field(0, ge=0, le=20)
-    min_rows: int = Field(10, ge=1)
+    folds: int = Field(default=0, ge=0, le=20)
+    min_rows: int = Field(default=10, ge=1)
 
     @field_validator("folds")
     @classmethod
@@ -283,12 +284,14 @@ class Space(_Strict):
         (a plain grid keeps the paper's 0: all labeled rows train)."""
         if not isinstance(data, dict):
             return data
-        search = data.get("search") if isinstance(data.get("search"), dict) else {}
+        raw_search, raw_run = data.get("search"), data.get("run")
+        search: dict[str, Any] = raw_search if isinstance(raw_search, dict) else {}
         base, grid = data.get("base") or {}, data.get("grid") or {}
-        params = search.get("params") if isinstance(search.get("params"), dict) else {}
-        objectives = search.get("objectives") if isinstance(search.get("objectives"), list) else []
+        raw_params, raw_objectives = search.get("params"), search.get("objectives")
+        params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+        objectives: list[Any] = raw_objectives if isinstance(raw_objectives, list) else []
         on_mp = any(isinstance(o, dict) and o.get("metric") == "mp" for o in objectives)
-        run = data.get("run") if isinstance(data.get("run"), dict) else {}
+        run: dict[str, Any] = raw_run if isinstance(raw_run, dict) else {}
         stops = run.get("scheduler") is not None or search.get("pruner", "none") != "none"
         stops = stops or run.get("halving") is not None
         if not (on_mp or stops) or not isinstance(base, dict) or not isinstance(grid, dict):
@@ -441,7 +444,7 @@ class Space(_Strict):
         for name, axis in self.defense_axes().items():
             if name == "none":
                 continue
-            strengths = axis.strengths
+            strengths: Sequence[float | None] | None = axis.strengths
             if strengths is None:
                 strengths = list(DEFENSES.get(name).info.grid) if name in DEFENSES else [None]
             for strength in strengths:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 # Tune's own logger for this message: an upload that failed for a reason of its own (a
 # full disk) reads the same as when Tune reports it
@@ -67,7 +67,8 @@ def install() -> bool:
         original(self, save_fn=save_after_upload, force=force, wait=wait)
 
     setattr(sync_up_experiment_state, _MARK, True)
-    _ExperimentCheckpointManager.sync_up_experiment_state = sync_up_experiment_state
+    # Any: mypy refuses assigning to a method, and this patch of Tune's is deliberate
+    cast(Any, _ExperimentCheckpointManager).sync_up_experiment_state = sync_up_experiment_state
     return True
 
 

@@ -137,6 +137,15 @@ def _train_attack(spec: TrialSpec) -> None:
             f"{spec.train_attack!r} is not a training-time attack (list it under attacks:); "
             f"allowed: none, {', '.join(allowed)}"
         )
+    from trainables.attacks.tuning_trained import budget
+    from trainables.kinds import kind_of
+
+    # its attacker's tuning budget, checked as an attacks: entry's adapt is
+    if budget(spec) is not None and kind_of(spec).name != "nn":
+        raise ConfigError(
+            f"train_attack_adapt: its trial trainings stack on the plain NN kind only; "
+            f"ssl_variant={spec.ssl_variant!r} trains its own loop"
+        )
 
 
 def _split_scheme(scheme: str) -> None:
@@ -309,7 +318,9 @@ def check_search(space: Space) -> None:
 def _int_only(name: str) -> bool:
     """Whether the trial field ``name`` refuses 1.5 (an Optuna float would fail the trial)."""
     try:
-        TypeAdapter(TrialSpec.model_fields[name].annotation).validate_python(1.5)
+        annotation = TrialSpec.model_fields[name].annotation
+        assert annotation is not None  # pydantic sets it on every field of a built model
+        TypeAdapter(annotation).validate_python(1.5)
     except ValidationError:
         return True
     return False

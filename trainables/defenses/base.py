@@ -224,7 +224,8 @@ def with_payload(msg: Message, array: np.ndarray) -> Message:
 def clip_rows(x: torch.Tensor, max_norm: float) -> torch.Tensor:
     """Each row (one sample) scaled down to L2 norm <= ``max_norm``: (B, m) -> (B, m)."""
     norms = x.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return x * (max_norm / norms).clamp(max=1.0)
+    clipped: torch.Tensor = x * (max_norm / norms).clamp(max=1.0)
+    return clipped
 
 
 def is_training_gradient(msg: Message) -> bool:

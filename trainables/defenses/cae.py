@@ -115,7 +115,8 @@ class ConfusionalAutoencoder(Defense):
         c = cast("nn.Linear", self.encoder.get_submodule("0")).in_features  # E's first layer
         self.count("soft_targets")
         with torch.no_grad():
-            return self.encoder(nn.functional.one_hot(y, c).float())
+            soft: torch.Tensor = self.encoder(nn.functional.one_hot(y, c).float())
+        return soft
 
 
 DEFENSE = ConfusionalAutoencoder

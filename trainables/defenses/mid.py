@@ -75,8 +75,9 @@ class Bottleneck(nn.Module):
         sigma = nn.functional.softplus(s - self.shift)
         if self.training or self.vflair:
             eps = torch.randn(mu.shape, generator=self.generator).to(mu)
-            return self.decoder(mu + sigma * eps)
-        return self.decoder(mu)
+            mu = mu + sigma * eps
+        decoded: torch.Tensor = self.decoder(mu)
+        return decoded
 
 
 class PassiveBottlenecks(nn.Module):

@@ -47,7 +47,7 @@ from trainables.vfl.vec_stack import VecStackInit
 @dataclass(frozen=True)
 class PreparedTrial:
     inits: tuple[PartyInit, ...]  # party order; the last one is active
-    protocol: Protocol
+    protocol: Protocol[Any]
     defenses: DefenseStack  # the spec's, read once: the parties' hooks and the record's columns
     n_labeled: int
     target_mp: float | None = None  # rounds_to_target is measured against it
@@ -97,7 +97,7 @@ def scored_over_epochs(name: str, params: dict[str, Any]) -> bool:
     return bool(ATTACKS.create(name, **split_adapt(params)[0]).over_epochs())
 
 
-def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyConfig:
+def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol[Any]) -> PartyConfig:
     return PartyConfig(
         model=str(spec.model),
         hidden=spec.hidden,
@@ -155,7 +155,7 @@ def party_inits(
     labels: Labels,
     columns: Sequence[np.ndarray],
     attacks: Sequence[AttackSpec],
-    protocol: Protocol,
+    protocol: Protocol[Any],
     defenses: DefenseStack,
     X_val: Sequence[np.ndarray] | None = None,
 ) -> tuple[PartyInit, ...]:

@@ -109,7 +109,8 @@ class VecRun(Rounds[VecStack, Transport]):
         self.clock, self.spent = time.perf_counter(), [0.0] * self.k
 
     def epoch_steps(self, active: VecStack, epoch: int) -> Sequence[BatchRef]:
-        return active.parties[self.slots[0]].schedule.refs(epoch)  # every slot's count
+        refs: Sequence[BatchRef] = active.parties[self.slots[0]].schedule.refs(epoch)
+        return refs  # every slot's count
 
     def exchange(
         self, active: VecStack, transport: Transport, ref: BatchRef, nxt: BatchRef | None

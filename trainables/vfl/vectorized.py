@@ -283,9 +283,10 @@ def halving_of(placement: Placement, ready: Sequence[PreparedTrial]) -> Halving 
     no hooks past the messages (no MID, CAE, DCAE, dCor, GPer, CELU-VFL workset or
     training-time attack: their stacked state is theirs to cut) and trains on validation
     rows (``halving_skipped`` says why another is not cut)."""
-    if placement.halving is None or halving_skipped(ready[0]) is not None:
+    halving: Halving | None = placement.halving
+    if halving is None or halving_skipped(ready[0]) is not None:
         return None
-    return placement.halving
+    return halving
 
 
 def halving_skipped(prepared: PreparedTrial) -> str | None:

@@ -117,7 +117,8 @@ class PartyActor:
         from trainables.transport.ray_actors.wire import RayTransport
 
         assert self.party is not None, "train runs on the active party's actor"
-        return protocol.run(self.party, RayTransport(peers), epochs, target_mp)
+        result: TrainResult = protocol.run(self.party, RayTransport(peers), epochs, target_mp)
+        return result
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array-valued attribute of the hosted party (for threat-model tests)."""

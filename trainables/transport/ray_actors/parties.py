@@ -91,7 +91,10 @@ class RayParties(PartyGroup):
 
     def train(self, protocol: Any, epochs: int, target_mp: float | None = None) -> TrainResult:
         """``protocol`` (a Protocol instance) runs inside the active party's actor."""
-        return ray.get(self.active.train.remote(protocol, self.passives, epochs, target_mp))
+        result: TrainResult = ray.get(
+            self.active.train.remote(protocol, self.passives, epochs, target_mp)
+        )
+        return result
 
     def snapshot(self) -> list[Party]:
         """Copies of the trained parties, in party order (the trial's attack harness)."""

@@ -19,4 +19,5 @@ def pack(value: Any) -> bytes:
     try:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError):  # a lambda, a local class
-        return ray.cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        data: bytes = ray.cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return data
