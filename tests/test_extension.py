@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import test_kind_conformance as kinds
-from test_plugins import on_path
+from test_plugins import dist_site, on_path
 
 from trainables.attacks import ATTACKS
 from trainables.defenses import DEFENSES
@@ -79,14 +79,8 @@ centroid = vflsweep_ext_attack:Centroid
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One file per plugin, and the dist-info that declares them: nothing else."""
-    site = tmp_path_factory.mktemp("ext")
-    (site / "vflsweep_ext_defense.py").write_text(DEFENSE_FILE)
-    (site / "vflsweep_ext_attack.py").write_text(ATTACK_FILE)
-    meta = site / "vflsweep_ext-0.1.dist-info"
-    meta.mkdir()
-    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vflsweep-ext\n")
-    (meta / "entry_points.txt").write_text(ENTRY_POINTS)
-    return site
+    modules = {"vflsweep_ext_defense": DEFENSE_FILE, "vflsweep_ext_attack": ATTACK_FILE}
+    return dist_site(tmp_path_factory.mktemp("ext"), "vflsweep-ext", modules, ENTRY_POINTS)
 
 
 @pytest.fixture

@@ -118,16 +118,23 @@ def example_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "site"
 
 
+def dist_site(site: Path, package: str, modules: dict[str, str], entry_points: str) -> Path:
+    """``site`` as pip leaves an installed distribution: its modules (name -> source) and
+    a dist-info declaring ``entry_points``."""
+    for module, source in modules.items():
+        (site / f"{module}.py").write_text(source)
+    meta = site / f"{package.replace('-', '_')}-0.1.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\n")
+    (meta / "entry_points.txt").write_text(entry_points)
+    return site
+
+
 @pytest.fixture(scope="module")
 def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A distribution as pip leaves one (module + dist-info) with rule-breaking plugins."""
     site = tmp_path_factory.mktemp("broken")
-    (site / "vflsweep_test_plugins.py").write_text(BROKEN)
-    meta = site / "vflsweep_test_plugins-0.1.dist-info"
-    meta.mkdir()
-    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vflsweep-test-plugins\n")
-    (meta / "entry_points.txt").write_text(ENTRY_POINTS)
-    return site
+    return dist_site(site, "vflsweep-test-plugins", {"vflsweep_test_plugins": BROKEN}, ENTRY_POINTS)
 
 
 @contextmanager
