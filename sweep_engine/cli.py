@@ -119,6 +119,8 @@ def print_plan(plan: Plan, as_json: bool, args: argparse.Namespace) -> float | N
     tuned = summary["adapted_evaluations"]
     also = f" ({tuned} also tuned by their attacker: docs/attacks.md)" if tuned else ""
     print(f"  evaluations: {evaluations} on those trainings{also}")
+    for key, why in summary["defaults_applied"].items():  # defaults the space asked for
+        print(f"  default:     {key}={why}")
     print(f"  dropped:     {plural(summary['dropped'], 'cell')}")
     for line in dropped_lines(summary["dropped_cells"]):  # one line per reason
         print(line)

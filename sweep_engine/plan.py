@@ -122,6 +122,7 @@ class Plan:
             "evaluations": self.n_evaluations,
             "adapted_evaluations": self.n_adapted,
             "attacker_trial_trainings": self.n_trial_trainings,
+            "defaults_applied": self.space.defaults_applied,
             "dropped": len(self.dropped),
             "duplicates_merged": self.duplicates,
             "search": None

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     field_validator,
@@ -253,6 +254,7 @@ class Space(_Strict):
     resources: Resources = Field(default_factory=Resources)
     run: RunSettings = Field(default_factory=RunSettings)
     search: SearchBlock | None = None
+    _applied: dict[str, str] = PrivateAttr(default_factory=dict)  # ``defaults_applied``
     analysis: AnalysisBlock = Field(default_factory=AnalysisBlock)
     attacks: list[AttackItem] = Field(default_factory=list)
     # defense name -> strengths (a list), "vflair"/null for VFLAIR's grid, or a DefenseAxis;
@@ -276,12 +278,32 @@ class Space(_Strict):
             )
         return name
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _selection_holds_out_rows(cls, data: Any) -> Any:
+    def _defaults_of_the_space(cls, data: Any, handler: Any) -> Any:
+        """The one place where a default depends on the space: the space as validated,
+        remembering which such defaults it applied (``defaults_applied``: ``plan`` prints
+        them), so that none is applied silently."""
+        given = cls._selection_holds_out_rows(data)
+        space = handler(given)
+        if given is not data and isinstance(space, Space):
+            space._applied = {
+                "base.val_ratio": f"{SEARCH_VAL_RATIO} (what selects reads validation rows: a "
+                "search on MP, a scheduler, a pruner or halving; set base.val_ratio to change)"
+            }
+        return space
+
+    @property
+    def defaults_applied(self) -> dict[str, str]:
+        """Defaults this space got because of what it asks (key -> value and why)."""
+        return dict(self._applied)
+
+    @staticmethod
+    def _selection_holds_out_rows(data: Any) -> Any:
         """What selects holds out validation rows: ``base.val_ratio`` defaults to
         ``SEARCH_VAL_RATIO`` in a search on MP and with a scheduler, a pruner or halving
-        (a plain grid keeps the paper's 0: all labeled rows train)."""
+        (a plain grid keeps the paper's 0: all labeled rows train); ``data`` itself when
+        no default applies."""
         if not isinstance(data, dict):
             return data
         raw_search, raw_run = data.get("search"), data.get("run")

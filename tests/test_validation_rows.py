@@ -12,6 +12,8 @@ another cell, and name no best without validation rows.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +165,16 @@ search:
     path.write_text(text)
     space = load_space(str(path))
     assert space.base["val_ratio"] == SEARCH_VAL_RATIO
+    # the default is applied in one place and said: the plan prints it (issue 66 item 3)
+    assert list(space.defaults_applied) == ["base.val_ratio"]
+    assert space.model_copy().defaults_applied == space.defaults_applied
+    printed = subprocess.run(
+        [sys.executable, "-m", "sweep_engine.vflsweep", "plan", str(path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert f"  default:     base.val_ratio={SEARCH_VAL_RATIO} (what selects" in printed.stdout
+    path.write_text(text.replace("{dataset: digits}", "{dataset: digits, val_ratio: 0.3}"))
+    assert load_space(str(path)).defaults_applied == {}  # given: nothing applied
     path.write_text(text.replace("{dataset: digits}", "{dataset: digits, val_ratio: 0}"))
     with pytest.raises(SpaceError, match="val_ratio=0"):
         load_space(str(path))
