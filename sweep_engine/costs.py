@@ -160,12 +160,13 @@ def attack_key(attack: str, spec: TrialSpec) -> str:
 
 
 def tuning_runs(extra: str) -> int:
-    """Attack runs behind an adapted evaluation (its tuning trials and the chosen setting,
-    ``extra.adapted``); 0 for an evaluation at fixed settings."""
+    """Attack runs behind an adapted evaluation (each tuning trial on each of its folds,
+    and the chosen setting, ``extra.adapted``); 0 for an evaluation at fixed settings."""
     if '"adapted":' not in extra:
         return 0
     adapted = json.loads(extra).get("adapted") or {}
-    return int(adapted.get("trials_run", 0)) + 1
+    folds = max(1, int(adapted.get("folds", 1)))  # cv's k (records before cv: one holdout)
+    return int(adapted.get("trials_run", 0)) * folds + 1
 
 
 def load(path: Path | None = None) -> Costs:

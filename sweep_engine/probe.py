@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from sweep_engine.costs import Costs, attack_key, train_key
 from sweep_engine.packs import attack_cost, cost, pretrain_epochs
-from trainables.attacks.tuning import split_adapt, without_adapt
+from trainables.attacks.tuning import runs, split_adapt, without_adapt
 from trainables.attacks.tuning_trained import trainings
 from trainables.errors import ConfigError
 from trainables.results.labels import adapted_label
@@ -165,14 +165,19 @@ def parts(
         train *= trainings(spec)  # an adapted training-time attacker trains once per trial
         if remote and costs.source.get(f"train:{key}") == "probe":
             train += cost(training, remote=True).transport  # actor round trips a probe skips
-    adapt_of = {name: split_adapt(params)[1] for name, params in training.attacks}
+    # an adapted evaluation's runs past the default: each trial on each fold, and the choice
+    # (``tuning.runs``, as the cost model and ``costs.tuning_runs`` count them)
+    tuning = {
+        name: runs(params) - 1
+        for name, params in training.attacks
+        if split_adapt(params)[1] is not None
+    }
     evals: list[tuple[str, float | None]] = []
     for name in kind_of(spec).evaluations(spec, [n for n, _ in training.attacks]):
         seconds = costs.evaluation(attack_key(name, spec))
-        adapt = adapt_of.get(name)
-        if seconds is not None and adapt is not None:  # its tuning: per run as measured
+        if seconds is not None and name in tuning:  # its tuning: per run as measured
             per_run = costs.evaluation(attack_key(adapted_label(name), spec))
-            seconds += (seconds if per_run is None else per_run) * (adapt.trials + 1)
+            seconds += (seconds if per_run is None else per_run) * tuning[name]
         evals.append((name, seconds))
     return train, evals
 

@@ -318,10 +318,13 @@ def test_the_estimate_learns_what_a_tuning_run_costs(tmp_path: Any) -> None:
     costs.add_evaluation(attack_key("pmc", spec), 2.0, "sweep")
     tuned = Training(spec, {}, attacks=(("pmc", {"adapt": {"trials": 8}}),))
     got = _seconds(tuned, costs, remote=False)
-    assert got is not None and got[1] == pytest.approx(2.0 + 9 * 2.0)  # default's cost per run
-    assert tuning_runs(json.dumps({"adapted": {"trials_run": 8}})) == 9
+    # cross-validated (the default), k unknown before the run: 8 trials x 5 folds + the choice
+    assert got is not None and got[1] == pytest.approx(2.0 + 41 * 2.0)  # the default's per run
+    assert tuning_runs(json.dumps({"adapted": {"trials_run": 8}})) == 9  # one holdout
+    assert tuning_runs(json.dumps({"adapted": {"trials_run": 8, "folds": 4}})) == 33
+    assert tuning_runs(json.dumps({"adapted": {"trials_run": 0, "folds": 0}})) == 1  # not tuned
     assert tuning_runs("{}") == 0
     costs.add_evaluation(attack_key("pmc@adapted", spec), 18.0 / 9, "sweep")  # as learn() does
     costs.add_evaluation(attack_key("pmc@adapted", spec), 0.5, "sweep")
     got = _seconds(tuned, costs, remote=False)
-    assert got is not None and got[1] == pytest.approx(2.0 + 9 * 1.25)  # the median measured
+    assert got is not None and got[1] == pytest.approx(2.0 + 41 * 1.25)  # the median measured
