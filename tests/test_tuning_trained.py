@@ -153,6 +153,16 @@ def test_the_attacker_scores_on_its_own_rows_only() -> None:
     assert why == "" and len(scores) == 5 and held >= 10
 
 
+def test_one_trial_is_the_default_kept() -> None:
+    """``trials: 1``: the budget holds only the default; the cell still writes both records,
+    as the plan counts them."""
+    spec = SPEC.model_copy(update={"train_attack_adapt": {"trials": 1, "sampler": "random"}})
+    default, adapted = NNKind().run(spec, load_dataset("digits"), STACKED, [])
+    info = json.loads(adapted.extra)["adapted"]
+    assert adapted.label == "lrb@adapted" and info["trainings"] == 1 and info["default_kept"]
+    assert adapted.ap == default.ap and adapted.mp == default.mp
+
+
 def test_too_few_own_rows_keeps_the_default_with_the_reason() -> None:
     """breast_cancer: LRB knows 10 rows of the other class, which cannot give 2 folds of
     min_rows=10; the cell still trains its trials, and the adapted record is the default's."""

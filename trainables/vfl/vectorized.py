@@ -150,10 +150,11 @@ def run_vectorized(
     expanded: list[Job] = []
     parent: list[int] = []  # expanded job -> the job it is a trial of (or itself)
     for i, job in enumerate(jobs):
-        specs = [job.spec] if budget(job.spec) is None else trial_specs(job.spec)
-        expanded += [Job(s, job.attacks, tuned=len(specs) > 1) for s in specs]
+        adapted = budget(job.spec) is not None  # trials: 1 too (its default, kept)
+        specs = trial_specs(job.spec) if adapted else [job.spec]
+        expanded += [Job(s, job.attacks, tuned=adapted) for s in specs]
         parent += [i] * len(specs)
-    if len(expanded) == len(jobs):
+    if not any(job.tuned for job in expanded):
         yield from run_jobs(jobs, ds, placement)
         return
     waiting: dict[int, dict[int, Outcome]] = {}
