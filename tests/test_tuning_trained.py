@@ -173,6 +173,7 @@ def test_too_few_own_rows_keeps_the_default_with_the_reason() -> None:
     info = json.loads(adapted.extra)["adapted"]
     assert info["default_kept"] and "cannot give 2 folds" in info["why_default"]
     assert info["held_out_rows"] == 0 and info["best"] == {}
+    assert info["trial_own_scores"] == [None, None, None]  # JSON has no NaN
     assert adapted.ap == default.ap and adapted.mp == default.mp
 
 

@@ -171,7 +171,7 @@ def combine(spec: TrialSpec, trials: Sequence[Sequence[Record]]) -> list[Record]
         "default_label": label,
         "trainings": len(trials),
         "trial_params": [{k: p[k] for k in sorted(searched)} for p in params],
-        "trial_own_scores": [_mean(s) for s in scored],
+        "trial_own_scores": [None if np.isnan(m) else round(m, 6) for m in map(_mean, scored)],
     }
     extra = {**json.loads(chosen.extra), "attack_label": adapted_label(label), "adapted": adapted}
     adapted_record = dataclasses.replace(
