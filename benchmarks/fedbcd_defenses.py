@@ -32,11 +32,10 @@ object. ``--dataset adult`` needs ``shared/datasets/adult``; breast_cancer is em
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -47,13 +46,13 @@ from trainables.attacks.base import LabelGuess
 from trainables.attacks.harness import run_attacks
 from trainables.data import load_dataset
 from trainables.defenses.stacked import StackedDefense
-from trainables.messages import Message
-from trainables.protocols.base import TrainResult
+from trainables.messages import BatchRef, Message
+from trainables.protocols.base import Protocol, TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.group import LocalGroup
 from trainables.trial import prepare_parties
-from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStackInit
+from trainables.vfl.vec_run import PassiveStacks, VecRun
+from trainables.vfl.vec_stack import VecStack, VecStackInit
 
 ATTACKS = [("ns", {}), ("ds", {})]
 
@@ -178,6 +177,24 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], int | None]] = {
 DEFAULT_VARIANTS = ("fedsgd", "fedbcd", "fedbcd-passive-q1", "fedbcd-active-q1")
 
 
+class PassiveQ(Protocol):
+    """FedBCD whose passive parties take ``passive_q`` local steps per gradient and the
+    active party ``q`` (the variants that tell the two sides' steps apart): the base
+    round with the two step counts, a protocol of its own."""
+
+    name = "fedbcd_passive_q"
+    defaults: ClassVar[dict[str, Any]] = {"q": 5, "passive_q": 5}
+
+    def exchange(
+        self, active: VecStack, passives: PassiveStacks, ref: BatchRef, nxt: BatchRef | None
+    ) -> None:
+        passives.request(ref)
+        active.forward(ref)
+        grads = active.passive_gradients(ref, passives.embeddings())
+        passives.send(grads, nxt, int(self.params["passive_q"]))
+        active.update(int(self.params["q"]))
+
+
 def spec_of(variant: str, dataset: str, **fields: Any) -> tuple[TrialSpec, int | None]:
     """The spec of ``variant`` and its passive parties' local steps per gradient (None:
     the protocol's own)."""
@@ -194,19 +211,17 @@ def train_probed(
     per gradient where they differ from the protocol's Q. Returns the result, the trained
     parties, the probe and the attacks' scores ({name: {auc, advantage, collapse}})."""
     prepared = prepare_parties(spec, load_dataset(spec.dataset), ATTACKS)
-    inits = list(prepared.inits)
+    protocol: Protocol = prepared.protocol
     if passive_steps is not None:
-        for k, init in enumerate(inits[:-1]):
-            config = dataclasses.replace(init.config, local_steps=passive_steps)
-            inits[k] = dataclasses.replace(init, config=config)
-    group = LocalGroup([VecStackInit((init,)) for init in inits])  # stacks of one
+        protocol = PassiveQ(q=protocol.local_steps, passive_q=passive_steps)
+    group = LocalGroup([VecStackInit((init,)) for init in prepared.inits])  # stacks of one
     active = group.parties[-1].parties[0]
     passive = list(range(len(group.parties) - 1))
     probe = ExchangeProbe(active.X_train.shape[0], active.config.emb_width, passive)
     active.hooks.append(probe)
-    group.call_all("stack", [0])
+    group.call_all(VecStack.stack, [0])
     probe.stacks = group.parties  # type: ignore[attr-defined]  # (tests read their optimizers)
-    (result,) = group.train(VecRun(targets=[None], slots=[0]), int(spec.epochs))  # type: ignore[arg-type]
+    (result,) = group.train(VecRun(protocol, targets=[None], slots=[0]), int(spec.epochs))  # type: ignore[arg-type]
     parties = [stack.parties_of([0])[0] for stack in group.parties]
     attacked = {
         out.name: {

@@ -268,7 +268,7 @@ def estimate_quality(
 
     from trainables.data import Scaler, default_scaler_kind, load_dataset, vertical_split
     from trainables.ssl import runner
-    from trainables.ssl.cvt_protocol import CvtProtocol
+    from trainables.ssl.cvt_rounds import CvtRounds
     from trainables.ssl.fedcvt import attention_estimate, match_moments, std_ratio
     from trainables.transport.open import open_parties
     from trainables.transport.placement import LOCAL
@@ -282,7 +282,7 @@ def estimate_quality(
     with open_parties(
         runner.party_inits(spec, ds, opts, DefenseStack.compile(spec)), LOCAL
     ) as group:
-        group.train(CvtProtocol(semi=True), epochs)
+        group.train(CvtRounds(semi=True), epochs)
         a, b = group.snapshot()
     rows = runner.choose_rows(spec, ds, opts.n_local)
     cols = vertical_split(ds, 2, spec.split_scheme)[0]  # A's columns

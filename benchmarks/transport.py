@@ -35,7 +35,7 @@ from trainables.transport.ray_actors import (
 )
 from trainables.trial import PreparedTrial, prepare_parties, train_local
 from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStackInit
+from trainables.vfl.vec_stack import VecStack, VecStackInit
 
 
 def _rtt_ms(actor: Any, n: int = 200) -> float:
@@ -52,8 +52,8 @@ def _ray_trial(prepared: PreparedTrial, epochs: int, reuse: bool) -> dict[str, f
     start = time.perf_counter()
     stacks = [VecStackInit((init,)) for init in prepared.inits]  # each a stack of one
     with RayParties(stacks, PartyResources(cpu=1.0), reuse=reuse) as group:
-        group.call_all("stack", [0])
-        (result,) = group.train(VecRun(targets=[None], slots=[0]), epochs)
+        group.call_all(VecStack.stack, [0])
+        (result,) = group.train(VecRun(prepared.protocol, targets=[None], slots=[0]), epochs)
         wall = time.perf_counter() - start
         return {
             "wall": wall,

@@ -121,3 +121,42 @@ def test_the_plugins_run_on_every_kind_that_hosts_them(kind: str) -> None:
     assert attacked.attack == "centroid" and attacked.attack_type == "LI"
     assert attacked.ap is not None and 0.0 <= attacked.ap <= 1.0
     assert attacked.ap_chance is not None  # scored by the judge, beside its baseline
+
+
+PROTOCOL_FILE = '''
+"""frozen_passive: the passive parties send their embeddings; no gradient goes back down
+(a protocol whose round differs from FedSGD's in one line)."""
+from trainables.protocols.base import Protocol
+
+
+class FrozenPassive(Protocol):
+    name = "frozen_passive"
+
+    def exchange(self, active, passives, ref, nxt):
+        passives.request(ref)
+        active.forward(ref)
+        active.passive_gradients(ref, passives.embeddings())  # the active loss, kept here
+        passives.send([None] * passives.n, nxt)  # nothing down: the passive bottoms stay
+        active.update(self.local_steps)
+'''
+
+
+def test_a_protocol_with_its_own_exchange_is_one_file(tmp_path: Path) -> None:
+    """A new exchange order is one file and a registry entry: its round runs on the
+    stacked parties as FedSGD's does, and its records show the exchange it wrote."""
+    from trainables.protocols import PROTOCOLS
+    from trainables.spec import TrialSpec
+
+    (tmp_path / "vflsweep_ext_protocol.py").write_text(PROTOCOL_FILE)
+    with on_path(tmp_path), PROTOCOLS.isolated():
+        from vflsweep_ext_protocol import FrozenPassive  # type: ignore[import-not-found]
+
+        PROTOCOLS.register("frozen_passive", FrozenPassive)
+        base = {"dataset": "breast_cancer", "epochs": 2, "n_parties": 3}
+        frozen = run_trial(TrialSpec.build(protocol="frozen_passive", **base))[0]
+        fedsgd = run_trial(TrialSpec.build(protocol="fedsgd", **base))[0]
+    sys.modules.pop("vflsweep_ext_protocol", None)
+    assert frozen.rounds == fedsgd.rounds > 0  # one round per batch, counted the same
+    # embeddings up only: FedSGD's bytes less every gradient (each as large as its H)
+    assert 0 < frozen.comm_bytes and 2 * frozen.comm_bytes == fedsgd.comm_bytes
+    assert frozen.mp != fedsgd.mp  # the passive bottoms never trained

@@ -23,7 +23,7 @@ from trainables.messages import Message
 from trainables.spec import TrialSpec
 from trainables.ssl.cvt_init import CvtPartyInit
 from trainables.ssl.cvt_party import CvtParty
-from trainables.ssl.cvt_protocol import CvtProtocol
+from trainables.ssl.cvt_rounds import CvtRounds
 from trainables.ssl.fedcvt import (
     attention_estimate,
     balanced_pseudo_labels,
@@ -188,7 +188,7 @@ def test_no_raw_features_cross_and_passive_holds_no_labels() -> None:
     ds = load_dataset("breast_cancer")
     inits = _inits(spec)
     with open_parties(inits, LOCAL) as group:
-        group.train(CvtProtocol(semi=True), int(spec.epochs))  # type: ignore[arg-type]
+        group.train(CvtRounds(semi=True), int(spec.epochs))  # type: ignore[arg-type]
         log = _logged(group.snapshot())
     assert inits[0].labels is None and inits[1].labels is not None
     mats = [m for init in inits for m in (init.X_ol, init.X_nl, init.X_test)]
@@ -236,7 +236,7 @@ def test_rounds_and_bytes_are_what_crossed_the_boundary() -> None:
     # and the count is the log's: every training message once, plus the test reps once
     inits = _inits(_spec())
     with open_parties(inits, LOCAL) as group:
-        result = group.train(CvtProtocol(semi=True), 2)
+        result = group.train(CvtRounds(semi=True), 2)
         log = _logged(group.snapshot())
     assert result.comm_bytes == sum(m.nbytes for m in log) == 145536
     assert result.eval_bytes == 114 * 16 * 4  # the test representations (114 rows)
@@ -360,7 +360,7 @@ def test_passive_actor_holds_no_labels(ray_session: None) -> None:
     lab = inits[1].labels
     assert lab is not None
     with open_parties(inits, Placement("ray", cpu_per_party=0.5)) as group:
-        group.train(CvtProtocol(semi=True), 2)
+        group.train(CvtRounds(semi=True), 2)
         states = ray.get([a.reachable_arrays.remote() for a in group.actors])  # type: ignore[attr-defined]
 
     def holds(state: dict[str, np.ndarray], y: np.ndarray) -> bool:

@@ -36,7 +36,7 @@ def test_passive_party_receives_only_gradients_of_its_own_embeddings() -> None:
     _, prepared = _prepared()
     log = MessageLog()
     passive, active = _stacks(prepared, [log])
-    VecRun(targets=[None], slots=[0]).run(active, LocalTransport([passive]), 2)
+    VecRun(prepared.protocol, targets=[None], slots=[0]).run(active, LocalTransport([passive]), 2)
     n_classes = 10
     assert log.received and all(m.kind == "gradient" for m in log.received)
     assert {m.kind for m in log.sent} == {"embedding", "test_embedding"}

@@ -13,7 +13,7 @@ from trainables.transport.placement import Placement
 from trainables.transport.ray_actors import PartyResources, RayParties, release_warm_actors
 from trainables.trial import PreparedTrial, prepare_parties, run_trial, train_local
 from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStackInit
+from trainables.vfl.vec_stack import VecStack, VecStackInit
 
 pytestmark = pytest.mark.ray
 
@@ -49,7 +49,7 @@ def test_passive_actor_state_never_contains_labels(ray_session: None) -> None:
     labels = prepared.inits[-1].labels
     assert labels is not None
     with RayParties(_stacks(prepared), PartyResources(cpu=0.5)) as group:
-        _train(group, 2)
+        _train(group, prepared, 2)
         active_state = ray.get(group.active.arrays.remote())
         assert np.array_equal(active_state["y_train"][0], labels.y_train)  # the probe can see
         for actor in group.passives:
@@ -65,9 +65,10 @@ def _stacks(prepared: PreparedTrial) -> list[VecStackInit]:
     return [VecStackInit((init,)) for init in prepared.inits]
 
 
-def _train(group: RayParties, epochs: int) -> TrainResult:
-    group.call_all("stack", [0])
-    (result,) = group.train(VecRun(targets=[None], slots=[0]), epochs)
+def _train(group: RayParties, prepared: PreparedTrial, epochs: int) -> TrainResult:
+    """``prepared``'s training on ``group``: its protocol's rounds at the active actor."""
+    group.call_all(VecStack.stack, [0])
+    (result,) = group.train(VecRun(prepared.protocol, targets=[None], slots=[0]), epochs)
     return result
 
 
@@ -76,7 +77,7 @@ def test_local_transport_matches_prepared_parties(ray_session: None) -> None:
     prepared = prepare_parties(spec, load_dataset("breast_cancer"))
     local = train_local(prepared, 3)
     with RayParties(_stacks(prepared), PartyResources(cpu=0.5)) as group:
-        remote = _train(group, 3)
+        remote = _train(group, prepared, 3)
     assert local.mp == remote.mp and local.final_loss == remote.final_loss
     assert remote.submit_seconds > 0 and remote.wait_seconds > 0  # the stack's calls, timed
 
@@ -89,14 +90,14 @@ def test_reused_actors_are_emptied_between_trials(ray_session: None) -> None:
     try:
         with RayParties(_stacks(prepared), PartyResources(cpu=0.5), reuse=True) as first:
             assert not first.reused
-            _train(first, 2)
+            _train(first, prepared, 2)
             actors = list(first.actors)
         for actor in actors:  # back in the pool: no party, no arrays, labels gone
             assert ray.get(actor.where.remote())["party_id"] is None
             assert ray.get(actor.arrays.remote()) == {}
         with RayParties(_stacks(prepared), PartyResources(cpu=0.5), reuse=True) as second:
             assert second.reused and second.actors == actors
-            again = _train(second, 2)
+            again = _train(second, prepared, 2)
         assert again.mp == expected.mp and again.final_loss == expected.final_loss
     finally:
         assert release_warm_actors() == 3

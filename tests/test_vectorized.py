@@ -5,6 +5,7 @@ alone, on this process and on a real local Ray; what cannot stack runs unstacked
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -167,7 +168,7 @@ def test_a_passive_stack_holds_no_label_of_any_training(data: Dataset) -> None:
     inits = [prepare_parties(_job(s).spec, data).inits for s in range(3)]
     stacks = [VecStackInit(tuple(i[k] for i in inits)) for k in range(2)]
     with open_parties(stacks, LOCAL) as group:
-        group.call_all("stack", [0, 1, 2])
+        group.call_all(VecStack.stack, [0, 1, 2])
         passive, active = group.snapshot()  # type: ignore[misc]
         assert isinstance(passive, VecStack) and not passive.is_active
         assert not hasattr(passive, "y_train") and not hasattr(passive, "y_test")
@@ -242,19 +243,20 @@ def test_a_stack_of_model_defenses_at_mixed_strengths_gives_each_its_records(
     assert all(_vectorized(got[i]) for i in range(len(jobs)))
 
 
-def test_one_vstep_per_round_for_the_whole_stack(data: Dataset) -> None:
+def test_one_passive_round_per_round_for_the_whole_stack(data: Dataset) -> None:
     """Every passive stack is called once per round (plus the last gradient and one
     evaluation), however many trainings it holds."""
     jobs = [_job(s, epochs=2) for s in range(5)]
     calls: list[str] = []
-    original = VecStack.vstep
+    original = VecStack.passive_round
 
-    def counted(self: VecStack, grad: np.ndarray | None, ref: object) -> object:
-        calls.append("vstep")
-        return original(self, grad, ref)  # type: ignore[arg-type]
+    @functools.wraps(original)  # the call names the method: ``passive_round``
+    def counted(self: VecStack, grad: np.ndarray | None, ref: object, steps: int) -> object:
+        calls.append("passive_round")
+        return original(self, grad, ref, steps)  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(VecStack, "vstep", counted)
+        mp.setattr(VecStack, "passive_round", counted)
         got = dict(NNKind().run_many(jobs, data, LOCAL))
     rounds = got[0][0].rounds  # type: ignore[index,union-attr]
     assert len(calls) == rounds + 1
@@ -274,7 +276,6 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
     """Conformance: a pack of two seeds (one attacked through the message log) both ways.
     Where the pair stacks, the records say so; where it cannot, it runs unstacked."""
     from trainables.defenses import DEFENSES
-    from trainables.protocols import PROTOCOLS
 
     fields: dict[str, object] = {"protocol": protocol, "epochs": 2}
     if defense != "none":
@@ -286,9 +287,7 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
     assert [_bare(on[i]) for i in range(2)] == [_bare(off[i]) for i in range(2)]
     spec = jobs[0].spec
     stacked = stacks(spec, jobs[1].attacks) and stack_key(spec, prepare_parties(spec, data))
-    declared = PROTOCOLS.get(protocol).stacks and (
-        defense == "none" or DEFENSES.get(defense).stacked is not None
-    )
+    declared = defense == "none" or DEFENSES.get(defense).stacked is not None
     assert bool(stacked) == declared
     assert declared  # every shipped defense and protocol stacks
     if not isinstance(on[0], Exception):

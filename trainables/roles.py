@@ -9,7 +9,6 @@ has what this says.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
@@ -34,20 +33,3 @@ class ActiveHost(NNHost, Protocol):
 
     top: Any  # the ``DefendedTop``: transforms before the top, a decoder after it
     defenses: list[Any]
-
-
-class NNActive(Protocol):
-    """The active side an NN protocol's rounds drive (``protocols/base.py``): the active
-    ``VecStack`` of a training or a stack of them (``VecRun`` runs its rounds); FedCVT's
-    and Paillier LR's active parties run rounds of their own on the same base."""
-
-    schedule: Any  # the ``BatchSchedule`` the rounds follow
-    last_loss: float
-
-    def forward(self, ref: Any) -> Any: ...
-
-    def passive_gradients(self, ref: Any, embeddings: Sequence[Any]) -> list[Any]: ...
-
-    def update(self) -> None: ...
-
-    def evaluate(self, test_embeddings: Sequence[Any], split: str = "test") -> Any: ...

@@ -1,5 +1,5 @@
 """FedCVT / FedMVT and FedSplitNN on FedCVT's models (``ssl_variant`` fedcvt, fedmvt,
-fedsplitnn): two parties, ``CvtProtocol`` at the active party, records as the NN kind's.
+fedsplitnn): two parties, ``CvtRounds`` at the active party, records as the NN kind's.
 
 Composition (what runs with what, and why the rest is refused with a reason):
 
@@ -31,7 +31,7 @@ from trainables.kinds.base import TrialKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.ssl import runner
-from trainables.ssl.cvt_protocol import CvtProtocol
+from trainables.ssl.cvt_rounds import CvtRounds
 from trainables.ssl.fedcvt import GRADIENT, REPS_SPLIT, TEST, UP_KINDS, VALUES
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
@@ -105,12 +105,12 @@ def protocol_refusal(spec: TrialSpec) -> str | None:
     return None
 
 
-def cvt_protocol(spec: TrialSpec) -> tuple[CvtProtocol, tuple[Any, ...]]:
+def cvt_rounds(spec: TrialSpec) -> tuple[CvtRounds, tuple[Any, ...]]:
     """FedCVT's protocol for the spec's NN protocol (its Q) and that protocol's codecs."""
     from trainables.protocols import PROTOCOLS
 
     nn_protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    protocol = CvtProtocol(semi=semi(spec), local_steps=nn_protocol.local_steps)
+    protocol = CvtRounds(semi=semi(spec), local_steps=nn_protocol.local_steps)
     return protocol, nn_protocol.codec_hooks()
 
 
@@ -139,7 +139,7 @@ class FedCVTKind(TrialKind):
     ) -> list[Record]:
         evaluated = attacks_of(spec, attacks)
         opts = runner.cvt_options(spec, semi(spec))
-        protocol, codecs = cvt_protocol(spec)
+        protocol, codecs = cvt_rounds(spec)
         defenses = DefenseStack.compile(spec)
         inits = runner.party_inits(spec, ds, opts, defenses, local_steps=protocol.local_steps,
                                    codecs=codecs, attacks=evaluated)  # fmt: skip

@@ -14,7 +14,6 @@ from typing import Any
 
 from trainables.data import DATASETS, Dataset, load_dataset, split_refusal
 from trainables.defenses.stack import DefenseStack
-from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.kinds.base import TrialKind
 from trainables.models import BOTTOMS
@@ -46,13 +45,7 @@ class NNKind(TrialKind):
     def check(self, spec: TrialSpec) -> None:
         DATASETS.get(spec.dataset)
         BOTTOMS.get(str(spec.model))
-        if not PROTOCOLS.create(spec.protocol, **spec.protocol_params).stacks:
-            raise ConfigError(
-                f"protocol={spec.protocol!r} does not declare stacks = True: NN trainings run "
-                "the base rounds on stacked parties (vfl/vec_run.py), with a protocol's "
-                "local_steps and codecs only; allowed: "
-                + ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).stacks)
-            )
+        PROTOCOLS.create(spec.protocol, **spec.protocol_params)
         DefenseStack.compile(spec)
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:

@@ -1,53 +1,42 @@
-"""The NN protocols' base: the ``Rounds`` (``trainables/rounds.py``) of NN VFL.
+"""An NN protocol (``Protocol``: what a spec's ``protocol:`` names) and the rounds a kind
+runs at its active party over a transport (``PartyRounds``: FedCVT's, Paillier LR's).
 
-``Rounds.run`` owns the rounds of every kind's training; a kind fills small hooks. A
-``Protocol`` is the ``Rounds`` of NN VFL. It runs where the active party lives: in this
-process for the ``local`` transport, inside the active party's actor for ``ray``. It talks
-to the passive parties only through a ``Transport``. A protocol may also ask every party
-to stack message hooks (``codec_hooks``: compression codecs, CELU-VFL's workset);
-trial.py appends them after every other hook, so codecs encode last on send and decode
-first on receive.
+A ``Protocol`` owns its round (Flower's ``Strategy``): ``exchange`` is one round over the
+K-stacked parties, written as calls of the active ``VecStack`` (``vfl/vec_stack.py``) and
+of the passive stacks (``PassiveStacks``, ``vfl/vec_run.py``). The base exchange is
+FedSGD's; FedBCD changes its ``local_steps``; CELU-VFL and the codecs add message hooks
+every party stacks (``codec_hooks``: trial.py appends them after every other hook, so
+codecs encode last on send and decode first on receive). A protocol with another
+exchange order overrides ``exchange``: one file and a registry entry. ``VecRun`` runs the
+rounds around it (the clock, the epoch-end evaluations, each training's counts).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from trainables.errors import refuse_unknown
 from trainables.registry import ClassRegistry
-from trainables.rounds import Rounds, TrainResult
+from trainables.rounds import Rounds, TrainResult, curve_split
 from trainables.transport.base import Pending, Transport
 
-PROTOCOLS: ClassRegistry[Protocol[Any]] = ClassRegistry("protocol")
+if TYPE_CHECKING:
+    from trainables.messages import BatchRef
+    from trainables.vfl.vec_run import PassiveStacks
+    from trainables.vfl.vec_stack import VecStack
 
 HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in PartyInit.hooks
 
-A = TypeVar("A")  # the active side a protocol's rounds drive
+A = TypeVar("A")  # the active party a kind's rounds drive
 
-__all__ = ["PROTOCOLS", "HookEntry", "Protocol", "Rounds", "TrainResult"]
+__all__ = ["PROTOCOLS", "HookEntry", "PartyRounds", "Protocol", "TrainResult"]
 
 
-class Protocol(Rounds[A, Transport]):
-    """Base NN protocol, generic in the active side its rounds drive (``A``).
-
-    A registered NN protocol (FedSGD, FedBCD, CELU-VFL, the compressed ones) is
-    ``Protocol[NNActive]``: a declaration of what changes from the base round (its
-    ``local_steps``, its ``codec_hooks``), run by the stacked parties' rounds
-    (``vfl/vec_run.py``, ``stacks = True``). FedCVT's and Paillier LR's rounds are
-    ``Protocol[CvtActive]`` / ``Protocol[ActiveLR]``: their own ``exchange`` on this base's
-    pending exchange, evaluation and result. Subclasses declare ``defaults`` (their
-    parameters).
-    """
+class Parameters:
+    """Declared ``defaults``, the given parameters checked against them (``validate``)."""
 
     name: ClassVar[str] = "base"
     defaults: ClassVar[dict[str, Any]] = {}
-    # declared by an NN protocol that keeps the base round, changing only ``local_steps``
-    # and message codecs: what the stacked parties run (``vfl/vec_run.py``); the NN kind
-    # refuses one that does not
-    stacks: ClassVar[bool] = False
-    # whether its rounds replay cached NN exchanges through the active party's top model
-    # (CELU-VFL's workset): kinds without that top model (FedCVT) cannot run it
-    replays: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         refuse_unknown(f"protocol {self.name!r}", params, list(self.defaults))
@@ -62,9 +51,41 @@ class Protocol(Rounds[A, Transport]):
         """Local updates per exchange on the exchanged batch (Q of FedBCD); FedSGD does one."""
         return 1
 
+
+class Protocol(Parameters):
+    """An NN protocol: its parameters, its message hooks, and its round (``exchange``)."""
+
+    # whether its rounds replay cached NN exchanges through the active party's top model
+    # (CELU-VFL's workset): kinds without that top model (FedCVT) cannot run it
+    replays: ClassVar[bool] = False
+
     def codec_hooks(self) -> tuple[HookEntry, ...]:
         """Hook entries every party stacks last (family ``codec``); none for plain exchange."""
         return ()
+
+    def exchange(
+        self, active: VecStack, passives: PassiveStacks, ref: BatchRef, nxt: BatchRef | None
+    ) -> None:
+        """Round t on batch ``ref`` for the K stacked trainings (FedSGD; FedBCD with Q =
+        ``local_steps``). The passive stacks applied round t-1's gradient and computed
+        H(t) when the last round sent it; each party's arithmetic is a lone training's,
+        only the waiting overlaps."""
+        passives.request(ref)  # H(t) (K, B, C) from each passive stack (first round only)
+        active.forward(ref)  # own H(t) (K, B, C), while the passive stacks compute theirs
+        h = passives.embeddings()  # P x (K, B, C)
+        grads = active.passive_gradients(ref, h)  # P x (K, B, C): dL/dH_k per training
+        passives.send(grads, nxt, self.local_steps)  # applied there; H(t+1) requested
+        active.update(self.local_steps)  # own bottom and top, while the passives step
+
+
+PROTOCOLS: ClassRegistry[Protocol] = ClassRegistry("protocol")
+
+
+class PartyRounds(Parameters, Rounds[A, Transport]):
+    """The rounds of a kind that runs its own exchange at its active party ``A`` over a
+    ``Transport`` (FedCVT's ``CvtRounds``, ``PaillierLR``): the pending exchange at the
+    end, the epoch-end evaluations and the result; a subclass writes ``exchange`` and
+    ``evaluate``."""
 
     # FedCVT counts its final test exchange in ``comm_bytes`` (its papers' trials always did)
     test_bytes_in_comm: ClassVar[bool] = False
@@ -104,9 +125,3 @@ class Protocol(Rounds[A, Transport]):
             rounds_to_target=self.reached,
             mp_by_epoch=tuple(self.curve),
         )
-
-
-def curve_split(active: Any) -> str:
-    """Which rows an epoch end scores: ``val`` where the trial has validation rows (an
-    active ``VecStack`` or a FedCVT active party with ``y_val``), else ``test``."""
-    return "test" if getattr(active, "y_val", None) is None else "val"

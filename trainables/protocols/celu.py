@@ -47,7 +47,6 @@ from trainables.defenses.stacked import Index, StackedDefense
 from trainables.errors import ConfigError
 from trainables.messages import Message
 from trainables.protocols.base import HookEntry, Protocol
-from trainables.roles import NNActive
 
 
 def staleness_weights(fresh: torch.Tensor, stale: torch.Tensor, xi: float) -> torch.Tensor:
@@ -170,11 +169,10 @@ class CeluWorkset:
         return msg
 
 
-class CELU(Protocol[NNActive]):
+class CELU(Protocol):
     """FedSGD exchanges plus Q-1 cached, similarity-weighted local steps per party."""
 
     name = "celu"
-    stacks = True  # the base rounds; the stacks take the cached steps (``StackedWorkset``)
     replays = True  # its workset replays cached exchanges through the top model
     defaults: ClassVar[dict[str, Any]] = {"q": 5, "w": 5, "xi": 0.5}
 

@@ -13,13 +13,11 @@ from typing import Any, ClassVar
 
 from trainables.codecs import CODECS
 from trainables.protocols.base import HookEntry, Protocol
-from trainables.roles import NNActive
 
 
-class CompressedFedSGD(Protocol[NNActive]):
+class CompressedFedSGD(Protocol):
     """FedSGD whose messages go through the codec named ``codec``."""
 
-    stacks = True  # the base rounds; codecs on each training's messages
     codec: ClassVar[str] = ""
 
     def validate(self) -> None:

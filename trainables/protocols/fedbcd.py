@@ -10,12 +10,10 @@ from typing import Any, ClassVar
 
 from trainables.errors import ConfigError
 from trainables.protocols.base import Protocol
-from trainables.roles import NNActive
 
 
-class FedBCD(Protocol[NNActive]):
+class FedBCD(Protocol):
     name = "fedbcd"
-    stacks = True  # the base rounds as they are
     defaults: ClassVar[dict[str, Any]] = {"q": 5}
 
     def validate(self) -> None:

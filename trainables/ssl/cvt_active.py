@@ -1,7 +1,7 @@
 """FedCVT's active party B: its encoders, the labels and the three classifiers f_AB, f_A, f_B.
 
 Built by ``CvtPartyInit.build`` (``cvt_init.py``) when the init carries labels;
-``CvtProtocol`` runs at it.
+``CvtRounds`` runs at it.
 Defenses here act on its messages only (``values`` as ``representation``, the gradients as
 ``gradient``); the loss- and model-level hooks of ``ActiveParty`` (MID, dCor, CAE, GPer)
 have no place in FedCVT's three-head loss, and the kind refuses them.

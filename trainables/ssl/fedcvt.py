@@ -43,7 +43,7 @@ FedSplitNN (``CvtOptions.semi=False``) exchanges only ``reps_ol`` of the overlap
 
 Raw features never leave a party and labels never reach the passive party. Evaluation sends
 r_A of the test rows (``test_embedding``) once, at the end. The rounds run as a Protocol at
-B (``cvt_protocol.py``); the parties are in ``cvt_party.py`` (A) and ``cvt_active.py`` (B).
+B (``cvt_rounds.py``); the parties are in ``cvt_party.py`` (A) and ``cvt_active.py`` (B).
 
 Loss at the active party (weights in ``CvtOptions``)::
 

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trainables.messages import Message
+
+# A party's method as a call names it: the function itself (``VecStack.embed``), so the
+# call site reaches its definition; the hosted party's own method of that name runs
+# (overrides included). Kinds with rounds of their own still name some by string.
+Method = Callable[..., Any] | str
+
+
+def method_name(method: Method) -> str:
+    """The name a call sends across a transport (an actor runs ``getattr(party, name)``)."""
+    return method if isinstance(method, str) else method.__name__
 
 
 @dataclass
@@ -54,7 +64,7 @@ class Transport(ABC):
     def _gather(self, handles: list[Any]) -> list[Any]: ...
 
     def submit(
-        self, method: str, args: Sequence[tuple[Any, ...]], *, training: bool, new_round: bool
+        self, method: Method, args: Sequence[tuple[Any, ...]], *, training: bool, new_round: bool
     ) -> Pending:
         """Start ``party.method(*args[k])`` on every passive party k; returns at once."""
         if len(args) != self.n_peers:
@@ -66,7 +76,7 @@ class Transport(ABC):
         else:
             self.stats.eval_bytes += sent
         start = time.perf_counter()
-        handles = self._submit(method, args)
+        handles = self._submit(method_name(method), args)
         self.stats.submit_seconds += time.perf_counter() - start
         return Pending(handles, training)
 
@@ -82,5 +92,5 @@ class Transport(ABC):
             self.stats.eval_bytes += received
         return results
 
-    def call(self, method: str, args: Sequence[tuple[Any, ...]], *, training: bool) -> list[Any]:
+    def call(self, method: Method, args: Sequence[tuple[Any, ...]], *, training: bool) -> list[Any]:
         return self.gather(self.submit(method, args, training=training, new_round=False))

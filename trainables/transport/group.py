@@ -2,7 +2,7 @@
 Ray one is ``ray_actors/parties.py``; ``open.py`` chooses between them).
 
 A ``PartyGroup`` holds one party per init (party order; the active party last) and
-offers what a trial needs of them: run a protocol at the active party against the
+offers what a trial needs of them: run a training's rounds at the active party against the
 others (``train``), call methods on chosen parties (``call``, ``call_many``), a
 ``Transport`` from this process to chosen parties (for protocols that an orchestrator
 drives, such as FedHSSL pretraining), copies of the trained parties (``snapshot``, for
@@ -16,10 +16,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from trainables.transport.base import Transport
+from trainables.transport.base import Method, Transport, method_name
 from trainables.transport.local import LocalTransport
 
-Call = tuple[int, str, tuple[Any, ...]]  # (party index, method, args)
+Call = tuple[int, Method, tuple[Any, ...]]  # (party index, method, args)
 
 
 class PartyGroup(ABC):
@@ -30,8 +30,9 @@ class PartyGroup(ABC):
     def n(self) -> int: ...
 
     @abstractmethod
-    def train(self, protocol: Any, epochs: int, target_mp: float | None = None) -> Any:
-        """``protocol.run`` at the active party (the last) over a transport to the others."""
+    def train(self, rounds: Any, epochs: int, target_mp: float | None = None) -> Any:
+        """``rounds.run`` (a ``Rounds``: ``VecRun``, FedCVT's, Paillier LR's) at the active
+        party (the last) over a transport to the others."""
 
     @abstractmethod
     def call_many(self, calls: Sequence[Call]) -> list[Any]:
@@ -49,10 +50,10 @@ class PartyGroup(ABC):
     def load(self, inits: Sequence[Any]) -> None:
         """Rebuild every party from ``inits`` (same count), in place."""
 
-    def call(self, k: int, method: str, *args: Any) -> Any:
+    def call(self, k: int, method: Method, *args: Any) -> Any:
         return self.call_many([(k, method, args)])[0]
 
-    def call_all(self, method: str, *args: Any) -> list[Any]:
+    def call_all(self, method: Method, *args: Any) -> list[Any]:
         return self.call_many([(k, method, args) for k in range(self.n)])
 
 
@@ -66,11 +67,11 @@ class LocalGroup(PartyGroup):
     def n(self) -> int:
         return len(self.parties)
 
-    def train(self, protocol: Any, epochs: int, target_mp: float | None = None) -> Any:
-        return protocol.run(self.parties[-1], LocalTransport(self.parties[:-1]), epochs, target_mp)
+    def train(self, rounds: Any, epochs: int, target_mp: float | None = None) -> Any:
+        return rounds.run(self.parties[-1], LocalTransport(self.parties[:-1]), epochs, target_mp)
 
     def call_many(self, calls: Sequence[Call]) -> list[Any]:
-        return [getattr(self.parties[k], m)(*a) for k, m, a in calls]
+        return [getattr(self.parties[k], method_name(m))(*a) for k, m, a in calls]
 
     def transport(self, peers: Sequence[int]) -> Transport:
         return LocalTransport([self.parties[k] for k in peers])

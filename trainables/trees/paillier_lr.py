@@ -28,7 +28,7 @@ import numpy as np
 
 from trainables.endpoint import Endpoint
 from trainables.messages import BatchRef, BatchSchedule, Message
-from trainables.protocols.base import Protocol, TrainResult
+from trainables.protocols.base import PartyRounds, TrainResult
 from trainables.transport.base import Transport
 from trainables.trees.crypto import KeyPair, PublicKey
 
@@ -226,7 +226,7 @@ def _peer_split(transport: Transport) -> tuple[Transport, Transport]:
     return passives, holder
 
 
-class PaillierLR(Protocol["ActiveLR"]):
+class PaillierLR(PartyRounds["ActiveLR"]):
     """Zou et al.'s HE LR at the active party; the transport's last peer is the key holder.
 
     Bytes: each message is counted once, on the hop from its sender. A passive party's

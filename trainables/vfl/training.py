@@ -41,13 +41,13 @@ from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
 from trainables.vfl.halving import Halving
 from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStackInit
+from trainables.vfl.vec_stack import VecStack, VecStackInit
 
 
 @dataclass(frozen=True)
 class PreparedTrial:
     inits: tuple[PartyInit, ...]  # party order; the last one is active
-    protocol: Protocol[Any]
+    protocol: Protocol
     defenses: DefenseStack  # the spec's, read once: the parties' hooks and the record's columns
     n_labeled: int
     target_mp: float | None = None  # rounds_to_target is measured against it
@@ -97,7 +97,7 @@ def scored_over_epochs(name: str, params: dict[str, Any]) -> bool:
     return bool(ATTACKS.create(name, **split_adapt(params)[0]).over_epochs())
 
 
-def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol[Any]) -> PartyConfig:
+def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyConfig:
     return PartyConfig(
         model=str(spec.model),
         hidden=spec.hidden,
@@ -155,7 +155,7 @@ def party_inits(
     labels: Labels,
     columns: Sequence[np.ndarray],
     attacks: Sequence[AttackSpec],
-    protocol: Protocol[Any],
+    protocol: Protocol,
     defenses: DefenseStack,
     X_val: Sequence[np.ndarray] | None = None,
 ) -> tuple[PartyInit, ...]:
@@ -271,8 +271,9 @@ def _train_on(
     errors, slots = stack_errors(group, len(ready))
     results: list[Any] = [None] * len(ready)
     if slots:
-        group.call_all("stack", slots)
+        group.call_all(VecStack.stack, slots)
         run = VecRun(
+            ready[0].protocol,  # one exchange for the stack (``stack_key``)
             targets=[r.target_mp for r in ready], slots=slots, halving=halving,
             epochs=epochs, cells=cells,
         )  # fmt: skip
@@ -284,7 +285,7 @@ def _train_on(
 def stack_errors(group: PartyGroup, n: int) -> tuple[dict[int, BaseException], list[int]]:
     """The slots whose build raised at some party (the first error each), and the rest."""
     errors: dict[int, BaseException] = {}
-    for per_stack in group.call_all("build_errors"):
+    for per_stack in group.call_all(VecStack.build_errors):
         for slot, err in per_stack.items():
             errors.setdefault(slot, err)
     return errors, [s for s in range(n) if s not in errors]
@@ -300,9 +301,9 @@ def collect_trained(
     """Per slot: its result, its parties (copies, only where ``keep`` says so) and each
     party's defense reports, read back before the stacks are emptied."""
     trained = [s for s in range(len(ready)) if s not in errors]
-    reports = group.call_all("defense_applied")  # per party: one report per slot
+    reports = group.call_all(VecStack.defense_applied)  # per party: one report per slot
     kept = [s for s in trained if keep[s] and not stopped(results[s])]
-    parties = group.call_all("parties_of", kept) if kept else []
+    parties = group.call_all(VecStack.parties_of, kept) if kept else []
     out: list[tuple[Trained | None, BaseException | None]] = []
     for s, prepared in enumerate(ready):
         if s in errors:

@@ -1,9 +1,12 @@
-"""The rounds of a stacked training (``VecRun``) and each training's own counts.
+"""The rounds of a stacked training (``VecRun``), the passive stacks as a round reaches
+them (``PassiveStacks``) and each training's own counts.
 
-``VecRun`` is the base protocol's round loop (``Rounds.run``: FedSGD, FedBCD's Q local
-steps, CELU-VFL's cached steps at the stacks) run at the active ``VecStack``
-(``vec_stack.py``) for every stacked training at once. Rounds and bytes are counted per
-training exactly as its one-at-a-time transport counts them (``_Counts``).
+``VecRun`` is the round loop (``Rounds.run``) at the active ``VecStack`` (``vec_stack.py``)
+for every stacked training at once; each round is the NN protocol's ``exchange``
+(``protocols/base.py``: FedSGD's, with FedBCD's Q local steps; CELU-VFL's cached steps in
+the stacks' hooks). Around it: the epoch-end evaluations, successive halving's cuts and
+each training's result. Rounds and bytes are counted per training exactly as its
+one-at-a-time transport counts them (``_Counts``).
 """
 
 from __future__ import annotations
@@ -12,12 +15,11 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from trainables.messages import BatchRef
-from trainables.protocols.base import curve_split
-from trainables.rounds import Rounds, TrainResult
-from trainables.transport.base import CommStats, Transport
+from trainables.rounds import Rounds, TrainResult, curve_split
+from trainables.transport.base import CommStats, Pending, Transport
 from trainables.vfl.halving import Halving, survivors
 from trainables.vfl.vec_stack import Payload, VecStack
 
@@ -71,16 +73,85 @@ def _kept(payload: Any, keep: Sequence[int]) -> Any:
     return payload[list(keep)]
 
 
+class PassiveStacks:
+    """The passive parties' stacks as an NN protocol's round reaches them
+    (``Protocol.exchange``): typed calls over the transport, each training's messages
+    counted as its one-at-a-time transport counts them (``_Counts``)."""
+
+    def __init__(self, transport: Transport, k: int) -> None:
+        self.transport = transport
+        self.n = transport.n_peers  # P passive parties
+        self.counts = _Counts([CommStats() for _ in range(k)])
+        self.pending: Pending | _Cut | None = None  # their H for the next round, on its way
+
+    def request(self, ref: BatchRef) -> None:
+        """Ask for H(``ref``), unless the last round's ``send`` asked already."""
+        if self.pending is None:
+            self.send([None] * self.n, ref)
+
+    def embeddings(self) -> list[Payload]:
+        """The requested H: P x (K, B, C)."""
+        assert self.pending is not None, "embeddings come after a request"
+        pending, self.pending = self.pending, None
+        h = pending.payloads if isinstance(pending, _Cut) else self.transport.gather(pending)
+        self.counts.received(h, True, range(len(self.counts.stats)))
+        return h
+
+    def send(self, grads: Sequence[Payload | None], nxt: BatchRef | None, steps: int = 1) -> None:
+        """dL/dH down (P x (K, B, C); each passive stack applies it in ``steps`` local
+        updates), with the request for H(``nxt``) (None after the last round)."""
+        self.counts.sent(grads, nxt is not None)
+        args = [(g, nxt, steps) for g in grads]
+        self.pending = self.transport.submit(
+            VecStack.passive_round, args, training=False, new_round=False
+        )
+
+    def finish(self) -> None:
+        """Wait for the last ``send``: every party on the same version."""
+        if isinstance(self.pending, Pending):
+            self.transport.gather(self.pending)
+        self.pending = None
+
+    def embed(self, split: str, counted: Sequence[int]) -> list[Payload]:
+        """Every passive stack's H of its ``split`` rows (P x (K, n, C)); eval traffic
+        counted for the trainings at ``counted``."""
+        rows = self.transport.call(VecStack.embed, [(split,)] * self.n, training=False)
+        self.counts.received(rows, False, counted)
+        return rows
+
+    def keep(self, keep: Sequence[int]) -> None:
+        """Go on with the trainings at ``keep`` only: every passive stack and the H already
+        requested for the next round are cut to them."""
+        if self.pending is not None:
+            payloads = (
+                self.pending.payloads
+                if isinstance(self.pending, _Cut)
+                else self.transport.gather(self.pending)
+            )
+            self.pending = _Cut([_kept(p, keep) for p in payloads])
+        self.transport.call(VecStack.keep, [(keep,)] * self.n, training=False)
+        self.counts.stats = [self.counts.stats[j] for j in keep]
+
+
+class StackedRound(Protocol):
+    """What ``VecRun`` needs of an NN protocol (``protocols/base.py``'s ``Protocol``, which
+    names this module's types: structural here, so neither module imports the other)."""
+
+    def exchange(
+        self, active: VecStack, passives: PassiveStacks, ref: BatchRef, nxt: BatchRef | None
+    ) -> None: ...
+
+
 class VecRun(Rounds[VecStack, Transport]):
-    """What ``PartyGroup.train`` runs at the active ``VecStack``: the NN protocols' round
-    (FedSGD; FedBCD's Q local steps and CELU-VFL's cached steps at the stacks; a
-    protocol's codecs in each training's hooks) for every stacked training at once
-    (``Rounds.run``'s loop). Returns one ``TrainResult`` per slot of the pack (None where
-    a slot was not stacked); ``train_seconds`` is each training's share. Its messages are
-    counted per training (``_Counts``), not by the transport."""
+    """What ``PartyGroup.train`` runs at the active ``VecStack``: ``Rounds.run``'s loop,
+    each round the ``protocol``'s ``exchange``, for every stacked training at once.
+    Returns one ``TrainResult`` per slot of the pack (None where a slot was not
+    stacked); ``train_seconds`` is each training's share. Its messages are counted per
+    training (``PassiveStacks``' ``_Counts``), not by the transport."""
 
     def __init__(
         self,
+        protocol: StackedRound,
         targets: list[float | None],
         slots: list[int],
         halving: Halving | None = None,
@@ -88,6 +159,7 @@ class VecRun(Rounds[VecStack, Transport]):
         epochs: int = 0,
     ) -> None:
         super().__init__()
+        self.protocol = protocol  # its ``exchange`` is the round
         self.targets = targets  # per slot of the pack
         self.slots = slots
         # successive halving (``halving.py``): each slot's cell (its spec but its seed) and
@@ -96,9 +168,8 @@ class VecRun(Rounds[VecStack, Transport]):
         self.rungs = [] if halving is None else halving.rungs(epochs)
 
     def setup(self, active: VecStack, transport: Transport) -> None:
-        self.pending: Any = None  # the passive stacks' H for the next round, on its way
         self.k = len(self.slots)
-        self.counts = _Counts([CommStats() for _ in self.slots])
+        self.passives = PassiveStacks(transport, self.k)
         self.slot_targets = [self.targets[s] for s in self.slots]
         self.curves: list[list[float]] = [[] for _ in self.slots]
         self.epochs_seen = 0
@@ -115,36 +186,11 @@ class VecRun(Rounds[VecStack, Transport]):
     def exchange(
         self, active: VecStack, transport: Transport, ref: BatchRef, nxt: BatchRef | None
     ) -> None:
-        """Round t: the passive stacks apply gradient t-1 and send H(t) in one call; the
-        active stack computes the losses and dL/dH(t), sends them with the request for
-        H(t+1), and updates its own models while the passive stacks work. Each party's
-        arithmetic is exactly FedSGD's (FedBCD's with Q local steps); only the waiting
-        overlaps. At a paused epoch end every party has applied the epoch's last gradient
-        (the passive step that did so was submitted before the evaluation call, and a
-        party runs its calls in order)."""
-        if self.pending is None:  # the first round: the request for H(0)
-            self.pending = self.send(transport, [None] * transport.n_peers, ref)
-        active.forward(ref)
-        grads = active.passive_gradients(ref, self.receive(transport, self.pending))
-        self.pending = self.send(transport, grads, nxt)
-        active.update()
+        """The protocol's round (``Protocol.exchange``)."""
+        self.protocol.exchange(active, self.passives, ref, nxt)
 
     def finish(self, active: VecStack, transport: Transport) -> None:
-        if self.pending is not None:  # the last gradients: every party on the same version
-            transport.gather(self.pending)
-
-    def send(
-        self, transport: Transport, grads: Sequence[Payload | None], nxt: BatchRef | None
-    ) -> Any:
-        """Gradients of the last round down, the request for the next round's H up."""
-        self.counts.sent(grads, nxt is not None)
-        return transport.submit("vstep", [(g, nxt) for g in grads], training=False, new_round=False)
-
-    def receive(self, transport: Transport, pending: Any) -> list[Any]:
-        """The passive stacks' answers to the last ``send`` (or a cut's): this round's H."""
-        embeddings = pending.payloads if isinstance(pending, _Cut) else transport.gather(pending)
-        self.counts.received(embeddings, True, range(self.k))
-        return embeddings
+        self.passives.finish()
 
     def pauses(self) -> bool:
         return (
@@ -181,22 +227,18 @@ class VecRun(Rounds[VecStack, Transport]):
             return
         for j in set(range(self.k)) - set(keep):
             self.stopped[self.slots[j]] = TrainResult.from_stats(
-                self.counts.stats[j],
+                self.passives.counts.stats[j],
                 val_mp=scores[j],
                 train_seconds=self.spent[j],
                 final_loss=float(active.losses[j]),
                 extra={"stopped": {"epochs_run": self.epochs_seen, "by": self.halving.label()}},
             )
-        if self.pending is not None:  # the next round's H, sent before this epoch end
-            payloads = transport.gather(self.pending)
-            self.pending = _Cut([_kept(p, keep) for p in payloads])
-        transport.call("keep", [(keep,)] * transport.n_peers, training=False)
+        self.passives.keep(keep)
         active.keep(keep)
         self.slots = [self.slots[j] for j in keep]
         self.k = len(keep)
         for name in ("slot_targets", "curves", "reached_at", "spent"):
             setattr(self, name, [getattr(self, name)[j] for j in keep])
-        self.counts.stats = [self.counts.stats[j] for j in keep]
 
     def _charge(self) -> None:
         """Each training in the stack its share of the wall time since the last charge."""
@@ -210,9 +252,7 @@ class VecRun(Rounds[VecStack, Transport]):
     ) -> list[float]:
         """Every training's MP on its ``split`` rows; eval traffic counted for the
         ``counted`` ones."""
-        rows = transport.call("vembed", [(split,)] * transport.n_peers, training=False)
-        self.counts.received(rows, False, counted)
-        return active.evaluate(rows, split)
+        return active.evaluate(self.passives.embed(split, counted), split)
 
     def result(
         self, active: VecStack, transport: Transport, seconds: float, total: int
@@ -230,12 +270,12 @@ class VecRun(Rounds[VecStack, Transport]):
             self.spent = [x * scale for x in self.spent]
             for s, stopped in self.stopped.items():
                 out[s] = dataclasses.replace(stopped, train_seconds=stopped.train_seconds * scale)
-        for stats in self.counts.stats:  # the stack's calls served each training: a share
+        for stats in self.passives.counts.stats:  # the stack's calls served each training: a share
             stats.submit_seconds = transport.stats.submit_seconds / self.k
             stats.wait_seconds = transport.stats.wait_seconds / self.k
         for j, s in enumerate(self.slots):
             out[s] = TrainResult.from_stats(
-                self.counts.stats[j],
+                self.passives.counts.stats[j],
                 mp=mps[j],
                 val_mp=vals[j],
                 train_seconds=self.spent[j] if self.stopped else seconds / self.k,

@@ -4,9 +4,8 @@ Why: trained one by one, every training runs its own forward, backward and optim
 step, ~3.5 ms of Python per round for an MLP-2, and on actors its own round trips. A
 ``VecStack`` holds the K bottoms (and, at the active party, the K tops) as stacked
 parameters (``trainables/stacked.py``) and runs one batched forward, backward and
-optimizer step per round for all K; ``VecRun`` (``vec_run.py``) is the NN
-round loop (FedSGD, FedBCD's Q local steps) over those stacks. A lone training is a stack
-of one.
+optimizer step per round for all K; a protocol's round (``Protocol.exchange``) calls
+them, run by ``VecRun`` (``vec_run.py``). A lone training is a stack of one.
 
 What stays per training: its own rows (each training's ``BatchSchedule``, gathered as a
 (K, B) index), its own data, init, learning rate and labels; its slice of every message
@@ -245,8 +244,9 @@ class VecStack:
         assert self.party_id is not None
         return int(self.party_id)
 
-    def backward(self, grad: Payload) -> None:
-        """Apply dL/dH (K, B, C): one step, then Q-1 more with the same gradient (FedBCD)."""
+    def backward(self, grad: Payload, steps: int = 1) -> None:
+        """Apply dL/dH (K, B, C) in ``steps`` updates: one, then Q-1 more with the same
+        gradient on a fresh H (FedBCD)."""
         assert self._pending is not None, "a gradient without a forward"
         ref, h, rows = self._pending
         self._pending = None
@@ -255,7 +255,7 @@ class VecStack:
         for hook in self.stacked_hooks:  # a colluding LRB moves a row's gradient
             g = hook.on_gradient(self, rows, g)
         h_sent = h.detach()
-        for step in range(self.config.local_steps):
+        for step in range(steps):
             if step > 0:
                 h = self.bottom.forward(self.X_train[self.k, rows])
             self.optimizer.zero_grad()
@@ -264,15 +264,19 @@ class VecStack:
         for hook in self.stacked_hooks:
             hook.after_backward(self, rows, h_sent, g)
 
-    def vstep(self, grad: Payload | None, ref: BatchRef | None) -> Payload | None:
-        """One exchange at this party, for the K stacked trainings: round t's gradient in
-        (applied by ``backward``), round t+1's H out (``forward``; None after the last)."""
+    def passive_round(
+        self, grad: Payload | None, ref: BatchRef | None, steps: int = 1
+    ) -> Payload | None:
+        """A passive stack's part of one round (``PassiveStacks.send``): round t's gradient
+        in (applied in ``steps`` updates by ``backward``), round t+1's H out (``forward``;
+        None after the last)."""
         if grad is not None:
-            self.backward(grad)
+            self.backward(grad, steps)
         return None if ref is None else self.forward(ref)
 
     @torch.no_grad()
-    def vembed(self, split: str = "test") -> Payload:
+    def embed(self, split: str = "test") -> Payload:
+        """H of every training's ``split`` rows (K, n, C), as sent for an evaluation."""
         h = self.bottom.forward(rows_of(self, split), training=False).cpu().numpy()  # (K, n, C)
         return self._send(f"{split}_embedding", self.config_party_id, self.active_id, h, None)
 
@@ -343,11 +347,12 @@ class VecStack:
             for dst, g in enumerate(grads)
         ]
 
-    def update(self) -> None:
-        """Own bottom and top: the step on this batch, then Q-1 FedBCD steps."""
+    def update(self, steps: int = 1) -> None:
+        """Own bottom and top in ``steps`` updates on this batch: one, then Q-1 FedBCD
+        steps with the received H."""
         assert self._stash is not None
         rows, losses, h_passive, own = self._stash
-        for step in range(self.config.local_steps):
+        for step in range(steps):
             if step > 0:
                 h_own = self.bottom.forward(self.X_train[self.k, rows])
                 y = self.y_train[self.k, rows]

@@ -134,6 +134,7 @@ def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | Non
     return (
         cfg.model, cfg.hidden, cfg.partition, cfg.n_parties, cfg.n_classes, cfg.batch_size,
         cfg.optimizer, cfg.local_steps, cfg.device, cfg.metric, cfg.emb_dim,
+        type(prepared.protocol).exchange,  # the stack's round: one protocol's
         int(spec.required("epochs")),
         cfg.lr_decay, cfg.keep_epochs,
         shapes, model_signature(prepared),

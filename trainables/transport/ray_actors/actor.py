@@ -1,7 +1,7 @@
 """``PartyActor``: one party in its own Ray actor.
 
 The actor is a thin shell around a Ray-free ``Party`` (built from its ``PartyInit``): it
-loads one, runs the protocol when it hosts the active party, answers the passive calls
+loads one, runs a training's rounds when it hosts the active party, answers the passive calls
 ``RayTransport`` sends (``wire.py``: one pickle each way), and offers diagnostics (where
 it runs, round-trip times, every array it holds: ``tests/test_isolation.py``).
 
@@ -28,7 +28,7 @@ from trainables.transport.ray_actors.pickling import pack
 
 if TYPE_CHECKING:
     from trainables.party import Party, PartyInit
-    from trainables.protocols import TrainResult
+    from trainables.rounds import TrainResult
 
 
 def _warm_up_torch() -> None:
@@ -111,13 +111,14 @@ class PartyActor:
         return float(np.median(samples) * 1000)
 
     def train(
-        self, protocol: Any, peers: Sequence[Any], epochs: int, target_mp: float | None = None
+        self, rounds: Any, peers: Sequence[Any], epochs: int, target_mp: float | None = None
     ) -> TrainResult:
-        """Run ``protocol`` here, next to the active party, against the passive actors."""
+        """Run ``rounds`` (a ``Rounds``) here, next to the active party, against the
+        passive actors."""
         from trainables.transport.ray_actors.wire import RayTransport
 
         assert self.party is not None, "train runs on the active party's actor"
-        result: TrainResult = protocol.run(self.party, RayTransport(peers), epochs, target_mp)
+        result: TrainResult = rounds.run(self.party, RayTransport(peers), epochs, target_mp)
         return result
 
     def arrays(self) -> dict[str, np.ndarray]:

@@ -14,8 +14,8 @@ import ray
 from ray.util.placement_group import PlacementGroup
 
 from trainables.party import Party, PartyInit
-from trainables.protocols import TrainResult
-from trainables.transport.base import Transport
+from trainables.rounds import TrainResult
+from trainables.transport.base import Transport, method_name
 from trainables.transport.group import Call, PartyGroup
 from trainables.transport.placement import Placement
 from trainables.transport.ray_actors.pool import (
@@ -89,10 +89,10 @@ class RayParties(PartyGroup):
     def n(self) -> int:
         return len(self.actors)
 
-    def train(self, protocol: Any, epochs: int, target_mp: float | None = None) -> TrainResult:
-        """``protocol`` (a Protocol instance) runs inside the active party's actor."""
+    def train(self, rounds: Any, epochs: int, target_mp: float | None = None) -> TrainResult:
+        """``rounds`` (a ``Rounds``) run inside the active party's actor."""
         result: TrainResult = ray.get(
-            self.active.train.remote(protocol, self.passives, epochs, target_mp)
+            self.active.train.remote(rounds, self.passives, epochs, target_mp)
         )
         return result
 
@@ -103,7 +103,7 @@ class RayParties(PartyGroup):
     def call_many(self, calls: Sequence[Call]) -> list[Any]:
         """Methods of hosted parties, in parallel across actors, results in call order
         (e.g. ``defense_applied``: small results read back before ``close`` empties them)."""
-        return ray.get([self.actors[k].call.remote(m, *a) for k, m, a in calls])
+        return ray.get([self.actors[k].call.remote(method_name(m), *a) for k, m, a in calls])
 
     def transport(self, peers: Sequence[int]) -> Transport:
         return RayTransport([self.actors[k] for k in peers])

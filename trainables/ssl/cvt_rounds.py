@@ -1,9 +1,10 @@
-"""FedCVT's rounds as a ``Protocol``: run at the active party B against A over a Transport.
+"""FedCVT's rounds (``PartyRounds``): run at the active party B against A over a Transport.
 
-Why a Protocol: every trial kind opens its parties with ``open_parties`` and trains with
-``group.train(protocol, epochs)``; the protocol then runs where B lives (in this process,
-or inside B's actor under Ray) and talks to A only through the Transport, which counts the
-rounds and the bytes. One round (global step s = epoch * steps + index):
+Why rounds of its own: FedCVT's parties exchange their own bundle (not the NN protocols'
+embeddings and gradients); a trial trains with ``group.train(rounds, epochs)``, and the
+rounds run where B lives (in this process, or inside B's actor under Ray) and talk to A
+only through the Transport, which counts the rounds and the bytes. One round (global step
+s = epoch * steps + index):
 
 1. B computes ``values`` (r_B of the overlap; FedCVT only);
 2. one call to A (``round``): apply round s-1's gradients, then A's forward of round s with
@@ -21,14 +22,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trainables.messages import Message
-from trainables.protocols.base import Protocol
+from trainables.protocols.base import PartyRounds
 from trainables.transport.base import Transport
 
 if TYPE_CHECKING:
     from trainables.ssl.cvt_active import CvtActive
 
 
-class CvtProtocol(Protocol["CvtActive"]):
+class CvtRounds(PartyRounds["CvtActive"]):
     """``semi``: FedCVT (False: FedSplitNN on the same models); ``local_steps``: Q of FedBCD
     (each party's Q updates on one exchange), 1 for FedSGD."""
 
