@@ -4,7 +4,7 @@ match ran, against the autograd plain match the large batches took before (issue
 Why: beyond what a Jacobian may hold in memory (``bli.MAX_JACOBIAN``: MNIST's MLP-2 bottom
 at batch >= 512) BLI's match is the plain one, VFLAIR's own. It ran as autograd's double
 backward (~50 CPU-s an evaluation at batch 2048, over a third of the VFLAIR MNIST table's
-CPU); ``bli_fast.PlainMLP`` computes the same steps in closed form. Each row is one
+CPU); ``bli_inversion.PlainMLP`` computes the same steps in closed form. Each row is one
 training (2-party aggVFL FedSGD at the dataset's settings, 1 epoch: BLI reads the first
 round only) and, on its trained parties, the default evaluation and, where its match is
 plain, the autograd loop on the same view (``--no-before`` skips it): CPU seconds of the
@@ -30,7 +30,8 @@ from trainables.vfl.training import prepare_parties, train_local_parties
 
 def evaluate(parties: Sequence[Any], seed: int, autograd: bool) -> dict[str, Any]:
     """One BLI evaluation: CPU seconds, AP, the match that ran; ``autograd``: the plain
-    match by autograd's double backward, the path before ``PlainMLP``."""
+    match by autograd's double backward (``bli.autograd_match``, the path before
+    ``PlainMLP``), in the same inversion."""
     real = bli.stackable_module
     if autograd:
         bli.stackable_module = lambda module: False  # type: ignore[assignment]

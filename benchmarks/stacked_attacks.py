@@ -5,7 +5,7 @@ Why: attack evaluation dominates real sweeps (``defenses.yaml``: PMC, MC and AMC
 2-4 CPU-s each per digits training against ~1 s of training). A vectorized pack trains K
 trainings as one stack; ``harness.run_attacks_many`` then runs each attack's K
 evaluations together where the attack has a stacked form (model completion:
-``completion_fast.train_fast_many``). This trains ``--k`` digits trainings (2-party
+``completion_fast.train_fast``). This trains ``--k`` digits trainings (2-party
 aggVFL FedSGD, seeds 0..K-1, ``--epochs``), then per attack, interleaved ``--repeats``
 times: the K evaluations one at a time (``run_attacks``) and together
 (``run_attacks_many``), CPU seconds of this thread per evaluation (median over repeats),

@@ -19,6 +19,7 @@ from trainables.attacks.completion import (
     _soft_ce,
     _train_autograd,
     complete_model,
+    complete_models,
 )
 
 B, W, C = 4, 5, 3  # batch, bottom width, classes
@@ -75,7 +76,9 @@ def test_head_gradient_equals_autograd_of_the_generic_loss() -> None:
         )
         loss.backward()
         want = torch.cat([head.weight.grad, head.bias.grad.unsqueeze(1)], 1).numpy()
-        got = cf.head_grad(theta, inp.feats[s], inp.t0[s], inp.mix_u[s], wu, 1 / 0.8)
+        got = cf.head_grads(
+            theta[None], inp.feats[s][None], inp.t0[s][None], inp.mix_u[s][None], wu, 1 / 0.8
+        )[0]  # K = 1
         assert np.abs(want).max() > 1e-3  # a gradient that could disagree
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
@@ -122,7 +125,7 @@ def _generic(steps: bool = False, **params: Any) -> Any:
         torch.manual_seed(0)
         model = CompletionModel(copy.deepcopy(bottom).eval(), 3, 3, str(p["head"]))
         gen, rng = torch.Generator().manual_seed(0), np.random.default_rng(0)
-        ema = _train_autograd(model, data, p, gen, rng)
+        ema = _train_autograd(model, data, gen, rng, p)
     return ema.steps if steps else ema.state_dict()
 
 
@@ -150,3 +153,19 @@ def test_converge_stops_early_on_the_fast_path_where_the_generic_loop_stops() ->
     p = {"epochs": 10, "steps_per_epoch": 40, "stop_patience": 2, "stop_tol": 0.2}
     fast = complete_model(bottom, X[:12], y[:12], X, 3, p, seed=0)
     assert fast.steps == _generic(**p, steps=True) < 400  # same checks, same verdicts
+
+
+def test_stacked_completions_with_a_convergence_stop_each_stop_as_alone() -> None:
+    """A convergence stop in a stack: each head stops at the epoch it stops at alone (its
+    own draws and checks), is frozen there while the others go on, and ends with the
+    weights it has alone."""
+    bottom, X, y = _data()
+    p = {"epochs": 10, "steps_per_epoch": 40, "stop_patience": 2, "stop_tol": 0.1}
+    jobs = [(bottom, X[:12], y[:12], X, seed) for seed in (0, 1, 2)]
+    together = complete_models(jobs, 3, p)
+    alone = [complete_model(b, xl, yl, xu, 3, p, seed) for b, xl, yl, xu, seed in jobs]
+    for one, many in zip(alone, together, strict=True):
+        assert many.steps == one.steps < 400  # type: ignore[operator]  # each stopped early
+        for k, v in one.state_dict().items():
+            torch.testing.assert_close(many.state_dict()[k], v, rtol=0, atol=1e-6)
+    assert len({m.steps for m in together}) > 1  # they stopped at different epochs

@@ -26,8 +26,8 @@ Preset ``converge`` (``match_tol=1e-6``), digits seeds 0-2: AP 0.932±0.038 vs 0
 undefended, 0.042 vs 0.042 under CAE 0.5.
 Cost: the whitened path takes J's range from the eigendecomposition of its smaller Gram
 matrix (the SVD only where the rank is not clear-cut) and steps with the closed-form
-gradient and Adam in numpy (``bli_fast``): the same labels as the SVD-and-autograd loop
-(``invert_autograd`` on ``matcher``) on digits seeds 0-2, ~2.5x fewer CPU seconds.
+gradient and Adam in numpy (``bli_inversion``): the same labels as an SVD basis and
+autograd's gradient on digits seeds 0-2, ~2.5x fewer CPU seconds.
 Not done: VFLAIR's second, trainable-head dummy.
 AP: accuracy of the inferred labels over that batch's rows.
 """
@@ -35,17 +35,21 @@ AP: accuracy of the inferred labels over that batch's rows.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, jacrev, vmap
 
 from trainables.attacks.base import Attack, AttackInfo, LabelGuess, PartyView
-from trainables.attacks.bli_fast import PlainMLP, gram_basis, invert_fast, whitened
+from trainables.attacks.bli_inversion import (
+    Match,
+    PlainMLP,
+    gram_basis,
+    invert_dummies,
+    whitened,
+)
 from trainables.errors import ConfigError
 from trainables.messages import Message
 from trainables.stacked import stackable_module
@@ -107,32 +111,26 @@ def svd_basis(jac: Tensor, observed: Tensor) -> tuple[np.ndarray, np.ndarray]:
     return u[:, keep].float().numpy(), target.float().numpy()
 
 
-def matcher(
-    model: nn.Module, x: torch.Tensor, grad: torch.Tensor, whiten: bool = True
-) -> Callable[[Tensor], Tensor]:
-    """loss(G'): squared distance of J^T G' to the observed J^T ``grad``, relative; whitened
-    (in an orthonormal basis of J's range) when ``whiten`` and J fits in memory. The
-    autograd form: the default path computes the gradient in closed form (``bli_fast``)."""
-    jac = jacobian(model, x) if whiten else None
-    if jac is not None:
-        observed = jac.T @ grad.reshape(-1).double()  # (P,) the batch gradient dL/dθ
-        basis_np, target_np = svd_basis(jac, observed)
-        basis, target = torch.from_numpy(basis_np), torch.from_numpy(target_np)
-        scale = float((target**2).sum()) or 1.0
-        return lambda g: ((g.reshape(-1) @ basis - target) ** 2).sum() / scale
+def autograd_match(model: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> Match:
+    """VFLAIR's plain match |J^T G' - J^T G|^2 / |J^T G|^2 (J^T G = the observed batch
+    gradient dL/dθ) for any bottom, and its gradient w.r.t. G' by autograd's double
+    backward: what the closed forms (``whitened``, ``PlainMLP``) compute where they apply."""
     names = [k for k, p in model.named_parameters() if p.requires_grad]
     theta = {k: p.detach() for k, p in model.named_parameters() if p.requires_grad}
     params = [theta[k].requires_grad_() for k in names]
     h = functional_call(model, theta, (x,))  # (B, C), graph kept for every step
-    observed_t = [t.detach() for t in torch.autograd.grad(h, params, grad, retain_graph=True)]
-    scale_t = sum(float((t**2).sum()) for t in observed_t) or 1.0
+    observed = [t.detach() for t in torch.autograd.grad(h, params, grad, retain_graph=True)]
+    scale = sum(float((t**2).sum()) for t in observed) or 1.0
 
-    def plain(g: Tensor) -> Tensor:
+    def match(g_np: np.ndarray) -> tuple[np.ndarray, float]:
+        g = torch.from_numpy(np.asarray(g_np, np.float32)).requires_grad_()  # (B, C) G'
         got = torch.autograd.grad(h, params, g, create_graph=True, retain_graph=True)
-        total = sum(((a - t) ** 2).sum() for a, t in zip(got, observed_t, strict=True))
-        return cast("Tensor", total) / scale_t  # a sum of tensors: a tensor
+        squares = [((a - t) ** 2).sum() for a, t in zip(got, observed, strict=True)]
+        loss = torch.stack(squares).sum()
+        (d,) = torch.autograd.grad(loss / scale, [g])
+        return d.numpy(), float(loss) / scale
 
-    return plain
+    return match
 
 
 def invert(
@@ -141,8 +139,8 @@ def invert(
     """((B,) labels whose dummy batch gradient matches J^T ``grad``, the match that ran)
     (x: (B, d), grad: (B, C)). ``params["match"]``: ``auto`` is whitened where J fits in
     memory (Gram-eigen basis, SVD if its rank is unclear), else plain; ``plain`` always
-    (VFLAIR's). Both run closed-form steps; a plain match of a bottom that is not a
-    Linear-ReLU stack runs autograd's double backward."""
+    (VFLAIR's). One inversion (``invert_dummies``) on the match: closed form where it
+    can be (whitened; plain on a Linear-ReLU stack), else autograd's double backward."""
     from threadpoolctl import threadpool_limits  # lazy: worker start-up imports every attack
 
     jac = jacobian(model, x) if params["match"] == "auto" else None
@@ -152,47 +150,12 @@ def invert(
         if jac is not None:
             observed = jac.T @ grad.reshape(-1).double()  # (P,) the batch gradient dL/dθ
             basis, target = gram_basis(jac, observed) or svd_basis(jac, observed)
-            return invert_fast(h0, whitened(basis, target), params, seed), "whitened"
-        if stackable_module(model) and all(p.requires_grad for p in model.parameters()):
-            match = PlainMLP(model, x.numpy(), grad.numpy())
-            return invert_fast(h0, match, params, seed), "plain"
-    plain = matcher(model, x, grad, whiten=False)
-    return invert_autograd(model, x, grad, params, seed, plain), "plain"
-
-
-def invert_autograd(
-    model: nn.Module,
-    x: Tensor,
-    grad: Tensor,
-    params: dict[str, Any],
-    seed: int,
-    loss_of: Callable[[Tensor], Tensor],
-) -> np.ndarray:
-    """(B,) labels: dummies trained with autograd and torch.optim.Adam on ``loss_of``."""
-    with torch.no_grad():
-        h0 = model(x)  # (B, C) own logits
-    n, c = grad.shape
-    gen = torch.Generator().manual_seed(seed)
-    scale = float(params["init_scale"])
-    z = (scale * torch.randn(n, c, generator=gen)).requires_grad_()  # dummy active logits
-    v = (scale * torch.randn(n, c, generator=gen)).requires_grad_()  # dummy label logits
-    opt = torch.optim.Adam([z, v], lr=float(params["lr"]))
-    labels, stable = v.detach().argmax(dim=1), 0
-    match_tol = float(params["match_tol"])
-    for _ in range(int(params["steps"])):
-        dummy = (F.softmax(h0 + z, dim=1) - F.softmax(v, dim=1)) / n  # (B, C) dummy dL/dH
-        loss = loss_of(dummy)
-        opt.zero_grad()
-        z.grad, v.grad = torch.autograd.grad(loss, [z, v], retain_graph=True)
-        opt.step()
-        now = v.detach().argmax(dim=1)
-        stable = stable + 1 if torch.equal(now, labels) else 0
-        labels = now
-        if stable >= int(params["patience"]):  # converged: no label moved for a while
-            break
-        if match_tol and float(loss.detach()) <= match_tol:  # converged: the gradients match
-            break
-    return labels.numpy()
+            return invert_dummies(h0, whitened(basis, target), params, seed), "whitened"
+        closed = stackable_module(model) and all(p.requires_grad for p in model.parameters())
+        match: Match = (
+            PlainMLP(model, x.numpy(), grad.numpy()) if closed else autograd_match(model, x, grad)
+        )
+        return invert_dummies(h0, match, params, seed), "plain"
 
 
 class BatchLabelInference(Attack):

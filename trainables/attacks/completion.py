@@ -27,11 +27,12 @@ Choices (measured on digits, 2-party aggVFL FedSGD, seeds 0-19):
   --compare``), AP default vs converge: PMC 0.725±0.029 vs 0.720±0.025, MC 0.755±0.015
   vs 0.748±0.032, AMC 0.730±0.031 vs 0.712±0.023; under CAE 0.5, PMC 0.767±0.036 vs
   0.773±0.021 at 0.37 instead of 1.97 CPU seconds (fast path; the generic loop: 20.0).
-Speed: at the defaults (linear head, frozen bottom, MixMatch) ``completion_fast.py`` runs
-the same steps without autograd (same random draws, same formulas; the weights agree to
-float rounding), ~10x fewer CPU seconds; any other head, a trained bottom or
-``method="supervised"`` take the generic loop (``_train_autograd``), which gathers its
-tensors once (EMA over foreach ops, Adam foreach, modes set once).
+The algorithm is ``_train_autograd``. Speed: at the defaults (linear head, frozen bottom,
+MixMatch) ``completion_fast.py`` runs the same steps without autograd (same random
+draws, same formulas; the weights agree to float rounding), ~10x fewer CPU seconds, K
+completions of one shape as one (``complete_models``); any other head, a trained bottom
+or ``method="supervised"`` take the generic loop, which gathers its tensors once (EMA
+over foreach ops, Adam foreach, modes set once).
 """
 
 from __future__ import annotations
@@ -116,15 +117,8 @@ def complete_model(
     seed: int,
 ) -> nn.Module:
     """The trained completion model (eval mode); ``bottom`` itself is not changed."""
-    p = check_params({**COMPLETION_DEFAULTS, **params})
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: one thread is faster, and fair on a shared CPU
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return _train(bottom, X_labeled, y_labeled, X_unlabeled, n_classes, p, seed)
-    finally:
-        torch.set_num_threads(threads)
+    job = (bottom, X_labeled, y_labeled, X_unlabeled, seed)
+    return complete_models([job], n_classes, params)[0]
 
 
 # one completion's inputs: bottom, X_labeled, y_labeled, X_unlabeled, seed
@@ -134,35 +128,51 @@ Completion = tuple[nn.Module, np.ndarray, np.ndarray, np.ndarray, int]
 def complete_models(
     jobs: list[Completion], n_classes: int, params: dict[str, Any]
 ) -> list[nn.Module]:
-    """``complete_model`` of each job, the trainings of one shape stacked (issue 45): at
-    the defaults without a convergence stop their head steps run as one
-    (``completion_fast.train_fast_many``) on each job's own draws, so each model is the one
-    ``complete_model`` returns. Other settings run one at a time."""
+    """The trained completion model of each job (eval mode). Where the fast path computes
+    the generic loop's steps (``completion_fast.applies``: the defaults) and the jobs
+    share one shape, their heads train as one (``completion_fast.train_fast``: K = 1 is a
+    lone completion; a converged head is frozen while the rest go on), each on its own
+    draws, so each model is the one it would be alone. Otherwise each runs the generic
+    loop (``_train_autograd``). Both start from the same head (same global draws) and
+    the same generators."""
     p = check_params({**COMPLETION_DEFAULTS, **params})
-    shapes = {(np.shape(xl)[1:], len(xu) > 0) for _, xl, _, xu, _ in jobs}
-    together = len(jobs) > 1 and not int(p["stop_patience"]) and len(shapes) == 1
-    if not (together and completion_fast.applies(p, len(jobs[0][3]))):
-        return [
-            complete_model(b, xl, yl, xu, n_classes, params, seed) for b, xl, yl, xu, seed in jobs
-        ]
+    shapes: dict[tuple[Any, ...], list[int]] = {}
+    for i, (_, xl, _, xu, _) in enumerate(jobs):
+        shapes.setdefault((np.shape(xl)[1:], np.shape(xu)[1:]), []).append(i)
+    if len(shapes) > 1:  # one stack per shape
+        out: dict[int, nn.Module] = {}
+        for same in shapes.values():
+            got = complete_models([jobs[i] for i in same], n_classes, params)
+            out.update(zip(same, got, strict=True))
+        return [out[i] for i in range(len(jobs))]
+    fast = all(completion_fast.applies(p, len(xu)) for *_, xu, _ in jobs)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # tiny models: one thread is faster, and fair on a shared CPU
     try:
-        models, datas, gens, rngs, emas = [], [], [], [], []
+        models, datas, gens, rngs, done = [], [], [], [], []
         for bottom, X_labeled, y_labeled, X_unlabeled, seed in jobs:
+            gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)  # the head's draws, as complete_model's
+                torch.manual_seed(seed)  # the head's draws (and any the generic loop makes)
                 model, data = _model_and_data(
                     bottom, X_labeled, y_labeled, X_unlabeled, n_classes, p
                 )
-            model.bottom.requires_grad_(False)
+                if not fast:
+                    done.append(_train_autograd(model, data, gen, rng, p))
             models.append(model)
             datas.append(data)
-            gens.append(torch.Generator().manual_seed(seed))
-            rngs.append(np.random.default_rng(seed))
-            emas.append(copy.deepcopy(model).requires_grad_(False))
-        completion_fast.train_fast_many(models, datas, p, gens, rngs, emas)
-        return [ema.eval() for ema in emas]
+            gens.append(gen)
+            rngs.append(rng)
+        if not fast:
+            return done
+        stops = []
+        for model, (_, _, unlabeled) in zip(models, datas, strict=True):
+            model.bottom.requires_grad_(False)
+            ema = copy.deepcopy(model).requires_grad_(False)
+            patience, tol = int(p["stop_patience"]), float(p["stop_tol"])
+            stops.append(Convergence(ema, unlabeled, patience, tol))
+        completion_fast.train_fast(models, datas, p, gens, rngs, stops)
+        return [stop.ema.eval() for stop in stops]
     finally:
         torch.set_num_threads(threads)
 
@@ -186,36 +196,12 @@ def _model_and_data(
     return CompletionModel(bottom, width, n_classes, str(p["head"])), (xl, yl, xu)
 
 
-def _train(
-    bottom: nn.Module,
-    X_labeled: np.ndarray,
-    y_labeled: np.ndarray,
-    X_unlabeled: np.ndarray,
-    n_classes: int,
-    p: dict[str, Any],
-    seed: int,
-) -> nn.Module:
-    """The trained EMA completion model: the fast path where it computes the same steps
-    (``completion_fast.applies``: the defaults), else the generic autograd loop. Both
-    start from the same head (same global draws) and the same generators."""
-    gen = torch.Generator().manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model, (xl, yl, xu) = _model_and_data(bottom, X_labeled, y_labeled, X_unlabeled, n_classes, p)
-    if completion_fast.applies(p, len(xu)):  # the defaults: same steps, no autograd
-        model.bottom.requires_grad_(False)
-        ema = copy.deepcopy(model).requires_grad_(False)
-        stop = Convergence(ema, xu, int(p["stop_patience"]), float(p["stop_tol"]))
-        completion_fast.train_fast(model, (xl, yl, xu), p, gen, rng, stop)
-        return ema.eval()
-    return _train_autograd(model, (xl, yl, xu), p, gen, rng)
-
-
 def _train_autograd(
     model: CompletionModel,
     data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    p: dict[str, Any],
     gen: torch.Generator,
     rng: np.random.Generator,
+    p: dict[str, Any],
 ) -> nn.Module:
     """The generic loop (any head, a trainable bottom, supervised): autograd and
     torch.optim.Adam; ``data``: xl (n_l, d), yl (n_l, C) one-hot, xu (n_u, d)."""

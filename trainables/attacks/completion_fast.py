@@ -13,9 +13,11 @@ less work:
   the softmax on the mixed unlabeled rows, through the softmax's Jacobian by hand), with
   Adam (torch's defaults and formulas) and the EMA on one array theta = [W | b] (C, w+1),
   in numpy float32: ~35 ops of ~1 us instead of ~70 torch ops, autograd and optimizer.
-Random numbers: the same generators draw the same numbers in the same order as the
-generic loop (``draw_block``); a block's draws are made before its steps run, which is
-allowed because no draw depends on the head. The float operations differ (order of
+K completions of one shape train as one (``train_fast``: the K heads stacked; K = 1 is
+one completion, the same code). Random numbers: each completion's generators draw the
+same numbers in the same order as its generic loop would (``draw_block``); a block's
+draws are made before its steps run, which is allowed because no draw depends on the
+head. The float operations differ (order of
 sums, numpy's exp), so the weights agree with the generic path's to float rounding,
 not bit for bit.
 """
@@ -154,31 +156,6 @@ def block_inputs(
     return Inputs(feats.numpy(), t0.numpy().astype(f32), mix[:, :, bs:].numpy().astype(f32))
 
 
-def head_grad(
-    theta: np.ndarray, feats: np.ndarray, t0: np.ndarray, mix_u: np.ndarray, wu: float, t: float
-) -> np.ndarray:
-    """d loss / d theta (C, w+1) of one step; ``feats`` (3B, w+1), ``t0`` (2B, C),
-    ``mix_u`` (2B, B), ``wu`` = lambda_u * step / total, ``t`` = 1 / T.
-
-    loss = CE(softmax(o_l), t_l) + wu * mean((softmax(o_u) - t_u)^2) on the mixed rows o
-    (B each); the guessed labels are constants (computed under no_grad in the generic loop).
-    """
-    bs = mix_u.shape[1]
-    o = feats @ theta.T  # (3B, C) logits: guess rows, mixed labeled, mixed unlabeled
-    o -= o.max(axis=1, keepdims=True)
-    np.exp(o, out=o)
-    o /= o.sum(axis=1, keepdims=True)  # softmax (3B, C)
-    sharp = o[:bs] ** t
-    guess = sharp / sharp.sum(axis=1, keepdims=True)  # (B, C) sharpened guessed labels
-    d = o[bs:] - (t0 + mix_u @ guess)  # (2B, C) softmax - mixed targets
-    d[:bs] *= 1.0 / bs  # soft CE: d/do = (p - t) / B (targets sum to 1)
-    g = d[bs:]
-    g *= 2.0 * wu / g.size  # d MSE / d softmax
-    g -= (g * o[2 * bs :]).sum(axis=1, keepdims=True)
-    g *= o[2 * bs :]  # through the softmax: p * (g - <g, p>)
-    return d.T @ feats[bs:]  # (C, w+1)
-
-
 class AdamEma:
     """torch.optim.Adam (defaults, foreach formulas: lerp, sqrt / sqrt(bc2) + eps,
     addcdiv) and the EMA ema <- decay * ema + (1 - decay) * theta, on one array."""
@@ -189,104 +166,90 @@ class AdamEma:
         self.buf = np.empty_like(theta)
         self.lr, self.decay, self.t = lr, decay, 0
 
-    def step(self, grad: np.ndarray) -> None:
-        (b1, b2), buf = BETAS, self.buf
-        self.t += 1
-        np.subtract(grad, self.m, out=buf)
+    def step(self, grad: np.ndarray, some: np.ndarray | None = None) -> None:
+        """One step of every head, or of the heads at ``some`` only (the rest frozen:
+        converged); ``grad`` is theirs."""
+        if some is None:
+            self._step(self.theta, self.ema, self.m, self.v, self.buf, grad)
+            return
+        parts = [a[some] for a in (self.theta, self.ema, self.m, self.v)]
+        self._step(parts[0], parts[1], parts[2], parts[3], np.empty_like(parts[0]), grad)
+        for a, part in zip((self.theta, self.ema, self.m, self.v), parts, strict=True):
+            a[some] = part
+
+    def _step(
+        self,
+        theta: np.ndarray,
+        ema: np.ndarray,
+        m: np.ndarray,
+        v: np.ndarray,
+        buf: np.ndarray,
+        grad: np.ndarray,
+    ) -> None:
+        b1, b2 = BETAS
+        self.t += 1  # every head that steps has stepped as often (a frozen one no more)
+        np.subtract(grad, m, out=buf)
         buf *= 1.0 - b1
-        self.m += buf  # lerp(m, g, 1 - b1)
-        self.v *= b2
+        m += buf  # lerp(m, g, 1 - b1)
+        v *= b2
         np.multiply(grad, grad, out=buf)
         buf *= 1.0 - b2
-        self.v += buf
-        np.sqrt(self.v, out=buf)
+        v += buf
+        np.sqrt(v, out=buf)
         buf *= 1.0 / (1.0 - b2**self.t) ** 0.5
         buf += EPS
-        np.divide(self.m, buf, out=buf)
+        np.divide(m, buf, out=buf)
         buf *= self.lr / (1.0 - b1**self.t)
-        self.theta -= buf
-        self.ema *= self.decay
-        np.multiply(self.theta, 1.0 - self.decay, out=buf)
-        self.ema += buf
-
-
-def train_fast(
-    model: nn.Module,
-    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    p: dict[str, Any],
-    gen: torch.Generator,
-    rng: np.random.Generator,
-    stop: Convergence,
-) -> None:
-    """Trains ``model.head`` (a linear layer on the frozen ``model.bottom``) and writes
-    the EMA weights into ``stop.ema`` (a copy of ``model``), as the generic loop does;
-    ``data``: xl (n_l, *feat), yl (n_l, C) one-hot, xu (n_u, *feat); ``gen``, ``rng``:
-    the generic loop's generators, fresh; ``stop``: its ``Convergence`` on xu. Needs
-    ``applies(p, len(xu))``."""
-    xl, yl, xu = data
-    bottom, ema = _bottom(model).eval(), stop.ema
-    linear = _linear(model)
-    theta = torch.cat([linear.weight, linear.bias.unsqueeze(1)], dim=1).detach().numpy()
-    opt = AdamEma(theta.copy(), float(p["lr"]), float(p["ema_decay"]))
-    bs, epoch = int(p["batch_size"]), int(p["steps_per_epoch"])
-    total = max(1, int(p["epochs"]) * epoch)
-    noise, lambda_u, inv_t = float(p["noise"]), float(p["lambda_u"]), 1.0 / float(p["T"])
-    feat = tuple(xl.shape[1:])
-    per_step = 3 * bs * max(1, int(np.prod(feat)))
-    done = 0
-    while done < total:
-        left_in_epoch = epoch - done % epoch if epoch > 0 else total - done
-        steps = min(BLOCK_STEPS, max(1, BLOCK_ELEMENTS // per_step), left_in_epoch, total - done)
-        b = draw_block(gen, rng, steps, bs, len(xl), len(xu), feat, noise, float(p["alpha"]))
-        inp = block_inputs(bottom, xl, yl, xu, b, noise)
-        for s in range(steps):
-            wu = lambda_u * ((done + s) / total)
-            opt.step(head_grad(opt.theta, inp.feats[s], inp.t0[s], inp.mix_u[s], wu, inv_t))
-        done += steps
-        if stop.patience and epoch > 0 and done % epoch == 0:
-            _load(ema, opt.ema)
-            if stop.converged():
-                break
-    _load(model, opt.theta)
-    _load(ema, opt.ema)
-    ema.steps = done  # type: ignore[assignment]  # updates run (fewer if it converged)
+        theta -= buf
+        ema *= self.decay
+        np.multiply(theta, 1.0 - self.decay, out=buf)
+        ema += buf
 
 
 def head_grads(
     theta: np.ndarray, feats: np.ndarray, t0: np.ndarray, mix_u: np.ndarray, wu: float, t: float
 ) -> np.ndarray:
-    """``head_grad`` of K completions at once: theta (K, C, w+1), feats (K, 3B, w+1), t0
-    (K, 2B, C), mix_u (K, 2B, B) -> (K, C, w+1). The same operations per slice (matmul
-    loops over K, reductions run along the same last axis), so the same numbers."""
+    """d loss / d theta (K, C, w+1) of one step of K heads: theta (K, C, w+1), feats
+    (K, 3B, w+1), t0 (K, 2B, C), mix_u (K, 2B, B), ``wu`` = lambda_u * step / total,
+    ``t`` = 1 / T. The same operations per slice (matmul loops over K, reductions run
+    along the same last axis), so a head's numbers do not depend on K.
+
+    loss = CE(softmax(o_l), t_l) + wu * mean((softmax(o_u) - t_u)^2) on the mixed rows o
+    (B each); the guessed labels are constants (computed under no_grad in the generic loop).
+    """
     bs = mix_u.shape[2]
-    o = feats @ theta.transpose(0, 2, 1)  # (K, 3B, C)
+    o = feats @ theta.transpose(0, 2, 1)  # (K, 3B, C) logits: guess, mixed l, mixed u
     o -= o.max(axis=2, keepdims=True)
     np.exp(o, out=o)
     o /= o.sum(axis=2, keepdims=True)
     sharp = o[:, :bs] ** t
     guess = sharp / sharp.sum(axis=2, keepdims=True)  # (K, B, C)
     d = o[:, bs:] - (t0 + mix_u @ guess)  # (K, 2B, C)
-    d[:, :bs] *= 1.0 / bs
+    d[:, :bs] *= 1.0 / bs  # soft CE: d/do = (p - t) / B (targets sum to 1)
     g = d[:, bs:]
-    g *= 2.0 * wu / (g.size // g.shape[0])
+    g *= 2.0 * wu / (g.size // g.shape[0])  # d MSE / d softmax
     g -= (g * o[:, 2 * bs :]).sum(axis=2, keepdims=True)
-    g *= o[:, 2 * bs :]
+    g *= o[:, 2 * bs :]  # through the softmax: p * (g - <g, p>)
     return d.transpose(0, 2, 1) @ feats[:, bs:]  # (K, C, w+1)
 
 
-def train_fast_many(
+def train_fast(
     models: Sequence[nn.Module],
     datas: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     p: dict[str, Any],
     gens: Sequence[torch.Generator],
     rngs: Sequence[np.random.Generator],
-    emas: Sequence[nn.Module],
+    stops: Sequence[Convergence],
 ) -> None:
-    """``train_fast`` of K completions in lockstep (issue 45): each draws from its own
-    generators and forms its own block inputs; the head steps and Adam run on the K heads
-    stacked, so the ~35 small numpy calls of a step are made once for all K. Needs the
-    same batch, steps, head shape and no convergence stop (``stop_patience`` 0: every K
-    runs every step); writes each model's weights and its EMA into ``emas``."""
+    """Trains the K ``models``' heads (linear, on frozen bottoms) as one and writes each
+    one's EMA weights into its ``stops[k].ema`` (a copy of the model), as the generic loop
+    does; K = 1 is one completion. Each draws from its own generators (the generic loop's,
+    fresh) and forms its own block inputs; the head steps and Adam run on the K heads
+    stacked, so the ~35 small numpy calls of a step are made once for all K. With a
+    convergence stop, a head whose ``Convergence`` says so at an epoch end is frozen
+    (its weights, EMA and step count kept) while the others go on. ``datas``: xl (n_l,
+    *feat), yl (n_l, C) one-hot, xu (n_u, *feat), one shape for all K. Needs
+    ``applies(p, len(xu))``."""
     thetas = [
         torch.cat([_linear(m).weight, _linear(m).bias.unsqueeze(1)], dim=1).detach().numpy()
         for m in models
@@ -297,25 +260,38 @@ def train_fast_many(
     noise, lambda_u, inv_t = float(p["noise"]), float(p["lambda_u"]), 1.0 / float(p["T"])
     feat = tuple(datas[0][0].shape[1:])
     per_step = 3 * bs * max(1, int(np.prod(feat)))
+    going = list(range(len(models)))  # the heads not yet converged
+    steps_of = [0] * len(models)  # updates each head ran
     done = 0
-    while done < total:
+    while done < total and going:
         left_in_epoch = epoch - done % epoch if epoch > 0 else total - done
         steps = min(BLOCK_STEPS, max(1, BLOCK_ELEMENTS // per_step), left_in_epoch, total - done)
         inps = []
-        for model, (xl, yl, xu), gen, rng in zip(models, datas, gens, rngs, strict=True):
+        for k in going:
+            (xl, yl, xu), gen, rng = datas[k], gens[k], rngs[k]
             b = draw_block(gen, rng, steps, bs, len(xl), len(xu), feat, noise, float(p["alpha"]))
-            inps.append(block_inputs(_bottom(model).eval(), xl, yl, xu, b, noise))
-        feats = np.stack([i.feats for i in inps], axis=1)  # (S, K, 3B, w+1)
-        t0 = np.stack([i.t0 for i in inps], axis=1)  # (S, K, 2B, C)
-        mix_u = np.stack([i.mix_u for i in inps], axis=1)  # (S, K, 2B, B)
+            inps.append(block_inputs(_bottom(models[k]).eval(), xl, yl, xu, b, noise))
+        feats = np.stack([i.feats for i in inps], axis=1)  # (S, K', 3B, w+1)
+        t0 = np.stack([i.t0 for i in inps], axis=1)  # (S, K', 2B, C)
+        mix_u = np.stack([i.mix_u for i in inps], axis=1)  # (S, K', 2B, B)
+        some = None if len(going) == len(models) else np.array(going)
+        theta = opt.theta if some is None else opt.theta[some]
         for s in range(steps):
             wu = lambda_u * ((done + s) / total)
-            opt.step(head_grads(opt.theta, feats[s], t0[s], mix_u[s], wu, inv_t))
+            grad = head_grads(theta, feats[s], t0[s], mix_u[s], wu, inv_t)
+            opt.step(grad, some)
+            theta = opt.theta if some is None else opt.theta[some]
         done += steps
-    for k, (model, ema) in enumerate(zip(models, emas, strict=True)):
+        for k in going:
+            steps_of[k] = done
+        if stops[0].patience and epoch > 0 and done % epoch == 0:
+            for k in going:
+                _load(stops[k].ema, opt.ema[k])
+            going = [k for k in going if not stops[k].converged()]
+    for k, (model, stop) in enumerate(zip(models, stops, strict=True)):
         _load(model, opt.theta[k])
-        _load(ema, opt.ema[k])
-        ema.steps = done  # type: ignore[assignment]  # an int kept on the module, as the loop does
+        _load(stop.ema, opt.ema[k])
+        stop.ema.steps = steps_of[k]  # type: ignore[assignment]  # updates run (fewer if converged)
 
 
 def _linear(model: nn.Module) -> nn.Linear:

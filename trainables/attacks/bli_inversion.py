@@ -1,5 +1,7 @@
-"""BLI's inversion without autograd or an SVD (``bli.py`` holds the algorithm): the whitened
-match, and the plain one for Linear-ReLU bottoms (``PlainMLP``).
+"""BLI's inversion (``invert_dummies``: VFLAIR's dummy logits trained with Adam to match
+the observed batch gradient) and its matches in closed form: the whitened one, and the
+plain one for Linear-ReLU bottoms (``PlainMLP``); ``bli.py`` holds the attack and the
+autograd match every other bottom uses (``autograd_match``).
 
 Why: at the defaults BLI was the costliest attack per digits cell (issue 17): a double SVD
 of the (B*C, P) Jacobian J (~60% of its CPU time) and ~1k steps of autograd, softmax and
@@ -15,8 +17,8 @@ torch.optim.Adam on two (B, C) arrays (~40%). The same computation needs less:
 - the loss |U^T G' - t|^2 / |t|^2 of G' = (softmax(H + Z) - softmax(V)) / B has the
   gradient 2 U (U^T G' - t) / |t|^2 w.r.t. G', and through each softmax p the map
   D -> p * (D - sum(D * p)); Adam (torch's defaults and formulas) runs in numpy float32.
-Float operations differ from the autograd path (order of sums, another basis of the same
-range), so the dummies agree to float rounding, not bit for bit.
+Float operations differ from autograd's (order of sums, another basis of the same
+range), so the gradients agree to float rounding, not bit for bit.
 Where J does not fit in memory the match is the plain one (VFLAIR's): ``PlainMLP`` applies
 J^T and J as a backward and a forward-mode pass in closed form, the same Adam loop.
 """
@@ -158,9 +160,12 @@ def gradient(shift: np.ndarray, both: np.ndarray, match: Match) -> tuple[np.ndar
     return pq * (dd - (dd * pq).sum(axis=2, keepdims=True)), loss  # through each softmax
 
 
-def invert_fast(h0: np.ndarray, match: Match, params: dict[str, Any], seed: int) -> np.ndarray:
-    """(B,) labels: ``bli.invert_autograd``'s steps, draws and stops, with the match loss's
-    gradient in closed form (h0: (B, C) own logits)."""
+def invert_dummies(h0: np.ndarray, match: Match, params: dict[str, Any], seed: int) -> np.ndarray:
+    """(B,) labels: VFLAIR's inversion. Dummy active logits Z and label logits V (B, C),
+    from N(0, init_scale^2), trained with Adam (torch's defaults and formulas, in numpy)
+    on ``match`` at G' = (softmax(h0 + Z) - softmax(V)) / B; labels = argmax V, once no
+    label moved for ``patience`` steps, the match loss is at most ``match_tol``, or after
+    ``steps`` (h0: (B, C) own logits)."""
     n, c = h0.shape
     gen = torch.Generator().manual_seed(seed)
     scale_init = float(params["init_scale"])

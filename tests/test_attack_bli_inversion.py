@@ -1,7 +1,8 @@
-"""BLI's fast path (``bli_fast``) against the generic math it replaces: the closed-form
-gradient against autograd, the Gram-eigen basis against the SVD's, the labels of the whole
-inversion against the autograd loop, and the default path using them; the plain match of a
-Linear-ReLU bottom (``PlainMLP``) against autograd's J^T, J and double backward."""
+"""BLI's one inversion (``bli_inversion.invert_dummies``) and its matches: the closed-form
+gradient against autograd, the Gram-eigen basis against the SVD's (and the labels each
+inverts to), the default path using them; the plain match of a Linear-ReLU bottom
+(``PlainMLP``) against autograd's J^T, J and double backward (``bli.autograd_match``),
+and the labels each inverts to."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import torch
 import torch.nn.functional as F
 
 from trainables.attacks import bli
-from trainables.attacks.bli_fast import PlainMLP, gradient, gram_basis, whitened
+from trainables.attacks.bli_inversion import (
+    PlainMLP,
+    gradient,
+    gram_basis,
+    invert_dummies,
+    whitened,
+)
 from trainables.errors import ConfigError
 from trainables.models import mlp
 
@@ -85,10 +92,15 @@ def test_closed_form_gradient_equals_autograd() -> None:
 
 
 @pytest.mark.parametrize("extra", [{}, {"init_scale": 0.1}, {"match_tol": 1e-6}])
-def test_fast_inversion_infers_the_labels_of_the_autograd_loop(extra: dict[str, Any]) -> None:
+def test_the_gram_basis_inverts_to_the_labels_of_the_svd_basis(extra: dict[str, Any]) -> None:
     model, x, grad = _case(24, 4)
     params = {**PARAMS, **extra}
-    slow = bli.invert_autograd(model, x, grad, params, 3, bli.matcher(model, x, grad))
+    jac = bli.jacobian(model, x)
+    assert jac is not None
+    observed = jac.T @ grad.reshape(-1).double()
+    with torch.no_grad():
+        h0 = model(x).numpy()
+    slow = invert_dummies(h0, whitened(*bli.svd_basis(jac, observed)), params, 3)
     fast, ran = bli.invert(model, x, grad, params, 3)
     assert ran == "whitened"
     assert fast.shape == (24,) and np.array_equal(fast, slow)
@@ -96,21 +108,21 @@ def test_fast_inversion_infers_the_labels_of_the_autograd_loop(extra: dict[str, 
 
 def test_default_path_uses_the_fast_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    real_basis, real_invert = bli.gram_basis, bli.invert_fast
+    real_basis, real_invert = bli.gram_basis, bli.invert_dummies
 
     def basis_spy(*args: Any) -> Any:
         calls.append("gram_basis")
         return real_basis(*args)
 
     def invert_spy(*args: Any) -> Any:
-        calls.append("invert_fast")
+        calls.append("invert_dummies")
         return real_invert(*args)
 
     monkeypatch.setattr(bli, "gram_basis", basis_spy)
-    monkeypatch.setattr(bli, "invert_fast", invert_spy)
+    monkeypatch.setattr(bli, "invert_dummies", invert_spy)
     model, x, grad = _case(24, 4)
     bli.invert(model, x, grad, PARAMS, 0)
-    assert calls == ["gram_basis", "invert_fast"]
+    assert calls == ["gram_basis", "invert_dummies"]
 
 
 def test_a_jacobian_too_large_takes_the_plain_match_and_says_so(
@@ -159,12 +171,14 @@ def test_plain_mlp_applies_the_jacobian_and_its_transpose_of_autograd() -> None:
 
 
 @pytest.mark.parametrize("extra", [{}, {"init_scale": 0.1}])
-def test_plain_mlp_inversion_infers_the_labels_of_the_autograd_plain_loop(
+def test_plain_mlp_inverts_to_the_labels_of_the_autograd_match(
     extra: dict[str, Any],
 ) -> None:
     model, x, grad = _case(24, 4)
     params = {**PARAMS, "match": "plain", **extra}
-    slow = bli.invert_autograd(model, x, grad, params, 3, bli.matcher(model, x, grad, False))
+    with torch.no_grad():
+        h0 = model(x).numpy()
+    slow = invert_dummies(h0, bli.autograd_match(model, x, grad), params, 3)
     fast, ran = bli.invert(model, x, grad, params, 3)
     assert ran == "plain" and np.array_equal(fast, slow)
 
@@ -177,3 +191,14 @@ def test_the_record_says_which_match_ran_and_a_bad_match_is_refused() -> None:
     assert attack.record_extra()["attack_label"] == "bli[match=plain]"
     with pytest.raises(ConfigError, match=r"match='whiten'.*allowed: 'auto'"):
         bli.BatchLabelInference(match="whiten")
+
+
+def test_the_autograd_match_is_the_plain_mlps_closed_form() -> None:
+    """Any bottom's plain match (autograd's double backward) and the Linear-ReLU closed
+    form: the same loss and gradient w.r.t. G', so one inversion serves both."""
+    model, x, grad = _case(12, 4)
+    g = (0.1 * torch.randn(12, 4)).numpy()  # a dummy G'
+    d_auto, loss_auto = bli.autograd_match(model, x, grad)(g)
+    d_mlp, loss_mlp = PlainMLP(model, x.numpy(), grad.numpy())(g)
+    assert np.isclose(loss_auto, loss_mlp, rtol=1e-4) and loss_auto > 1e-3
+    assert np.allclose(d_auto, d_mlp, rtol=1e-3, atol=1e-6) and np.abs(d_auto).max() > 1e-3
