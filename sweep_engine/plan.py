@@ -207,11 +207,7 @@ def _attack_cells(
                 "train_attack_params": {k: v for k, v in params.items() if k != "adapt"},
                 "train_attack_adapt": params.get("adapt", {}),
             }
-            tampered = (  # a procedure's attack parameters fill in (``procedure: vflair``)
-                spec.model_copy(update=update)
-                if spec.procedure == "standard"
-                else TrialSpec.build(**{**spec.model_dump(), **update})
-            )
+            tampered = spec.updated(**update)  # a procedure's attack parameters fill in
             own.append(Training(tampered, {**cell, "attack": entry.name}, search=search))
         else:
             shared.append((entry.name, entry.attack_params()))

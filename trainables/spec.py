@@ -282,6 +282,12 @@ class TrialSpec(BaseModel):
         except ValidationError as err:
             raise ConfigError(format_validation_error(err, source="trial spec")) from None
 
+    def updated(self, **fields: Any) -> TrialSpec:
+        """This spec with ``fields`` changed, validated as a new one: the one way a spec
+        changes, so its ``procedure`` fills in what the new fields leave unset (a
+        ``model_copy`` would skip the validators)."""
+        return TrialSpec.build(**{**self.model_dump(), **fields})
+
     @property
     def config_hash(self) -> str:
         """Stable 16-hex-digit id of this spec: same fields, same hash, on any machine."""

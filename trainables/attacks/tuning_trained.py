@@ -92,7 +92,7 @@ def settings(spec: TrialSpec) -> list[dict[str, Any]]:
 
 def trial_specs(spec: TrialSpec) -> list[TrialSpec]:
     """``spec`` once per trial setting (without the budget: each is a plain training)."""
-    return [spec.model_copy(update={"train_attack_params": p}) for p in settings(spec)]
+    return [spec.updated(train_attack_params=p) for p in settings(spec)]
 
 
 def own_scores(
