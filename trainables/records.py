@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from trainables.data.split import split_record
+from trainables.sampling import main_task_se
 from trainables.spec import TrialSpec
 
 if TYPE_CHECKING:
@@ -241,10 +242,6 @@ class Record:
         transport counted them, rounds to the target, seconds; the validation rows' MP with
         its error over ``y_val`` (n_val,) where the training has them. ``fields`` add or override
         (``extra``, ``epsilon`` and the DP fields, a kind's own ``rounds_to_target``)."""
-        # chance.py is numpy only, but importing it loads the attacks package (torch): here,
-        # inside a training, and never at import (tests/test_records_light.py)
-        from trainables.attacks.chance import main_task_se
-
         measured: dict[str, object] = {
             "mp": result.mp,
             "mp_se": main_task_se(result.mp, y_test, metric),

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainables.sampling import NAN, accuracy_se, hanley_mcneil_se
+
 if TYPE_CHECKING:  # the guess types live with the attack interface (which imports torch)
     from trainables.attacks.base import LabelGuess
-
-NAN = float("nan")
 
 
 @dataclass(frozen=True)
@@ -62,26 +62,6 @@ def mean_score(scores: Sequence[Score]) -> Score:
     VFLAIR reports its backdoor trainings: ``InferenceTamper.over_epochs``)."""
     fields = [f.name for f in dataclasses.fields(Score)]
     return Score(**{f: float(np.mean([getattr(s, f) for s in scores])) for f in fields})
-
-
-def accuracy_se(acc: float, n: int) -> float:
-    """Binomial SE of an accuracy over ``n`` rows: sqrt(p(1-p)/n); NaN without rows."""
-    if n <= 0 or math.isnan(acc):
-        return NAN
-    return math.sqrt(max(0.0, acc * (1.0 - acc)) / n)
-
-
-def main_task_se(
-    mp: float | None, y_test: np.ndarray | None, metric: str = "accuracy"
-) -> float | None:
-    """Sampling error of a clean MP over the test rows ``y_test`` (n_test,): binomial for
-    an accuracy, Hanley-McNeil for an AUC; None where the MP or the rows are unknown."""
-    if mp is None or y_test is None:
-        return None
-    if metric == "auc":
-        n1 = int((np.asarray(y_test) == 1).sum())
-        return hanley_mcneil_se(mp, n1, len(y_test) - n1)
-    return accuracy_se(mp, len(y_test))
 
 
 def gain(ap: float, chance: float) -> float:
@@ -130,19 +110,6 @@ def top_share(values: np.ndarray) -> float:
         return NAN
     _, counts = np.unique(np.asarray(values), return_counts=True)
     return float(counts.max() / len(values))
-
-
-def hanley_mcneil_se(auc: float, n1: int, n0: int) -> float:
-    """Hanley & McNeil (1982) SE of an AUC over ``n1`` positives and ``n0`` negatives.
-
-    Taken at A = max(auc, 1 - auc): an AUC below 0.5 is the mirror of its flip.
-    """
-    if n1 <= 0 or n0 <= 0 or math.isnan(auc):
-        return NAN
-    a = max(auc, 1.0 - auc)
-    q1, q2 = a / (2.0 - a), 2.0 * a * a / (1.0 + a)
-    var = (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n1 * n0)
-    return math.sqrt(max(0.0, var))
 
 
 def accuracy_score(truth: np.ndarray, labels: np.ndarray, ap: float) -> Score:
