@@ -33,6 +33,7 @@ import torch
 from trainables.data import load_dataset
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.finetune import finetune
+from trainables.ssl.hssl.parties import SSLParty
 from trainables.ssl.hssl.trial import pretrained
 from trainables.ssl.hssl.variants import FAMILIES, options, parse_variant, prepare
 from trainables.transport.open import open_parties
@@ -104,7 +105,7 @@ def one(dataset: str, k: int, aligned: float, variant: str, seed: int,
     start = time.perf_counter()
     with open_parties(data.inits, LOCAL) as group:
         pre = pretrained(group, parse_variant(variant), options(specs[0]), data, LOCAL, seed)
-        encoders = group.call_all("pretrained_encoder")
+        encoders = group.call_all(SSLParty.pretrained_encoder)
         std = rep_std(encoders[-1], data.X_test[-1])
         rows = []
         for label, spec in zip(s["ft"], specs, strict=True):

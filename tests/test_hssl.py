@@ -23,7 +23,7 @@ from trainables.messages import BatchRef
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.augment import ImageLayout, TabularLayout, make_view, with_mask_columns
 from trainables.ssl.hssl.finetune import FT_LRS, VAL_FRACTION, finetune, prepared_for
-from trainables.ssl.hssl.parties import SERVER, ServerInit
+from trainables.ssl.hssl.parties import SERVER, ServerInit, SSLParty
 from trainables.ssl.hssl.pretrain import Stages, aggregate, pretrain
 from trainables.ssl.hssl.variants import HSSL_VARIANTS, parse_variant, prepare
 from trainables.transport.open import open_parties
@@ -47,7 +47,7 @@ def pretrained_weights(spec: TrialSpec, placement: Placement = LOCAL) -> list[di
     with open_parties(data.inits, placement) as group:
         with open_parties([ServerInit(group.n)], placement) as server:
             pretrain(group, server, plan.stages, 2, data.n_aligned, 128, 0.5, spec.seed)  # type: ignore[arg-type]
-        return group.call_all("weights")
+        return group.call_all(SSLParty.weights)
 
 
 def test_variant_names_and_checks() -> None:
@@ -113,11 +113,11 @@ def test_partial_model_aggregation_touches_only_top_and_predictor() -> None:
     data = prepare(spec, load_dataset("breast_cancer"))
     with open_parties(data.inits, LOCAL) as group, open_parties([ServerInit(2)], LOCAL) as server:
         pretrain(group, None, Stages(True, True, False), 1, data.n_aligned, 128, 0.5, 0)
-        before = group.call_all("weights")
-        shares = group.call_all("shared_state")
+        before = group.call_all(SSLParty.weights)
+        shares = group.call_all(SSLParty.shared_state)
         wire = group.transport([0, 1])
         aggregate(group, server, wire)
-        after = group.call_all("weights")
+        after = group.call_all(SSLParty.weights)
     shared = ("local.top.", "local.projector.", "local.predictor.")
     n_shared = 0
     for key in before[0]:
@@ -224,7 +224,7 @@ def test_finetune_picks_lr_on_validation_rows_only() -> None:
     data = prepare(spec, load_dataset("breast_cancer"))
     tr, val = carve_validation(data.labeled, data.y_aligned, VAL_FRACTION, spec.seed)
     with open_parties(data.inits, LOCAL) as group:
-        encoders = group.call_all("pretrained_encoder")
+        encoders = group.call_all(SSLParty.pretrained_encoder)
         ft = finetune(spec, data, encoders, group, LOCAL, ())
     assert set(ft.val_mp) == set(FT_LRS) and ft.val_mp[ft.lr] == max(ft.val_mp.values())
     aligned = data.inits[-1].X_local[: data.n_aligned]
@@ -373,7 +373,7 @@ def test_fixed_ft_lr_is_used_and_recorded_without_a_selection() -> None:
     spec = _ft("local_simsiam", ft_lr=0.02)
     data = prepare(spec, load_dataset("breast_cancer"))
     with open_parties(data.inits, LOCAL) as group:
-        ft = finetune(spec, data, group.call_all("pretrained_encoder"), group, LOCAL, ())
+        ft = finetune(spec, data, group.call_all(SSLParty.pretrained_encoder), group, LOCAL, ())
     assert ft.lr == 0.02 and ft.val_mp == {} and ft.candidates == ()
     for party in ft.final.parties:  # every party's stack steps at the fixed lr
         assert party.config.lr == 0.02
@@ -392,7 +392,7 @@ def test_probe_trains_the_head_and_leaves_every_encoder_as_pretrained(variant: s
     spec = _ft(variant, ft_lr=0.03, ft_mode="probe")
     data = prepare(spec, load_dataset("breast_cancer"))
     with open_parties(data.inits, LOCAL) as group:
-        encoders = group.call_all("pretrained_encoder")
+        encoders = group.call_all(SSLParty.pretrained_encoder)
         ft = finetune(spec, data, encoders, group, LOCAL, ())
         full = finetune(_ft(variant, ft_lr=0.03), data, encoders, group, LOCAL, ())
     for enc, party, moved in zip(encoders, ft.final.parties, full.final.parties, strict=True):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainables.fedssl.agents import Agent, Server, SupportAgent
 from trainables.messages import Message
 from trainables.rounds import Rounds, TrainResult
 from trainables.transport.base import Transport
@@ -40,7 +41,7 @@ class RoundPlan:
 
 
 def _send(tr: Transport, msgs: Sequence[tuple[Any, ...]], new_round: bool) -> list[Message]:
-    return tr.gather(tr.submit("local_round", msgs, training=True, new_round=new_round))
+    return tr.gather(tr.submit(Agent.local_round, msgs, training=True, new_round=new_round))
 
 
 class FedSSLRounds(Rounds[PartyGroup, None]):
@@ -63,8 +64,10 @@ class FedSSLRounds(Rounds[PartyGroup, None]):
         if plan.private:
             self.wires |= {f"s{k}": group.transport([k]) for k in plan.support}
             self.wires["query"] = group.transport(plan.query)
-        self.blocks = {k: group.call(k, "dp_block") for k in plan.support} if plan.private else {}
-        self.msg: Message = group.call(plan.server, "global_message")
+        self.blocks = (
+            {k: group.call(k, SupportAgent.dp_block) for k in plan.support} if plan.private else {}
+        )
+        self.msg: Message = group.call(plan.server, Server.global_message)
 
     def epoch_steps(self, group: PartyGroup, epoch: int) -> Sequence[int]:
         return [epoch]  # round t = epoch t
@@ -79,8 +82,8 @@ class FedSSLRounds(Rounds[PartyGroup, None]):
             wire = self.wires["support"] if t < plan.warmup else self.wires["all"]
             ups = _send(wire, [(self.msg, t)] * len(now), new_round=True)
             weights = [_weight(plan, k, t) for k in now]
-        group.call(plan.server, "aggregate", ups, weights)
-        self.msg = group.call(plan.server, "global_message")
+        group.call(plan.server, Server.aggregate, ups, weights)
+        self.msg = group.call(plan.server, Server.global_message)
 
     def pauses(self) -> bool:
         return True  # every round's global model is scored
@@ -100,8 +103,10 @@ class FedSSLRounds(Rounds[PartyGroup, None]):
             rounds_to_target=self.reached,
             outputs={
                 "acc_by_round": self.curve,
-                "privacy": group.call(self.plan.server, "privacy"),
-                "access": group.call_many([(k, "access_log", ()) for k in range(self.plan.server)]),
+                "privacy": group.call(self.plan.server, Server.privacy),
+                "access": group.call_many(
+                    [(k, Agent.access_log, ()) for k in range(self.plan.server)]
+                ),
             },
         )
 
@@ -130,7 +135,7 @@ def _private_round(
     """Alg. 2: support agents in sequence while the ledger admits them, then the queries."""
     current, new_round, chain_weight = msg, True, 0.0
     for k in plan.support:
-        if not group.call(plan.server, "admit", *blocks[k], t):
+        if not group.call(plan.server, Server.admit, *blocks[k], t):
             break  # out of budget: no labeled access from here on (the ledger remembers)
         current = _send(wires[f"s{k}"], [(current, t, True)], new_round)[0]
         new_round, chain_weight = False, chain_weight + plan.weights[k]

@@ -26,11 +26,13 @@ from typing import Any
 
 from trainables.data import Dataset, load_dataset
 from trainables.defenses.stack import DefenseStack
+from trainables.endpoint import Endpoint
 from trainables.jobs import AttackSpec
 from trainables.kinds.base import TrialKind
 from trainables.records import Record
 from trainables.spec import TrialSpec
 from trainables.ssl import runner
+from trainables.ssl.cvt_active import CvtActive
 from trainables.ssl.cvt_rounds import CvtRounds
 from trainables.ssl.fedcvt import GRADIENT, REPS_SPLIT, TEST, UP_KINDS, VALUES
 from trainables.transport.open import open_parties
@@ -146,9 +148,9 @@ class FedCVTKind(TrialKind):
         keep = bool(evaluated)
         with open_parties(inits, placement) as group:
             result = group.train(protocol, int(spec.required("epochs")), spec.target_mp)
-            measured = group.call(1, "measurements")
+            measured = group.call(1, CvtActive.measurements)
             parties = group.snapshot() if keep or not placement.remote else []
-            trained = Trained(result, parties, group.call_all("defense_applied"), defenses)
+            trained = Trained(result, parties, group.call_all(Endpoint.defense_applied), defenses)
         rows = runner.choose_rows(spec, ds, opts.n_local)
         extra = runner.measurements(measured, result.rounds, ds, rows, inits[0].steps, semi(spec))
         if semi(spec):  # which pseudo-label rule and estimate scaling ran (``CvtOptions``)

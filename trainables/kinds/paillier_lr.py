@@ -34,7 +34,7 @@ from trainables.transport.placement import Placement
 from trainables.trees import common as tree_common
 from trainables.trees import run as tree_run
 from trainables.trees.leakage import lr_view, reveals
-from trainables.trees.paillier_lr import KeyHolderInit, LRParams, LRPartyInit, PaillierLR
+from trainables.trees.paillier_lr import KeyHolderInit, LRParams, LRParty, LRPartyInit, PaillierLR
 
 LR_MESSAGES = ("its messages are Paillier ciphertexts (per-row [[H_k]], per-row [[4 dL/dz]]) "
                "and masked gradients the key holder opens, with no NN hook")  # fmt: skip
@@ -77,7 +77,7 @@ def train_lr(
     holder = KeyHolderInit(spec.key_length, encrypted)
     with open_parties([*inits[:-1], holder, inits[-1]], placement) as group:
         result = group.train(PaillierLR(), int(spec.required("epochs")))
-        log = group.call(0, "received") if observe else None
+        log = group.call(0, LRParty.received) if observe else None
     rows = len(inits[0].X_train)
     extra = {**result.extra, "rows": rows, "reveals": reveals("paillier_lr", encrypted)}
     outputs = {}

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from trainables.messages import Message
 from trainables.protocols.base import PartyRounds
+from trainables.ssl.cvt_party import CvtParty
 from trainables.transport.base import Transport
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class CvtRounds(PartyRounds["CvtActive"]):
         """One round (see the module doc)."""
         values = active.values(step) if self.semi else None
         pending = transport.submit(
-            "round", [(self.grads, step, values)], training=True, new_round=True
+            CvtParty.round, [(self.grads, step, values)], training=True, new_round=True
         )
         self.grads = active.train_step(step, transport.gather(pending)[0])
 
@@ -64,11 +65,11 @@ class CvtRounds(PartyRounds["CvtActive"]):
     def finish(self, active: CvtActive, transport: Transport) -> None:
         """The pending gradients down to A (no new round)."""
         if self.grads is not None:
-            transport.call("round", [(self.grads, None, None)], training=True)
+            transport.call(CvtParty.round, [(self.grads, None, None)], training=True)
         self.grads = None
 
     def evaluate(self, active: CvtActive, transport: Transport, split: str = "test") -> float:
         """Test MP; FedCVT has no validation rows (its kind refuses ``val_ratio``)."""
         assert split == "test", "FedCVT evaluates test rows only"
-        test = transport.call("test_reps", [()], training=False)[0]
+        test = transport.call(CvtParty.test_reps, [()], training=False)[0]
         return float(active.evaluate(test))

@@ -12,13 +12,13 @@ from trainables.messages import Message
 
 # A party's method as a call names it: the function itself (``VecStack.embed``), so the
 # call site reaches its definition; the hosted party's own method of that name runs
-# (overrides included). Kinds with rounds of their own still name some by string.
-Method = Callable[..., Any] | str
+# (overrides included).
+Method = Callable[..., Any]
 
 
 def method_name(method: Method) -> str:
     """The name a call sends across a transport (an actor runs ``getattr(party, name)``)."""
-    return method if isinstance(method, str) else method.__name__
+    return method.__name__
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from trainables.messages import Message
-from trainables.transport.base import Transport
+from trainables.transport.base import Method, Transport
 from trainables.trees.crypto import KeyPair, Packer
 from trainables.trees.parties import TreeParty
 
@@ -67,7 +67,7 @@ class Wire:
 
     transport: Transport | None
 
-    def ask(self, method: str, args: Sequence[tuple[Any, ...]], new_round: bool) -> list[Any]:
+    def ask(self, method: Method, args: Sequence[tuple[Any, ...]], new_round: bool) -> list[Any]:
         if self.transport is None or not args:
             return []
         pending = self.transport.submit(method, args, training=True, new_round=new_round)
@@ -123,7 +123,7 @@ def grow(
         if not open_:
             break
         node_rows = [tree.nodes[i].rows for i in open_]
-        answers = wire.ask("histograms", [(_rows_message(node_rows),)] * n_passive, True)
+        answers = wire.ask(TreeParty.histograms, [(_rows_message(node_rows),)] * n_passive, True)
         candidates = [_best_in(rule, keys, h, k) for k, h in enumerate(answers)]
         candidates.append(_best_in(rule, None, own.histograms(node_rows), ACTIVE))
         choice = {}
@@ -143,7 +143,9 @@ def _apply(
     for i, (_, owner, feature, b) in choice.items():
         if owner != ACTIVE:
             requests[owner].append((i, tree.nodes[i].rows.astype(np.int32), feature, b))
-    answers = wire.ask("split_many", [(r,) for r in requests], False) if any(requests) else []
+    answers = (
+        wire.ask(TreeParty.split_many, [(r,) for r in requests], False) if any(requests) else []
+    )
     results: dict[int, tuple[int, np.ndarray]] = {}
     for owner, answer in enumerate(answers):
         for (i, *_), (split_id, left) in zip(requests[owner], answer.payload, strict=True):
@@ -172,7 +174,7 @@ def leaves_of_test(tree: Tree, own: TreeParty, wire: Wire, n_passive: int, m: in
         if not node.is_leaf and node.owner != ACTIVE:
             asks[node.owner].append(node.split_id)
     routes: dict[tuple[int, int], np.ndarray] = {}
-    answers = wire.ask("route", [(a,) for a in asks], False) if any(asks) else []
+    answers = wire.ask(TreeParty.route, [(a,) for a in asks], False) if any(asks) else []
     for owner, answer in enumerate(answers):
         bits = np.unpackbits(answer.payload, axis=1, count=m).astype(bool)
         routes.update({(owner, s): bits[i] for i, s in enumerate(asks[owner])})

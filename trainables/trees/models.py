@@ -18,7 +18,7 @@ from trainables.trees.common import TreeData, encrypt_flag, model_params, regist
 from trainables.trees.crypto import KeyPair
 from trainables.trees.forest import ForestParams, train_forest
 from trainables.trees.leakage import reveals, tree_view, xgb_view
-from trainables.trees.parties import TreePartyInit
+from trainables.trees.parties import TreeParty, TreePartyInit
 from trainables.trees.secureboost import BoostParams, train_boost
 from trainables.trees.session import TreeSession
 from trainables.trees.xgb_federated import (
@@ -84,7 +84,7 @@ def _tree_run(spec: TrialSpec, data: TreeData, where: Placement, encrypted: bool
         mp = train(session)
         seconds = time.perf_counter() - start
         stats = transport.stats
-        log = group.call(0, "received") if observe else None
+        log = group.call(0, TreeParty.received) if observe else None
     extra = {
         "encrypted": encrypted,
         "key_length": spec.key_length if encrypted else None,

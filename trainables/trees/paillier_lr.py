@@ -241,10 +241,10 @@ class PaillierLR(PartyRounds["ActiveLR"]):
         """The key holder's public key to every party, before the clock starts."""
         super().setup(active, transport)  # nothing pending
         self._passives, self._holder = _peer_split(transport)
-        self._pub = self._holder.call("public_key", [()], training=False)[0]
+        self._pub = self._holder.call(KeyHolder.public_key, [()], training=False)[0]
         active.set_key(self._pub)
         n_p = self._passives.n_peers
-        self._passives.call("set_key", [(self._pub,)] * n_p, training=False)
+        self._passives.call(LRParty.set_key, [(self._pub,)] * n_p, training=False)
         self._ttp_bytes = self._relay_bytes = 0
 
     def epoch_steps(self, active: ActiveLR, epoch: int) -> Sequence[BatchRef]:
@@ -260,9 +260,9 @@ class PaillierLR(PartyRounds["ActiveLR"]):
         """One batch: [[H_k]] up, [[4 dL/dz]] down, masked gradients opened by the key
         holder, SGD steps."""
         passives, holder, n_p = self._passives, self._holder, self._passives.n_peers
-        pending = passives.submit("forward", [(ref,)] * n_p, training=True, new_round=True)
+        pending = passives.submit(LRParty.forward, [(ref,)] * n_p, training=True, new_round=True)
         d = active.combine(ref, passives.gather(pending))
-        masked = passives.call("backward", [(ref, d)] * n_p, training=True)
+        masked = passives.call(LRParty.backward, [(ref, d)] * n_p, training=True)
         own = active.backward(ref, d)
         if self._pub.encrypted:
             ttp, relay = self._open_and_step(ref, active, masked, own, passives, holder)
@@ -280,10 +280,10 @@ class PaillierLR(PartyRounds["ActiveLR"]):
                        passives: Transport, holder: Transport) -> tuple[int, int]:  # fmt: skip
         """The key holder opens every masked gradient (one call); each party unmasks and
         steps. Returns (the active party's bytes with the key holder, the relayed bytes)."""
-        opened = holder.call("open", [(*masked, own)], training=True)[0]
+        opened = holder.call(KeyHolder.open, [(*masked, own)], training=True)[0]
         per_party = [_opened(active.key, p, m.src)
                      for p, m in zip(opened.payload, [*masked, own], strict=True)]  # fmt: skip
-        passives.call("unmask_step", [(ref, o) for o in per_party[:-1]], training=True)
+        passives.call(LRParty.unmask_step, [(ref, o) for o in per_party[:-1]], training=True)
         active.unmask_step(ref, per_party[-1])
         relay = sum(m.nbytes + o.nbytes for m, o in zip(masked, per_party[:-1], strict=True))
         return own.nbytes + per_party[-1].nbytes, relay
@@ -292,7 +292,7 @@ class PaillierLR(PartyRounds["ActiveLR"]):
                 ttp_bytes: int, relay_bytes: int) -> TrainResult:  # fmt: skip
         """Test MP from the summed plaintext logits (evaluation traffic), and the counters."""
         logits = active.test_logits().payload
-        others = passives.call("test_logits", [()] * passives.n_peers, training=False)
+        others = passives.call(LRParty.test_logits, [()] * passives.n_peers, training=False)
         logits = logits + sum(m.payload for m in others)  # (M, C')
         y_test = active.y_test
         pred = (logits[:, 0] > 0).astype(np.int64) if logits.shape[1] == 1 else logits.argmax(1)
@@ -305,7 +305,7 @@ class PaillierLR(PartyRounds["ActiveLR"]):
             "ciphertext_bytes": pub.ciphertext_bytes,
             "ttp_bytes": ttp_bytes,
             "relay_bytes": relay_bytes,
-            **holder.call("crypto_stats", [()], training=False)[0],
+            **holder.call(KeyHolder.crypto_stats, [()], training=False)[0],
         }
         return TrainResult.from_stats(
             stats,

@@ -50,7 +50,7 @@ class TreeSession:
             payload.append(full)
         per_item = self.keys.public.ciphertext_bytes or _plain_bytes(packed)
         msg = Message("row_stats", ACTIVE, 0, payload, per_item * len(rows) * len(packed))
-        self.wire.ask("receive", [(self.keys.public, msg, None)] * self.n_passive, True)
+        self.wire.ask(TreeParty.receive, [(self.keys.public, msg, None)] * self.n_passive, True)
         own_msg = Message("row_stats", ACTIVE, ACTIVE, packed, 0)
         self.own.receive(PublicKey(encrypted=False), own_msg, None)
 

@@ -189,7 +189,7 @@ def run_federated(
         tls = TrialTLS.issue(host, len(inits))
         with federated_server(len(inits), host, tls) as address:
             joins = [Join(address, len(inits), tls.clients[init.rank]) for init in inits]
-            return group.call_many([(k, "fit", (join, params, rounds))
+            return group.call_many([(k, XGBParty.fit, (join, params, rounds))
                                     for k, join in enumerate(joins)])  # fmt: skip
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from trainables.messages import BatchRef, BatchSchedule, Message
 from trainables.rounds import Rounds, TrainResult
+from trainables.ssl.hssl.parties import AggregationServer, SSLParty
 from trainables.transport.base import Transport
 from trainables.transport.group import PartyGroup
 
@@ -82,7 +83,7 @@ class Pretraining(Rounds[PartyGroup, None]):
             self.batch_loss.setdefault(arg.epoch, []).append(self.cross_batch(group, arg))
         elif what == "local":  # guided when cross-party SSL is on
             g = self.gamma if self.stages.cross else 0.0
-            self.local_loss.append(float(np.mean(group.call_all("local_epoch", arg, g))))
+            self.local_loss.append(float(np.mean(group.call_all(SSLParty.local_epoch, arg, g))))
         else:
             assert self.server is not None
             aggregate(group, self.server, self.pma_wire)
@@ -91,12 +92,14 @@ class Pretraining(Rounds[PartyGroup, None]):
         """Step 1 on one batch of Eq. (5) over the aligned rows; representations only."""
         wire = self.cross_wire
         sent: list[Message] = wire.gather(
-            wire.submit("cross_send", [(ref, dst) for _, dst in self.pairs], training=True,
+            wire.submit(SSLParty.cross_send, [(ref, dst) for _, dst in self.pairs], training=True,
                         new_round=True)
         )  # fmt: skip
         inbox = {k: [m for m in sent if m.dst == k] for k in range(group.n)}
         assert len(inbox[group.n - 1]) == group.n - 1  # the active party heard every passive
-        out = group.call_many([(k, "cross_update", (ref, *inbox[k])) for k in range(group.n)])
+        out = group.call_many(
+            [(k, SSLParty.cross_update, (ref, *inbox[k])) for k in range(group.n)]
+        )
         return float(np.mean(out))
 
     def result(self, group: PartyGroup, transport: None, seconds: float, total: int) -> TrainResult:
@@ -115,10 +118,12 @@ class Pretraining(Rounds[PartyGroup, None]):
 def aggregate(group: PartyGroup, server: PartyGroup, wire: Transport) -> None:
     """Step 3: shares up to the server (counted as they leave the parties), the average
     back down to every party (counted as it reaches them). ``wire`` reaches parties 0..K-1."""
-    shares = wire.gather(wire.submit("shared_state", [()] * group.n, training=True,
+    shares = wire.gather(wire.submit(SSLParty.shared_state, [()] * group.n, training=True,
                                      new_round=True))  # fmt: skip
-    back: list[Message] = server.call(0, "aggregate", *shares)
-    wire.gather(wire.submit("load_shared", [(m,) for m in back], training=True, new_round=False))
+    back: list[Message] = server.call(0, AggregationServer.aggregate, *shares)
+    wire.gather(
+        wire.submit(SSLParty.load_shared, [(m,) for m in back], training=True, new_round=False)
+    )
 
 
 def pretrain(

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainables.data import Dataset
+from trainables.endpoint import Endpoint
 from trainables.jobs import AttackSpec
 from trainables.records import Record
 from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.finetune import FineTuned, finetune
-from trainables.ssl.hssl.parties import ServerInit
+from trainables.ssl.hssl.parties import ServerInit, SSLParty
 from trainables.ssl.hssl.pretrain import pretrain
 from trainables.ssl.hssl.variants import (
     HSSLData,
@@ -55,8 +56,8 @@ def run_hssl(
     data = prepare(spec, ds)
     with open_parties(data.inits, placement) as group:
         pre = pretrained(group, plan, options(spec), data, placement, spec.seed)
-        pre_reports = group.call_all("defense_applied")
-        encoders = group.call_all("pretrained_encoder")
+        pre_reports = group.call_all(Endpoint.defense_applied)
+        encoders = group.call_all(SSLParty.pretrained_encoder)
         ft = finetune(spec, data, encoders, group, placement, evaluated, keep_before=bool(mc))
     trained = combined(pre, ft, pre_reports)
     extra = measured(spec, data, pre, ft)
