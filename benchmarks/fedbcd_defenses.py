@@ -45,19 +45,19 @@ from trainables.attacks import chance
 from trainables.attacks.base import LabelGuess
 from trainables.attacks.harness import run_attacks
 from trainables.data import load_dataset
-from trainables.defenses.stacked import StackedDefense
+from trainables.defenses.stacked import StackedHook
 from trainables.messages import BatchRef, Message
 from trainables.protocols.base import Protocol, TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.group import LocalGroup
 from trainables.trial import prepare_parties
-from trainables.vfl.vec_run import PassiveStacks, VecRun
-from trainables.vfl.vec_stack import VecStack, VecStackInit
+from trainables.vfl.stacked_party import StackedParty, StackedPartyInit
+from trainables.vfl.stacked_rounds import StackedPassives, StackedRounds
 
 ATTACKS = [("ns", {}), ("ds", {})]
 
 
-class ProbeForm(StackedDefense):
+class ProbeForm(StackedHook):
     """The probe at the active stack of one training: at each exchange, before any
     gradient leaves, the objective's and the label loss's gradients w.r.t. the passive
     embeddings, from the logits the exchange computed (MID's bottleneck with its
@@ -186,7 +186,7 @@ class PassiveQ(Protocol):
     defaults: ClassVar[dict[str, Any]] = {"q": 5, "passive_q": 5}
 
     def exchange(
-        self, active: VecStack, passives: PassiveStacks, ref: BatchRef, nxt: BatchRef | None
+        self, active: StackedParty, passives: StackedPassives, ref: BatchRef, nxt: BatchRef | None
     ) -> None:
         passives.request(ref)
         active.forward(ref)
@@ -214,14 +214,14 @@ def train_probed(
     protocol: Protocol = prepared.protocol
     if passive_steps is not None:
         protocol = PassiveQ(q=protocol.local_steps, passive_q=passive_steps)
-    group = LocalGroup([VecStackInit((init,)) for init in prepared.inits])  # stacks of one
+    group = LocalGroup([StackedPartyInit((init,)) for init in prepared.inits])  # stacks of one
     active = group.parties[-1].parties[0]
     passive = list(range(len(group.parties) - 1))
     probe = ExchangeProbe(active.X_train.shape[0], active.config.emb_width, passive)
     active.hooks.append(probe)
-    group.call_all(VecStack.stack, [0])
+    group.call_all(StackedParty.stack, [0])
     probe.stacks = group.parties  # type: ignore[attr-defined]  # (tests read their optimizers)
-    (result,) = group.train(VecRun(protocol, targets=[None], slots=[0]), int(spec.epochs))  # type: ignore[arg-type]
+    (result,) = group.train(StackedRounds(protocol, targets=[None], slots=[0]), int(spec.epochs))  # type: ignore[arg-type]
     parties = [stack.parties_of([0])[0] for stack in group.parties]
     attacked = {
         out.name: {

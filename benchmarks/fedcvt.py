@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from trainables.defenses.stack import DefenseStack
+from trainables.defenses.spec_defenses import SpecDefenses
 from trainables.spec import TrialSpec
 from trainables.trial import run_trial
 
@@ -280,7 +280,7 @@ def estimate_quality(
     ds = load_dataset(dataset)
     opts = runner.cvt_options(spec, True)
     with open_parties(
-        runner.party_inits(spec, ds, opts, DefenseStack.compile(spec)), LOCAL
+        runner.party_inits(spec, ds, opts, SpecDefenses.compile(spec)), LOCAL
     ) as group:
         group.train(CvtRounds(semi=True), epochs)
         a, b = group.snapshot()

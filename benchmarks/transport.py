@@ -34,8 +34,8 @@ from trainables.transport.ray_actors import (
     release_warm_actors,
 )
 from trainables.trial import PreparedTrial, prepare_parties, train_local
-from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStack, VecStackInit
+from trainables.vfl.stacked_party import StackedParty, StackedPartyInit
+from trainables.vfl.stacked_rounds import StackedRounds
 
 
 def _rtt_ms(actor: Any, n: int = 200) -> float:
@@ -50,10 +50,10 @@ def _rtt_ms(actor: Any, n: int = 200) -> float:
 
 def _ray_trial(prepared: PreparedTrial, epochs: int, reuse: bool) -> dict[str, float]:
     start = time.perf_counter()
-    stacks = [VecStackInit((init,)) for init in prepared.inits]  # each a stack of one
+    stacks = [StackedPartyInit((init,)) for init in prepared.inits]  # each a stack of one
     with RayParties(stacks, PartyResources(cpu=1.0), reuse=reuse) as group:
-        group.call_all(VecStack.stack, [0])
-        (result,) = group.train(VecRun(prepared.protocol, targets=[None], slots=[0]), epochs)
+        group.call_all(StackedParty.stack, [0])
+        (result,) = group.train(StackedRounds(prepared.protocol, targets=[None], slots=[0]), epochs)
         wall = time.perf_counter() - start
         return {
             "wall": wall,

@@ -73,7 +73,7 @@ def _named_checks(spec: TrialSpec, varied: set[str]) -> list[tuple[str, Any, Any
     """
     from trainables.data import DATASETS
     from trainables.defenses import DEFENSES
-    from trainables.defenses.stack import entries
+    from trainables.defenses.spec_defenses import entries
     from trainables.protocols import PROTOCOLS
 
     out: list[tuple[str, Any, Any]] = [

@@ -16,7 +16,7 @@ import torch
 
 from trainables.data import load_dataset, split_samples
 from trainables.defenses.applied import DefenseNeverApplied
-from trainables.defenses.stack import DefenseStack
+from trainables.defenses.spec_defenses import SpecDefenses
 from trainables.errors import ConfigError
 from trainables.hooks import MessageLog
 from trainables.messages import Message
@@ -171,7 +171,7 @@ def _contains_row(payload: np.ndarray, X: np.ndarray) -> bool:
 def _inits(spec: TrialSpec) -> tuple[CvtPartyInit, ...]:
     """Both parties keep a message log: everything that crosses the A/B boundary."""
     inits = party_inits(
-        spec, load_dataset(spec.dataset), cvt_options(spec, True), DefenseStack.compile(spec)
+        spec, load_dataset(spec.dataset), cvt_options(spec, True), SpecDefenses.compile(spec)
     )
     return tuple(dataclasses.replace(i, record=True) for i in inits)
 

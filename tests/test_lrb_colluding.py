@@ -21,7 +21,7 @@ from trainables.messages import BatchRef
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL
 from trainables.trial import prepare_parties
-from trainables.vfl.vec_stack import VecStack
+from trainables.vfl.stacked_party import StackedParty
 
 COLLUDING = {"target": 0, "injection": "colluding"}
 TIMING = {"train_seconds": 0.0, "attack_seconds": 0.0, "created_at": None, "extra": ""}
@@ -35,10 +35,10 @@ def _spec(seed: int = 0, **fields: object) -> TrialSpec:
 
 
 @pytest.fixture(scope="module")
-def stacks() -> tuple[VecStack, VecStack, np.ndarray]:
+def stacks() -> tuple[StackedParty, StackedParty, np.ndarray]:
     """The attacker's and the active party's stacks of one training, and the labels."""
     prepared = prepare_parties(_spec(), load_dataset("digits"))
-    built = [VecStack([init]) for init in prepared.inits]
+    built = [StackedParty([init]) for init in prepared.inits]
     for stack in built:
         stack.stack([0])
     labels = prepared.inits[-1].labels
@@ -47,7 +47,7 @@ def stacks() -> tuple[VecStack, VecStack, np.ndarray]:
 
 
 def test_both_parties_append_the_same_two_rows_and_the_active_one_labels_them(
-    stacks: tuple[VecStack, VecStack, np.ndarray],
+    stacks: tuple[StackedParty, StackedParty, np.ndarray],
 ) -> None:
     passive, active, y = stacks
     (hook_p,), (hook_a,) = passive.members[0].hooks[:1], active.members[0].hooks[:1]
@@ -76,7 +76,7 @@ def test_both_parties_append_the_same_two_rows_and_the_active_one_labels_them(
 
 
 def test_the_attacker_sends_the_poison_embedding_and_steps_on_the_target_gradient(
-    stacks: tuple[VecStack, VecStack, np.ndarray],
+    stacks: tuple[StackedParty, StackedParty, np.ndarray],
 ) -> None:
     passive, _, _ = stacks
     sent = passive.forward(BatchRef(0, 1))

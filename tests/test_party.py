@@ -13,8 +13,8 @@ from trainables.party import Party
 from trainables.spec import TrialSpec
 from trainables.transport import LocalTransport
 from trainables.trial import PreparedTrial, prepare_parties
-from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStack, VecStackInit
+from trainables.vfl.stacked_party import StackedParty, StackedPartyInit
+from trainables.vfl.stacked_rounds import StackedRounds
 
 
 def _prepared(**fields: object) -> tuple[TrialSpec, PreparedTrial]:
@@ -22,9 +22,9 @@ def _prepared(**fields: object) -> tuple[TrialSpec, PreparedTrial]:
     return spec, prepare_parties(spec, load_dataset("digits"))
 
 
-def _stacks(prepared: PreparedTrial, *hooks: list) -> list[VecStack]:
+def _stacks(prepared: PreparedTrial, *hooks: list) -> list[StackedParty]:
     """Each party as a stack of one, with ``hooks`` added to its member first."""
-    stacks = [VecStackInit((init,)).build() for init in prepared.inits]
+    stacks = [StackedPartyInit((init,)).build() for init in prepared.inits]
     for stack, extra in zip(stacks, hooks, strict=False):
         stack.parties[0].hooks += extra
     for stack in stacks:
@@ -36,7 +36,9 @@ def test_passive_party_receives_only_gradients_of_its_own_embeddings() -> None:
     _, prepared = _prepared()
     log = MessageLog()
     passive, active = _stacks(prepared, [log])
-    VecRun(prepared.protocol, targets=[None], slots=[0]).run(active, LocalTransport([passive]), 2)
+    StackedRounds(prepared.protocol, targets=[None], slots=[0]).run(
+        active, LocalTransport([passive]), 2
+    )
     n_classes = 10
     assert log.received and all(m.kind == "gradient" for m in log.received)
     assert {m.kind for m in log.sent} == {"embedding", "test_embedding"}

@@ -12,8 +12,8 @@ from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.transport.ray_actors import PartyResources, RayParties, release_warm_actors
 from trainables.trial import PreparedTrial, prepare_parties, run_trial, train_local
-from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStack, VecStackInit
+from trainables.vfl.stacked_party import StackedParty, StackedPartyInit
+from trainables.vfl.stacked_rounds import StackedRounds
 
 pytestmark = pytest.mark.ray
 
@@ -60,15 +60,15 @@ def test_passive_actor_state_never_contains_labels(ray_session: None) -> None:
                     assert not (arr.size == y.size and np.array_equal(arr.reshape(-1), y)), name
 
 
-def _stacks(prepared: PreparedTrial) -> list[VecStackInit]:
+def _stacks(prepared: PreparedTrial) -> list[StackedPartyInit]:
     """Each party of ``prepared`` as a stack of one (what every training runs on)."""
-    return [VecStackInit((init,)) for init in prepared.inits]
+    return [StackedPartyInit((init,)) for init in prepared.inits]
 
 
 def _train(group: RayParties, prepared: PreparedTrial, epochs: int) -> TrainResult:
     """``prepared``'s training on ``group``: its protocol's rounds at the active actor."""
-    group.call_all(VecStack.stack, [0])
-    (result,) = group.train(VecRun(prepared.protocol, targets=[None], slots=[0]), epochs)
+    group.call_all(StackedParty.stack, [0])
+    (result,) = group.train(StackedRounds(prepared.protocol, targets=[None], slots=[0]), epochs)
     return result
 
 

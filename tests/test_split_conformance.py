@@ -22,7 +22,7 @@ import pytest
 
 from trainables.data import Dataset, load_dataset, split_for, vertibench_split
 from trainables.data import split as split_module
-from trainables.defenses.stack import DefenseStack
+from trainables.defenses.spec_defenses import SpecDefenses
 from trainables.errors import ConfigError
 from trainables.kinds import TRIAL_KINDS, kind_of
 from trainables.spec import TrialSpec
@@ -102,7 +102,7 @@ def _hssl(spec: TrialSpec, ds: Dataset) -> list[np.ndarray]:
 def _fedcvt(spec: TrialSpec, ds: Dataset) -> list[np.ndarray]:
     from trainables.ssl import runner
 
-    inits = runner.party_inits(spec, ds, runner.cvt_options(spec, True), DefenseStack.compile(spec))
+    inits = runner.party_inits(spec, ds, runner.cvt_options(spec, True), SpecDefenses.compile(spec))
     labels = inits[1].labels
     assert labels is not None
     arrays = [a for i in inits for a in (i.X_ol, i.X_nl, i.X_test)]
@@ -233,7 +233,7 @@ def test_each_vertical_kind_trains_on_split_for(kind: str) -> None:
         from trainables.ssl import runner
 
         inits = runner.party_inits(
-            spec, ds, runner.cvt_options(spec, True), DefenseStack.compile(spec)
+            spec, ds, runner.cvt_options(spec, True), SpecDefenses.compile(spec)
         )
         assert [i.X_ol.shape[1] for i in inits] == widths
         assert inits[1].labels is not None

@@ -1,4 +1,4 @@
-"""Vectorized packs (``vfl/vectorized.py``, ``vfl/vec_stack.py``, ``stacked.py``): K
+"""Vectorized packs (``vfl/vectorized.py``, ``vfl/stacked_party.py``, ``stacked.py``): K
 same-shape trainings as one stacked training give each training the records it gets
 alone, on this process and on a real local Ray; what cannot stack runs unstacked."""
 
@@ -22,6 +22,7 @@ from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer
 from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
+from trainables.vfl.stacked_party import StackedParty, StackedPartyInit
 from trainables.vfl.training import (
     attacks_of,
     prepare_parties,
@@ -29,7 +30,6 @@ from trainables.vfl.training import (
     train_prepared,
     train_stacked,
 )
-from trainables.vfl.vec_stack import VecStack, VecStackInit
 from trainables.vfl.vectorized import stack_key, stacks
 
 WARM = Placement("ray", cpu_per_party=0.5, reuse_actors=True)
@@ -166,11 +166,11 @@ def test_stacked_adam_with_one_rate_is_torch_adam_element_for_element() -> None:
 
 def test_a_passive_stack_holds_no_label_of_any_training(data: Dataset) -> None:
     inits = [prepare_parties(_job(s).spec, data).inits for s in range(3)]
-    stacks = [VecStackInit(tuple(i[k] for i in inits)) for k in range(2)]
+    stacks = [StackedPartyInit(tuple(i[k] for i in inits)) for k in range(2)]
     with open_parties(stacks, LOCAL) as group:
-        group.call_all(VecStack.stack, [0, 1, 2])
+        group.call_all(StackedParty.stack, [0, 1, 2])
         passive, active = group.snapshot()  # type: ignore[misc]
-        assert isinstance(passive, VecStack) and not passive.is_active
+        assert isinstance(passive, StackedParty) and not passive.is_active
         assert not hasattr(passive, "y_train") and not hasattr(passive, "y_test")
         assert all(not hasattr(p, "y_train") for p in passive.parties)
         assert active.y_train.shape[0] == 3
@@ -248,15 +248,15 @@ def test_one_passive_round_per_round_for_the_whole_stack(data: Dataset) -> None:
     evaluation), however many trainings it holds."""
     jobs = [_job(s, epochs=2) for s in range(5)]
     calls: list[str] = []
-    original = VecStack.passive_round
+    original = StackedParty.passive_round
 
     @functools.wraps(original)  # the call names the method: ``passive_round``
-    def counted(self: VecStack, grad: np.ndarray | None, ref: object, steps: int) -> object:
+    def counted(self: StackedParty, grad: np.ndarray | None, ref: object, steps: int) -> object:
         calls.append("passive_round")
         return original(self, grad, ref, steps)  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(VecStack, "passive_round", counted)
+        mp.setattr(StackedParty, "passive_round", counted)
         got = dict(NNKind().run_many(jobs, data, LOCAL))
     rounds = got[0][0].rounds  # type: ignore[index,union-attr]
     assert len(calls) == rounds + 1

@@ -1,4 +1,4 @@
-"""The endpoint every party role is: a message hook stack and what it reports.
+"""The endpoint every party role is: a message hook chain and what it reports.
 
 Why one base: a party of any kind (NN ``Party``, FedCVT's ``CvtParty``, FedHSSL's
 ``SSLParty``) sends and receives ``Message``s through the same middleware — a message log
@@ -6,7 +6,7 @@ for attacks that read messages, training-time attacks, defenses, codecs — and 
 reads the same reports back (``defense_applied``). Written once here, the attach order
 cannot drift between kinds: the log first, so on the way out it keeps what the party
 itself computed and on the way in what reached it after every hook (a party's own view,
-what an attacker there sees); then training-time attacks; then the hook stack in its
+what an attacker there sees); then training-time attacks; then the hook chain in its
 order (defenses, then codecs, so the sender encodes last and the receiver decodes first).
 """
 
@@ -53,7 +53,7 @@ class Endpoint:
 
     def attach(self, init: Any) -> None:
         """What the trial asked of this party (an init with ``record``, ``install`` and
-        ``hooks``): a message log, training-time attacks, then the hook stack in order."""
+        ``hooks``): a message log, training-time attacks, then the hook chain in order."""
         if init.record:
             self.hooks.append(MessageLog())
         for name, params, aux in init.install:
@@ -62,13 +62,13 @@ class Endpoint:
             hook_registry(family).create(name, **params).attach(self)
 
     def send_out(self, msg: Message) -> Message:
-        """``msg`` through the hook stack on the way out (list order)."""
+        """``msg`` through the hook chain on the way out (list order)."""
         for hook in self.hooks:
             msg = hook.on_send(self, msg)
         return msg
 
     def receive_in(self, msg: Message) -> Message:
-        """``msg`` through the hook stack on the way in (reverse order: middleware)."""
+        """``msg`` through the hook chain on the way in (reverse order: middleware)."""
         for hook in reversed(self.hooks):
             msg = hook.on_receive(self, msg)
         return msg

@@ -1,12 +1,12 @@
 """Parties: plain Python, no Ray. The same objects run in-process or inside a PartyActor.
 
-A ``Party`` holds only its own feature slice, its bottom model and its hook stack. The
+A ``Party`` holds only its own feature slice, its bottom model and its hook chain. The
 ``ActiveParty`` also holds the labels and the global (top) model. A passive party is
 built from a ``PartyInit`` whose ``labels`` is None, and has no attribute that could hold
 them: the threat model is enforced by construction, and tests inspect it.
 
 A party does not train itself: every training, a lone one too, runs on the stacked
-form of its parties (``vfl/vec_stack.py``), which builds each training's models and hooks
+form of its parties (``vfl/stacked_party.py``), which builds each training's models and hooks
 here, trains them as one stack, and writes the trained weights back into these objects,
 which the attack harness and the released model then read.
 """
@@ -97,7 +97,7 @@ class PartyInit:
         return self.labels is not None
 
     def build(self) -> Party:
-        """The party: its data, models and hooks (``vfl/vec_stack.py`` trains them)."""
+        """The party: its data, models and hooks (``vfl/stacked_party.py`` trains them)."""
         return ActiveParty(self) if self.is_active else Party(self)
 
 
@@ -130,7 +130,7 @@ def resolve_device(device: str) -> torch.device:
 
 class Party(Endpoint):
     """A passive party: its own feature slice, its bottom model G_k (H_k = G_k(X_k)) and its
-    hook stack; trained on its stacked form (``VecStack``), which writes the weights back."""
+    hook chain; trained on its stacked form (``StackedParty``), which writes the weights back."""
 
     def __init__(self, init: PartyInit) -> None:
         cfg = init.config
@@ -160,7 +160,7 @@ class Party(Endpoint):
         )
         # the weights after each epoch but the last (``keep_epochs``), as module states
         self.epoch_states: list[dict[str, Any]] = []
-        super().__init__()  # the endpoint: an empty hook stack
+        super().__init__()  # the endpoint: an empty hook chain
         self.attach(init)
 
     @property
@@ -193,7 +193,7 @@ class ActiveParty(Party):
         self.y_val = (
             None if y_val is None else torch.from_numpy(y_val.astype(np.int64)).to(self.device)
         )
-        self.last_loss = float("nan")  # its training's last loss (``VecStack.parties_of``)
+        self.last_loss = float("nan")  # its training's last loss (``StackedParty.parties_of``)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return list(self.bottom.parameters()) + list(self.top.parameters())
@@ -201,7 +201,7 @@ class ActiveParty(Party):
 
 def rows_of(party: Any, split: str) -> torch.Tensor:
     """A party's (n, d_k) rows of ``split``: ``test``, ``val`` or ``train``; one stacked
-    party's (K, n, d_k) likewise (``VecStack``)."""
+    party's (K, n, d_k) likewise (``StackedParty``)."""
     x = {"test": party.X_test, "val": party.X_val, "train": party.X_train}[split]
     if x is None:
         raise ValueError(f"no {split} rows here: the trial's val_ratio is 0")

@@ -1,6 +1,6 @@
 """What a message hook may read of the party it is attached to: a structural type.
 
-Why a protocol and not ``trainables.party.Party``: the party module builds its hook stack
+Why a protocol and not ``trainables.party.Party``: the party module builds its hook chain
 from the defense and codec registries (``endpoint.py``), so a hook module naming the party
 class, even for type checking only, would tie the two into one import cycle. Hooks run on
 every kind's parties (NN ``Party``, FedCVT's ``CvtParty``, FedHSSL's ``SSLParty``); each
@@ -17,7 +17,7 @@ import torch
 class HookHost(Protocol):
     """A party as its hooks see it: its stack, its configuration and its device."""
 
-    hooks: list[Any]  # the party's hook stack, in order (a hook joins it in ``attach``)
+    hooks: list[Any]  # the party's hook chain, in order (a hook joins it in ``attach``)
     config: Any  # the party's configuration (``PartyConfig`` for NN parties)
     device: torch.device
 

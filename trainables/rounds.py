@@ -81,7 +81,7 @@ class Rounds(Generic[A, T]):
     ``A``: what the loop drives from (the active party, a ``PartyGroup`` from the trial's
     process, a tree session, a stack); ``T``: how it reaches the others (a ``Transport``,
     or None where the hooks open their own wires on a group). Every kind's training is a
-    ``Rounds``: the NN protocols' stacked rounds (``vfl/vec_run.py``), FedCVT, Paillier
+    ``Rounds``: the NN protocols' stacked rounds (``vfl/stacked_rounds.py``), FedCVT, Paillier
     LR, FedHSSL pretraining, FedSSL's rounds, the tree builders.
 
     Hooks, in the order ``run`` calls them: ``setup`` (before the clock), ``epoch_steps``
@@ -170,5 +170,5 @@ class Rounds(Generic[A, T]):
 
 def curve_split(active: Any) -> str:
     """Which rows an epoch end scores: ``val`` where the trial has validation rows (an
-    active ``VecStack`` or a FedCVT active party with ``y_val``), else ``test``."""
+    active ``StackedParty`` or a FedCVT active party with ``y_val``), else ``test``."""
     return "test" if getattr(active, "y_val", None) is None else "val"

@@ -97,7 +97,7 @@ class StackedMLP:
 class ModuleStack:
     """One training's bottom of any architecture as a stack of K = 1: what cannot stack
     (a bottom that is not a Linear-ReLU stack, or a pretrained encoder) runs through the
-    same stacked party code (``vfl/vec_stack.py``) as the MLPs do.
+    same stacked party code (``vfl/stacked_party.py``) as the MLPs do.
 
     ``params`` are the module's own parameters (no leading axis: the optimizer steps them
     in place, so ``write_back`` has nothing to copy). ``forward``: x (1, B, in) ->
@@ -166,7 +166,7 @@ class StackedOptimizer:
     @torch.no_grad()
     def keep(self, index: Sequence[int]) -> None:
         """Go on with the trainings at ``index`` only (successive halving): their moments
-        and rates; the parameters themselves are cut by their owner (``VecStack.keep``)."""
+        and rates; the parameters themselves are cut by their owner (``StackedParty.keep``)."""
         idx = torch.tensor(list(index), device=self.params[0].device)
         self.state = [(avg[idx], avg_sq[idx]) for avg, avg_sq in self.state]
         self.lrs = [self.lrs[j] for j in index]

@@ -23,7 +23,7 @@ import torch
 
 from trainables.attacks.base import AttackInfo, AuxData, Range
 from trainables.attacks.pmc import PassiveModelCompletion
-from trainables.defenses.stacked import StackedDefense
+from trainables.defenses.stacked import StackedHook
 from trainables.messages import Message
 
 
@@ -66,7 +66,7 @@ class MaliciousOptimizer:
         return self.inner.state_dict()
 
 
-class StackedMalicious(StackedDefense):
+class StackedMalicious(StackedHook):
     """AMC at a stacked attacker party: its optimizer wrapped as alone. The scaling is
     elementwise, so each training's slice moves as it would alone (one gamma per stack:
     the attack's parameters are part of the stack key)."""
@@ -86,7 +86,7 @@ class MaliciousScaling:
     gamma: float
     min_ratio: float
     max_ratio: float
-    stacked: ClassVar[type[StackedDefense]] = StackedMalicious
+    stacked: ClassVar[type[StackedHook]] = StackedMalicious
 
     def wrap(self, inner: Any) -> MaliciousOptimizer:
         return MaliciousOptimizer(inner, self.gamma, self.min_ratio, self.max_ratio)

@@ -56,7 +56,7 @@ from trainables.attacks.base import (
     Range,
 )
 from trainables.attacks.lrb_colluding import injection_hook
-from trainables.defenses.stacked import StackedDefense
+from trainables.defenses.stacked import StackedHook
 from trainables.messages import Message
 
 
@@ -88,7 +88,7 @@ def poison_rows(n_train: int, ratio: float, seed: int) -> np.ndarray:
     return np.sort(rng.choice(n_train, size=k, replace=False)).astype(np.int64)
 
 
-class StackedReplacement(StackedDefense):
+class StackedReplacement(StackedHook):
     """LRB at a stacked attacker party: each training swaps its own known target rows for
     its own triggered poison samples (its member hook's rows, samples and swap count), the
     poison embeddings from that training's slice of the stacked bottom."""
@@ -127,7 +127,7 @@ class ReplacementHook:
     target: int
     margin: float
     swaps: int = 0  # replacements so far; also cycles through the poison samples
-    stacked: ClassVar[type[StackedDefense]] = StackedReplacement
+    stacked: ClassVar[type[StackedHook]] = StackedReplacement
 
     def next_poison(self, m: int) -> torch.Tensor:
         """The next ``m`` triggered samples (m, d), cycling through them."""

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from trainables.defenses.stacked import StackedDefense
+from trainables.defenses.stacked import StackedHook
 from trainables.messages import BatchRef, Message
 
 
@@ -47,7 +47,7 @@ def epoch_draw(seed: int, epoch: int, n_poison: int, n_target: int) -> tuple[int
     return int(rng.integers(n_poison)), int(rng.integers(n_target))
 
 
-class StackedInjection(StackedDefense):
+class StackedInjection(StackedHook):
     """The injection at a stacked party (the attacker's or the active one): each training's
     extra rows appended to the stack's training rows (and, at the active party, their
     labels), two of them appended to every batch; at the attacker, the embedding and
@@ -103,7 +103,7 @@ class InjectionHook:
     extra_x: torch.Tensor  # (E, d): P poison samples (triggered at the attacker), T rows
     target: int  # the class the active party gives the target rows
     seed: int
-    stacked: ClassVar[type[StackedDefense]] = StackedInjection
+    stacked: ClassVar[type[StackedHook]] = StackedInjection
 
     def on_send(self, party: Any, msg: Message) -> Message:
         return msg  # the stack moves the rows (StackedInjection)

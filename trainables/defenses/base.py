@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from trainables.defenses.stacked import StackedDefense
+from trainables.defenses.stacked import StackedHook
 from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import Message
 from trainables.plugins import (
@@ -83,7 +83,7 @@ class Defense:
     renamed: ClassVar[dict[str, str]] = {}  # old parameter name -> its new name
     # its form over K stacked trainings (``stacked.py``): the base acts on messages only;
     # a defense with model hooks names its own, or None (its trainings run alone)
-    stacked: ClassVar[type[StackedDefense] | None] = StackedDefense
+    stacked: ClassVar[type[StackedHook] | None] = StackedHook
 
     def __init__(
         self, strength: float | None = None, seed: int = 0, index: int = 0, **params: Any
@@ -131,7 +131,7 @@ class Defense:
 
     # -- installation ---------------------------------------------------------------
     def attach(self, party: HookHost) -> None:
-        """Join ``party``'s hook stack; subclasses that change the model also wire that."""
+        """Join ``party``'s hook chain; subclasses that change the model also wire that."""
         party.hooks.append(self)
         if hasattr(party, "defenses"):
             party.defenses.append(self)
@@ -273,11 +273,11 @@ def check_defense(cls: Any, name: str) -> Any:
     for hook in hooks:
         same_call(cls, Defense, hook)
     model = [h for h in MODEL_HOOKS if h in hooks]
-    if model and cls.stacked is StackedDefense:
+    if model and cls.stacked is StackedHook:
         raise Refused(
             f"it overrides {', '.join(model)} but keeps the message-only stacked form; set "
             "stacked = None (its trainings then run alone, through these hooks) or a "
-            "StackedDefense subclass (trainables/defenses/stacked.py)"
+            "StackedHook subclass (trainables/defenses/stacked.py)"
         )
     if {"on_send", "on_receive"} & set(hooks) and cls.stacked and not cls.stacked.messages:
         raise Refused(

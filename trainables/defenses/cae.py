@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from trainables.defenses.base import Defense, DefenseInfo
-from trainables.defenses.stacked import Index, StackedDefense
+from trainables.defenses.stacked import Index, StackedHook
 
 if TYPE_CHECKING:
     from trainables.roles import ActiveHost, HookHost
@@ -75,7 +75,7 @@ class LogDecoder(nn.Module):
         return torch.log(self.decoder(torch.softmax(logits, dim=1)).clamp_min(1e-8))
 
 
-class StackedCAE(StackedDefense):
+class StackedCAE(StackedHook):
     """K trainings' disguised labels and decoded outputs: each training's own autoencoder
     (fit at its party from its own seed) on its slice; no parameter of them trains."""
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import torch
 
 from trainables.defenses.base import Defense, DefenseInfo
-from trainables.defenses.stacked import Index, StackedDefense, scatter
+from trainables.defenses.stacked import Index, StackedHook, scatter
 
 DISTANCES = ("exact", "vflair")
 
@@ -68,7 +68,7 @@ def log_dcor_terms(h_passive: list[torch.Tensor], y: torch.Tensor, how: str) -> 
     return torch.stack(terms).sum(dim=0)
 
 
-class StackedDCor(StackedDefense):
+class StackedDCor(StackedHook):
     """K trainings' terms, one training's (B, B) distance matrices at a time; a training at
     strength 0 gets none. Why not one (K, B, B) batch: at B = 455 the batch's
     intermediates leave the cache and it ran 1.3x slower than training by training

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import torch
 
 from trainables.defenses.base import Defense, DefenseInfo
-from trainables.defenses.stacked import StackedDefense
+from trainables.defenses.stacked import StackedHook
 
 FORMS = ("standard", "vflair")
 
@@ -39,7 +39,7 @@ def other_class_weights(
     return (p * u.sum(dim=-1, keepdim=True) - u) / p.shape[-2]
 
 
-class StackedGPer(StackedDefense):
+class StackedGPer(StackedHook):
     """K trainings' perturbations in one vector-Jacobian product over the stacked logits;
     each training's noise from its own stream, none for a training at strength 0."""
 

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from trainables.defenses.base import Defense, DefenseInfo
-from trainables.defenses.stacked import Index, StackedDefense, scatter
+from trainables.defenses.stacked import Index, StackedHook, scatter
 from trainables.errors import ConfigError
 from trainables.stacked import StackedMLP, StackedOptimizer
 
@@ -96,7 +96,7 @@ def kl_to_prior(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     return 0.5 * (mu.pow(2) + sigma.pow(2) - 2 * torch.log(sigma.clamp_min(1e-8)) - 1)
 
 
-class StackedMID(StackedDefense):
+class StackedMID(StackedHook):
     """K trainings' bottlenecks: per passive party, the K encoders and the K decoders as
     stacked MLPs; each training draws its noise from its own defense's stream, in the
     order its own bottlenecks would."""

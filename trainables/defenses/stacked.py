@@ -1,13 +1,13 @@
 """A defense (or another hook) of K same-shape trainings at a stacked party, declared by
 the hook.
 
-Why the defense declares it: a vectorized pack (``vfl/vec_stack.py``) holds the K
+Why the defense declares it: a vectorized pack (``vfl/stacked_party.py``) holds the K
 trainings' models as stacked parameters and computes one batched loss for all of them.
 A defense that reaches into the model, the loss or its gradients (MID, CAE, DCAE, dCor,
 GPer) must then act on the stack, which only the defense knows how to do. So each
 ``Defense`` class names its stacked form (``Defense.stacked``): this base, for a defense
 that acts on messages only (the stack sends each training's slice through that
-training's own hook stack, nothing else is needed), a subclass in the defense's own file
+training's own hook chain, nothing else is needed), a subclass in the defense's own file
 for one with model hooks, or None for one that does not stack with other trainings (a
 plugin's): it then trains as a stack of one, through its own single-training hooks
 (``LoopedDefense``). No executor inspects a defense's methods.
@@ -29,11 +29,11 @@ import torch
 Index = torch.Tensor | None  # (K',) which trainings of the stack a call is about; None: all
 
 
-class StackedDefense:
+class StackedHook:
     """Base: the message-only form (identity on every model hook)."""
 
     # whether the defense acts on messages (then each training's messages go through its
-    # own hook stack, one ``Message`` per training); a form with model hooks only says no
+    # own hook chain, one ``Message`` per training); a form with model hooks only says no
     messages: ClassVar[bool] = True
     # whether it has model hooks (the stack builds it, and trainings stack only with
     # trainings of the same such defenses); the base has none
@@ -133,7 +133,7 @@ def scatter(values: torch.Tensor, index: Sequence[int], k: int) -> torch.Tensor:
     return torch.zeros(k, dtype=values.dtype, device=values.device).index_add(0, idx, values)
 
 
-class LoopedDefense(StackedDefense):
+class LoopedDefense(StackedHook):
     """A defense that declares no stacked form (``stacked = None``: a plugin's) at a stack
     of one training: its own hooks (``Defense.loss_term``, ``soft_targets``,
     ``gradients``, ``on_send`` / ``on_receive``) on the training's slice, (1, B, C) as
@@ -173,7 +173,7 @@ class LoopedDefense(StackedDefense):
         return [g.unsqueeze(0) for g in out]
 
 
-def stacked_form(hook: Any) -> type[StackedDefense] | None:
+def stacked_form(hook: Any) -> type[StackedHook] | None:
     """The stacked form of a party's hook: what its class declares (``stacked``); for a
     defense that declares None, ``LoopedDefense``; None for a hook with no such
     declaration (a message log, a plugin attack's message hook): it acts on messages."""

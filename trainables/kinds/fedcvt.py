@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables.data import Dataset, load_dataset
-from trainables.defenses.stack import DefenseStack
+from trainables.defenses.spec_defenses import SpecDefenses
 from trainables.endpoint import Endpoint
 from trainables.jobs import AttackSpec
 from trainables.kinds.base import TrialKind
@@ -71,7 +71,7 @@ def semi(spec: TrialSpec) -> bool:
 
 
 def sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
-    """The message kinds each FedCVT party sends (``DefenseStack.incompatibility``)."""
+    """The message kinds each FedCVT party sends (``SpecDefenses.incompatibility``)."""
     if semi(spec):
         return {"active": (VALUES, GRADIENT), "passive": (*UP_KINDS, TEST)}
     return {"active": (GRADIENT,), "passive": (*REPS_SPLIT, TEST)}
@@ -79,7 +79,7 @@ def sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
 
 def defense_refusal(spec: TrialSpec) -> str | None:
     """Why a defense of ``spec`` has no place in FedCVT, or None."""
-    stack = DefenseStack.compile(spec)
+    stack = SpecDefenses.compile(spec)
     for d in stack.defenses:
         if d.targets() is None:
             return (
@@ -142,7 +142,7 @@ class FedCVTKind(TrialKind):
         evaluated = attacks_of(spec, attacks)
         opts = runner.cvt_options(spec, semi(spec))
         protocol, codecs = cvt_rounds(spec)
-        defenses = DefenseStack.compile(spec)
+        defenses = SpecDefenses.compile(spec)
         inits = runner.party_inits(spec, ds, opts, defenses, local_steps=protocol.local_steps,
                                    codecs=codecs, attacks=evaluated)  # fmt: skip
         keep = bool(evaluated)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables.data import DATASETS, Dataset, load_dataset, split_refusal
-from trainables.defenses.stack import DefenseStack
+from trainables.defenses.spec_defenses import SpecDefenses
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.kinds.base import TrialKind
 from trainables.models import BOTTOMS
@@ -46,10 +46,10 @@ class NNKind(TrialKind):
         DATASETS.get(spec.dataset)
         BOTTOMS.get(str(spec.model))
         PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-        DefenseStack.compile(spec)
+        SpecDefenses.compile(spec)
 
     def incompatibility(self, spec: TrialSpec, data_dir: str | Path | None) -> str | None:
-        reason = DefenseStack.compile(spec).incompatibility()  # nothing to act on here
+        reason = SpecDefenses.compile(spec).incompatibility()  # nothing to act on here
         if reason is not None:
             return reason
         return split_refusal(spec, load_dataset(spec.dataset, data_dir, **spec.dataset_params))

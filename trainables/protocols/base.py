@@ -2,12 +2,12 @@
 runs at its active party over a transport (``PartyRounds``: FedCVT's, Paillier LR's).
 
 A ``Protocol`` owns its round (Flower's ``Strategy``): ``exchange`` is one round over the
-K-stacked parties, written as calls of the active ``VecStack`` (``vfl/vec_stack.py``) and
-of the passive stacks (``PassiveStacks``, ``vfl/vec_run.py``). The base exchange is
+K-stacked parties, written as calls of the active ``StackedParty`` (``vfl/stacked_party.py``) and
+of the passive stacks (``StackedPassives``, ``vfl/stacked_rounds.py``). The base exchange is
 FedSGD's; FedBCD changes its ``local_steps``; CELU-VFL and the codecs add message hooks
 every party stacks (``codec_hooks``: trial.py appends them after every other hook, so
 codecs encode last on send and decode first on receive). A protocol with another
-exchange order overrides ``exchange``: one file and a registry entry. ``VecRun`` runs the
+exchange order overrides ``exchange``: one file and a registry entry. ``StackedRounds`` runs the
 rounds around it (the clock, the epoch-end evaluations, each training's counts).
 """
 
@@ -22,8 +22,8 @@ from trainables.transport.base import Pending, Transport
 
 if TYPE_CHECKING:
     from trainables.messages import BatchRef
-    from trainables.vfl.vec_run import PassiveStacks
-    from trainables.vfl.vec_stack import VecStack
+    from trainables.vfl.stacked_party import StackedParty
+    from trainables.vfl.stacked_rounds import StackedPassives
 
 HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in PartyInit.hooks
 
@@ -64,7 +64,7 @@ class Protocol(Parameters):
         return ()
 
     def exchange(
-        self, active: VecStack, passives: PassiveStacks, ref: BatchRef, nxt: BatchRef | None
+        self, active: StackedParty, passives: StackedPassives, ref: BatchRef, nxt: BatchRef | None
     ) -> None:
         """Round t on batch ``ref`` for the K stacked trainings (FedSGD; FedBCD with Q =
         ``local_steps``). The passive stacks applied round t-1's gradient and computed

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables.defenses.stacked import Index, StackedDefense
+from trainables.defenses.stacked import Index, StackedHook
 from trainables.errors import ConfigError
 from trainables.messages import Message
 from trainables.protocols.base import HookEntry, Protocol
@@ -70,8 +70,8 @@ def _check_params(q: Any, w: Any, xi: Any) -> None:
         raise ConfigError(f"protocol 'celu': xi={xi!r} must be a number in [-1, 1]")
 
 
-class StackedWorkset(StackedDefense):
-    """K trainings' worksets at a stacked party (``vfl/vec_stack.py``): one cache of stacked
+class StackedWorkset(StackedHook):
+    """K trainings' worksets at a stacked party (``vfl/stacked_party.py``): one cache of stacked
     exchanges (rows (K, B), H (K, B, C), received), and each cached step draws every
     training's entry from that training's own workset stream, as it would alone."""
 
@@ -150,7 +150,7 @@ class CeluWorkset:
     """One party's workset settings and random stream (its cache and cached steps live in
     its stacked form, ``StackedWorkset``): a message hook that changes no message."""
 
-    stacked: ClassVar[type[StackedDefense]] = StackedWorkset
+    stacked: ClassVar[type[StackedHook]] = StackedWorkset
 
     def __init__(self, q: int = 5, w: int = 5, xi: float = 0.5) -> None:
         _check_params(q, w, xi)

@@ -3,7 +3,7 @@ or in an actor; the active party (``cvt_active.py``) builds on it.
 
 Why a separate party class (not ``trainables.party.Party``): a FedCVT party holds three row
 sets (overlap, its own non-overlapping rows, test) and two encoders, and its round exchanges
-several tensors. It still offers what the engine asks of any party: a message hook stack
+several tensors. It still offers what the engine asks of any party: a message hook chain
 (``Endpoint``: message log, defenses, codecs through ``send_out`` / ``receive_in``),
 ``defense_applied``, and for the attack harness ``X_train`` (the overlap rows), ``bottom``
 (X -> r = [u; c]), ``schedule``, ``config``; the active party also ``top`` (f_AB) and
@@ -143,12 +143,12 @@ class CvtParty(Endpoint):
         return cycle_rows(n, self.batch, self.seed, tag, step)
 
     def send(self, kind: str, tensor: torch.Tensor) -> Message:
-        """``tensor`` to the other party, through this party's hook stack."""
+        """``tensor`` to the other party, through this party's hook chain."""
         msg = Message.of(kind, self.party_id, 1 - self.party_id, tensor.detach().cpu().numpy())
         return self.send_out(msg)
 
     def receive(self, msg: Message) -> torch.Tensor:
-        """A received message's payload, through the hook stack (codecs decode first)."""
+        """A received message's payload, through the hook chain (codecs decode first)."""
         return as_tensor(self.receive_in(msg).payload, self.device)
 
     def round(self, grads: Message | None, step: int | None, values: Message | None) -> Any:

@@ -26,7 +26,7 @@ from trainables.data import (
     split_for,
     split_refusal,
 )
-from trainables.defenses.stack import DefenseStack
+from trainables.defenses.spec_defenses import SpecDefenses
 from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec
 from trainables.party import PartyConfig
@@ -100,7 +100,7 @@ def party_inits(
     spec: TrialSpec,
     ds: Dataset,
     opts: CvtOptions,
-    stack: DefenseStack,
+    stack: SpecDefenses,
     *,
     local_steps: int = 1,
     codecs: Sequence[HookEntry] = (),
@@ -195,7 +195,7 @@ def check_cvt(spec: TrialSpec) -> None:
     BOTTOMS.get(str(spec.model))
     cvt_options(spec, True)
     PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    DefenseStack.compile(spec)
+    SpecDefenses.compile(spec)
     if spec.n_parties != 2:
         raise ConfigError(
             f"ssl_variant={spec.ssl_variant!r} needs n_parties=2, got n_parties={spec.n_parties}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainables.messages import Message
 
-# A party's method as a call names it: the function itself (``VecStack.embed``), so the
+# A party's method as a call names it: the function itself (``StackedParty.embed``), so the
 # call site reaches its definition; the hosted party's own method of that name runs
 # (overrides included).
 Method = Callable[..., Any]

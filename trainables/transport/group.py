@@ -31,7 +31,7 @@ class PartyGroup(ABC):
 
     @abstractmethod
     def train(self, rounds: Any, epochs: int, target_mp: float | None = None) -> Any:
-        """``rounds.run`` (a ``Rounds``: ``VecRun``, FedCVT's, Paillier LR's) at the active
+        """``rounds.run`` (a ``Rounds``: ``StackedRounds``, FedCVT's, Paillier LR's) at the active
         party (the last) over a transport to the others."""
 
     @abstractmethod

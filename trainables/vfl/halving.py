@@ -1,12 +1,12 @@
 """Successive halving inside a stacked pack: the losers leave the stack at each rung.
 
 Why here and not in Tune: a grid runs several trainings per Tune trial (a pack), and the
-trainings of one shape train as one stack (``vec_stack.py``), so Tune's schedulers,
+trainings of one shape train as one stack (``stacked_party.py``), so Tune's schedulers,
 which stop trials, cannot stop one of them. The stack can: at each rung (``rungs``:
 ``grace_epochs``, x ``reduction_factor``, ... below the trainings' epochs) every training
 is scored on its validation rows, the cells (a training's spec but its seed: its seeds
 are judged together, by their mean) outside the best 1/``reduction_factor`` stop, and
-their slices leave every party's stack (``VecStack.keep``), so the rest trains cheaper.
+their slices leave every party's stack (``StackedParty.keep``), so the rest trains cheaper.
 
 How it relates to ASHA (Li et al., 2020): the same rungs and the same keep-the-top-1/η
 rule, but synchronous within a pack: every training of the stack reaches a rung together

@@ -29,8 +29,8 @@ from trainables.attacks.harness import (
 )
 from trainables.attacks.tuning import split_adapt
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_for
-from trainables.defenses import stack as defense_stack
-from trainables.defenses.stack import DefenseStack
+from trainables.defenses import spec_defenses
+from trainables.defenses.spec_defenses import SpecDefenses
 from trainables.jobs import AttackSpec
 from trainables.party import Labels, Party, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
@@ -40,15 +40,15 @@ from trainables.transport.group import PartyGroup
 from trainables.transport.open import open_parties
 from trainables.transport.placement import LOCAL, Placement
 from trainables.vfl.halving import Halving
-from trainables.vfl.vec_run import VecRun
-from trainables.vfl.vec_stack import VecStack, VecStackInit
+from trainables.vfl.stacked_party import StackedParty, StackedPartyInit
+from trainables.vfl.stacked_rounds import StackedRounds
 
 
 @dataclass(frozen=True)
 class PreparedTrial:
     inits: tuple[PartyInit, ...]  # party order; the last one is active
     protocol: Protocol
-    defenses: DefenseStack  # the spec's, read once: the parties' hooks and the record's columns
+    defenses: SpecDefenses  # the spec's, read once: the parties' hooks and the record's columns
     n_labeled: int
     target_mp: float | None = None  # rounds_to_target is measured against it
 
@@ -81,7 +81,7 @@ class Trained:
     result: TrainResult
     parties: list[Any]
     reports: list[Any]
-    defenses: DefenseStack
+    defenses: SpecDefenses
 
 
 def attacks_of(spec: TrialSpec, attacks: Sequence[AttackSpec] = ()) -> list[AttackSpec]:
@@ -122,7 +122,7 @@ def prepare_parties(
 ) -> PreparedTrial:
     """Split ``ds`` into party inits for ``spec``; raises ConfigError on impossible specs."""
     protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    defenses = DefenseStack.compile(spec)
+    defenses = SpecDefenses.compile(spec)
     split = split_for(spec, ds)
     columns = split.columns
     rows = split.rows.labeled  # supervised VFL trains on the aligned, labeled rows
@@ -156,7 +156,7 @@ def party_inits(
     columns: Sequence[np.ndarray],
     attacks: Sequence[AttackSpec],
     protocol: Protocol,
-    defenses: DefenseStack,
+    defenses: SpecDefenses,
     X_val: Sequence[np.ndarray] | None = None,
 ) -> tuple[PartyInit, ...]:
     """One init per party from its scaled rows: the message log and training-time attacks
@@ -246,12 +246,14 @@ def train_stacked(
     cells: Sequence[str] = (),
     group: PartyGroup | None = None,
 ) -> list[tuple[Trained | None, BaseException | None]]:
-    """Every ``ready`` training as one stack per party (``vfl/vec_stack.py``), trained by
-    ``VecRun`` at the active stack, on ``group`` or on parties opened for it: per
+    """Every ``ready`` training as one stack per party (``vfl/stacked_party.py``), trained by
+    ``StackedRounds`` at the active stack, on ``group`` or on parties opened for it: per
     training, what it left (its parties where ``keep`` says so) or the error its build or
     training raised. ``halving``: successive halving over the ``cells`` (each training's
     spec but its seed). A lost actor is raised."""
-    stacks = [VecStackInit(tuple(r.inits[k] for r in ready)) for k in range(len(ready[0].inits))]
+    stacks = [
+        StackedPartyInit(tuple(r.inits[k] for r in ready)) for k in range(len(ready[0].inits))
+    ]
     if group is not None:
         group.load(stacks)
         return _train_on(group, ready, epochs, placement, keep, halving, cells)
@@ -271,8 +273,8 @@ def _train_on(
     errors, slots = stack_errors(group, len(ready))
     results: list[Any] = [None] * len(ready)
     if slots:
-        group.call_all(VecStack.stack, slots)
-        run = VecRun(
+        group.call_all(StackedParty.stack, slots)
+        run = StackedRounds(
             ready[0].protocol,  # one exchange for the stack (``stack_key``)
             targets=[r.target_mp for r in ready], slots=slots, halving=halving,
             epochs=epochs, cells=cells,
@@ -285,7 +287,7 @@ def _train_on(
 def stack_errors(group: PartyGroup, n: int) -> tuple[dict[int, BaseException], list[int]]:
     """The slots whose build raised at some party (the first error each), and the rest."""
     errors: dict[int, BaseException] = {}
-    for per_stack in group.call_all(VecStack.build_errors):
+    for per_stack in group.call_all(StackedParty.build_errors):
         for slot, err in per_stack.items():
             errors.setdefault(slot, err)
     return errors, [s for s in range(n) if s not in errors]
@@ -301,9 +303,9 @@ def collect_trained(
     """Per slot: its result, its parties (copies, only where ``keep`` says so) and each
     party's defense reports, read back before the stacks are emptied."""
     trained = [s for s in range(len(ready)) if s not in errors]
-    reports = group.call_all(VecStack.defense_applied)  # per party: one report per slot
+    reports = group.call_all(StackedParty.defense_applied)  # per party: one report per slot
     kept = [s for s in trained if keep[s] and not stopped(results[s])]
-    parties = group.call_all(VecStack.parties_of, kept) if kept else []
+    parties = group.call_all(StackedParty.parties_of, kept) if kept else []
     out: list[tuple[Trained | None, BaseException | None]] = []
     for s, prepared in enumerate(ready):
         if s in errors:
@@ -352,8 +354,8 @@ def records_of(
     carry the judge's score: AP beside its baseline (``attacks/chance.py``), MP and its SE.
     """
 
-    merged = defense_stack.checked(trained.reports)
-    applied = defense_stack.extra_json(merged)
+    merged = spec_defenses.checked(trained.reports)
+    applied = spec_defenses.extra_json(merged)
     sample_rate = min(1.0, int(spec.required("batch_size")) / max(1, n_labeled))
     clean = Record.trained(
         spec,

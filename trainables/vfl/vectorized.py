@@ -3,7 +3,7 @@
 ``run_vectorized`` prepares every job as ``NNKind.run`` would, groups the jobs that can
 stack (``stacks``, ``stack_key``: same model, data shapes, batch size, epochs, optimizer,
 partition, a protocol that declares it stacks, the same Q, the same defenses with model
-hooks), and trains every group on ``VecStack``s (``vec_stack.py``, through
+hooks), and trains every group on ``StackedParty``s (``stacked_party.py``, through
 ``training.train_stacked``), local or one actor per party as the placement says. Every
 other training is a stack of one of the same code: a bottom that is not a plain MLP or
 starts pretrained (``stacked.ModuleStack``), a plugin's defense or training-time attack
@@ -34,7 +34,7 @@ from trainables.attacks.tuning_trained import budget, combine, own_extra, traini
 from trainables.data import Dataset
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.defenses.base import DEFENSES
-from trainables.defenses.stack import entries
+from trainables.defenses.spec_defenses import entries
 from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.models import build_bottom

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_for
-from trainables.defenses import stack as defense_stack
-from trainables.defenses.stack import DefenseStack
+from trainables.defenses import spec_defenses
+from trainables.defenses.spec_defenses import SpecDefenses
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.augment import IMAGE_AUGS, ImageLayout, TabularLayout, party_fields
@@ -111,7 +111,7 @@ class HSSLData:
     y_aligned: np.ndarray  # (n_aligned,) labels of the aligned rows (only labeled ones used)
     y_test: np.ndarray  # (n_test,)
     n_classes: int
-    defenses: DefenseStack  # the spec's, read once: pretraining's and fine-tuning's hooks
+    defenses: SpecDefenses  # the spec's, read once: pretraining's and fine-tuning's hooks
 
     @property
     def n_aligned(self) -> int:
@@ -187,7 +187,7 @@ def check_hssl(spec: TrialSpec) -> None:
     ft_options(spec)
     image_aug(spec)
     PROTOCOLS.create(spec.protocol, **spec.protocol_params)
-    DefenseStack.compile(spec)
+    SpecDefenses.compile(spec)
 
 
 def hssl_sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
@@ -198,8 +198,8 @@ def hssl_sends(spec: TrialSpec) -> dict[str, tuple[str, ...]]:
     cross = (PRETRAIN_KIND,) if plan.cross else ()
     share = ("model_share",) if plan.pma else ()
     return {
-        "active": (*defense_stack.PLAIN_SENDS["active"], *cross, *share),
-        "passive": (*defense_stack.PLAIN_SENDS["passive"], *cross, *share),
+        "active": (*spec_defenses.PLAIN_SENDS["active"], *cross, *share),
+        "passive": (*spec_defenses.PLAIN_SENDS["passive"], *cross, *share),
     }
 
 
@@ -208,7 +208,7 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     not fit its dataset, or None."""
     from trainables.data import load_dataset, split_refusal
 
-    reason = DefenseStack.compile(spec).incompatibility(hssl_sends(spec))
+    reason = SpecDefenses.compile(spec).incompatibility(hssl_sends(spec))
     if reason is not None:
         if PRETRAIN_KIND in reason and not parse_variant(spec.ssl_variant).cross:
             reason += (
@@ -232,7 +232,7 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     return split_refusal(spec, ds)
 
 
-def pretrain_hooks(stack: DefenseStack) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
+def pretrain_hooks(stack: SpecDefenses) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
     """The stack's defense hook entries per party that act on what pretraining sends
     (``representation``); the others act in fine-tuning only."""
     out: dict[int, list[tuple[str, str, dict[str, Any]]]] = {}
@@ -269,7 +269,7 @@ def prepare(spec: TrialSpec, ds: Dataset, record: bool = False) -> HSSLData:
     columns, s = split.columns, split.rows
     own = np.array_split(np.random.default_rng([spec.seed, 11]).permutation(s.unaligned),
                          spec.n_parties)  # fmt: skip
-    stack = DefenseStack.compile(spec)
+    stack = SpecDefenses.compile(spec)
     hooks = pretrain_hooks(stack)
     kind = default_scaler_kind(ds)
     inits, X_test = [], []

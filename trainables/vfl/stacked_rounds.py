@@ -1,12 +1,12 @@
-"""The rounds of a stacked training (``VecRun``), the passive stacks as a round reaches
-them (``PassiveStacks``) and each training's own counts.
+"""The rounds of a stacked training (``StackedRounds``), the passive parties as a round
+reaches them (``StackedPassives``) and each training's own counts.
 
-``VecRun`` is the round loop (``Rounds.run``) at the active ``VecStack`` (``vec_stack.py``)
-for every stacked training at once; each round is the NN protocol's ``exchange``
-(``protocols/base.py``: FedSGD's, with FedBCD's Q local steps; CELU-VFL's cached steps in
-the stacks' hooks). Around it: the epoch-end evaluations, successive halving's cuts and
-each training's result. Rounds and bytes are counted per training exactly as its
-one-at-a-time transport counts them (``_Counts``).
+``StackedRounds`` is the round loop (``Rounds.run``) at the active ``StackedParty``
+(``stacked_party.py``) for every stacked training at once; each round is the NN
+protocol's ``exchange`` (``protocols/base.py``: FedSGD's, with FedBCD's Q local steps;
+CELU-VFL's cached steps in the stacked parties' hooks). Around it: the epoch-end
+evaluations, successive halving's cuts and each training's result. Rounds and bytes are
+counted per training exactly as its one-at-a-time transport counts them (``_Counts``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from trainables.messages import BatchRef
 from trainables.rounds import Rounds, TrainResult, curve_split
 from trainables.transport.base import CommStats, Pending, Transport
 from trainables.vfl.halving import Halving, survivors
-from trainables.vfl.vec_stack import Payload, VecStack
+from trainables.vfl.stacked_party import Payload, StackedParty
 
 
 def sizes(payload: Payload | None, k: int) -> list[int]:
@@ -73,7 +73,7 @@ def _kept(payload: Any, keep: Sequence[int]) -> Any:
     return payload[list(keep)]
 
 
-class PassiveStacks:
+class StackedPassives:
     """The passive parties' stacks as an NN protocol's round reaches them
     (``Protocol.exchange``): typed calls over the transport, each training's messages
     counted as its one-at-a-time transport counts them (``_Counts``)."""
@@ -103,7 +103,7 @@ class PassiveStacks:
         self.counts.sent(grads, nxt is not None)
         args = [(g, nxt, steps) for g in grads]
         self.pending = self.transport.submit(
-            VecStack.passive_round, args, training=False, new_round=False
+            StackedParty.passive_round, args, training=False, new_round=False
         )
 
     def finish(self) -> None:
@@ -115,7 +115,7 @@ class PassiveStacks:
     def embed(self, split: str, counted: Sequence[int]) -> list[Payload]:
         """Every passive stack's H of its ``split`` rows (P x (K, n, C)); eval traffic
         counted for the trainings at ``counted``."""
-        rows = self.transport.call(VecStack.embed, [(split,)] * self.n, training=False)
+        rows = self.transport.call(StackedParty.embed, [(split,)] * self.n, training=False)
         self.counts.received(rows, False, counted)
         return rows
 
@@ -129,25 +129,25 @@ class PassiveStacks:
                 else self.transport.gather(self.pending)
             )
             self.pending = _Cut([_kept(p, keep) for p in payloads])
-        self.transport.call(VecStack.keep, [(keep,)] * self.n, training=False)
+        self.transport.call(StackedParty.keep, [(keep,)] * self.n, training=False)
         self.counts.stats = [self.counts.stats[j] for j in keep]
 
 
 class StackedRound(Protocol):
-    """What ``VecRun`` needs of an NN protocol (``protocols/base.py``'s ``Protocol``, which
+    """What ``StackedRounds`` needs of an NN protocol (``protocols/base.py``'s ``Protocol``, which
     names this module's types: structural here, so neither module imports the other)."""
 
     def exchange(
-        self, active: VecStack, passives: PassiveStacks, ref: BatchRef, nxt: BatchRef | None
+        self, active: StackedParty, passives: StackedPassives, ref: BatchRef, nxt: BatchRef | None
     ) -> None: ...
 
 
-class VecRun(Rounds[VecStack, Transport]):
-    """What ``PartyGroup.train`` runs at the active ``VecStack``: ``Rounds.run``'s loop,
+class StackedRounds(Rounds[StackedParty, Transport]):
+    """What ``PartyGroup.train`` runs at the active ``StackedParty``: ``Rounds.run``'s loop,
     each round the ``protocol``'s ``exchange``, for every stacked training at once.
     Returns one ``TrainResult`` per slot of the pack (None where a slot was not
     stacked); ``train_seconds`` is each training's share. Its messages are counted per
-    training (``PassiveStacks``' ``_Counts``), not by the transport."""
+    training (``StackedPassives``' ``_Counts``), not by the transport."""
 
     def __init__(
         self,
@@ -167,9 +167,9 @@ class VecRun(Rounds[VecStack, Transport]):
         self.halving, self.cells = halving, list(cells)
         self.rungs = [] if halving is None else halving.rungs(epochs)
 
-    def setup(self, active: VecStack, transport: Transport) -> None:
+    def setup(self, active: StackedParty, transport: Transport) -> None:
         self.k = len(self.slots)
-        self.passives = PassiveStacks(transport, self.k)
+        self.passives = StackedPassives(transport, self.k)
         self.slot_targets = [self.targets[s] for s in self.slots]
         self.curves: list[list[float]] = [[] for _ in self.slots]
         self.epochs_seen = 0
@@ -179,17 +179,17 @@ class VecRun(Rounds[VecStack, Transport]):
         self.stopped: dict[int, TrainResult] = {}  # slot -> what it left (halving)
         self.clock, self.spent = time.perf_counter(), [0.0] * self.k
 
-    def epoch_steps(self, active: VecStack, epoch: int) -> Sequence[BatchRef]:
+    def epoch_steps(self, active: StackedParty, epoch: int) -> Sequence[BatchRef]:
         refs: Sequence[BatchRef] = active.parties[self.slots[0]].schedule.refs(epoch)
         return refs  # every slot's count
 
     def exchange(
-        self, active: VecStack, transport: Transport, ref: BatchRef, nxt: BatchRef | None
+        self, active: StackedParty, transport: Transport, ref: BatchRef, nxt: BatchRef | None
     ) -> None:
         """The protocol's round (``Protocol.exchange``)."""
         self.protocol.exchange(active, self.passives, ref, nxt)
 
-    def finish(self, active: VecStack, transport: Transport) -> None:
+    def finish(self, active: StackedParty, transport: Transport) -> None:
         self.passives.finish()
 
     def pauses(self) -> bool:
@@ -199,7 +199,7 @@ class VecRun(Rounds[VecStack, Transport]):
             or any(t is not None for t in self.slot_targets)
         )
 
-    def observe(self, active: VecStack, transport: Transport, done: int) -> None:
+    def observe(self, active: StackedParty, transport: Transport, done: int) -> None:
         """Only the trainings with a target evaluate (and count eval traffic) at epoch ends;
         a lone training with a listener (early stopping) always, and tells it; at a rung
         of successive halving every training, and the losers leave the stack (``_cut``)."""
@@ -216,7 +216,7 @@ class VecRun(Rounds[VecStack, Transport]):
         if cut:
             self._cut(active, transport, mps)
 
-    def _cut(self, active: VecStack, transport: Transport, scores: list[float]) -> None:
+    def _cut(self, active: StackedParty, transport: Transport, scores: list[float]) -> None:
         """Successive halving at a rung: the trainings of the best cells by validation MP
         (``halving.survivors``) go on; the others' results are kept as stopped, and their
         slices leave every party's stack and the H already sent for the next round."""
@@ -248,14 +248,18 @@ class VecRun(Rounds[VecStack, Transport]):
         self.clock = now
 
     def _evaluate(
-        self, active: VecStack, transport: Transport, counted: Sequence[int], split: str = "test"
+        self,
+        active: StackedParty,
+        transport: Transport,
+        counted: Sequence[int],
+        split: str = "test",
     ) -> list[float]:
         """Every training's MP on its ``split`` rows; eval traffic counted for the
         ``counted`` ones."""
         return active.evaluate(self.passives.embed(split, counted), split)
 
     def result(
-        self, active: VecStack, transport: Transport, seconds: float, total: int
+        self, active: StackedParty, transport: Transport, seconds: float, total: int
     ) -> list[Any]:
         mps = self._evaluate(active, transport, range(self.k))
         vals: list[float | None] = [None] * self.k

@@ -46,7 +46,7 @@ HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in Par
 
 
 @dataclass(frozen=True)
-class DefenseStack:
+class SpecDefenses:
     """A spec's defenses read once: each entry beside its built ``Defense`` (names,
     strengths and parameters validated by building). A trial compiles its stack when it
     prepares its parties, installs their hooks from it and hands the same object to its
@@ -61,7 +61,7 @@ class DefenseStack:
     defenses: tuple[Defense, ...]  # entries[i] built, ``index=i``
 
     @classmethod
-    def compile(cls, spec: TrialSpec) -> DefenseStack:
+    def compile(cls, spec: TrialSpec) -> SpecDefenses:
         """ConfigError for a bad name, strength or parameter."""
         found = tuple(entries(spec))
         built = tuple(

@@ -2,10 +2,10 @@
 
 Why: trained one by one, every training runs its own forward, backward and optimizer
 step, ~3.5 ms of Python per round for an MLP-2, and on actors its own round trips. A
-``VecStack`` holds the K bottoms (and, at the active party, the K tops) as stacked
+``StackedParty`` holds the K bottoms (and, at the active party, the K tops) as stacked
 parameters (``trainables/stacked.py``) and runs one batched forward, backward and
 optimizer step per round for all K; a protocol's round (``Protocol.exchange``) calls
-them, run by ``VecRun`` (``vec_run.py``). A lone training is a stack of one.
+them, run by ``StackedRounds`` (``stacked_rounds.py``). A lone training is a stack of one.
 
 What stays per training: its own rows (each training's ``BatchSchedule``, gathered as a
 (K, B) index), its own data, init, learning rate and labels; its slice of every message
@@ -15,7 +15,7 @@ reads one (per-training ``Message`` objects, as ``MessageLog`` records them), an
 ``Party`` objects, into which the trained weights are written back for the attack
 harness. Only float summation order differs from training alone.
 
-No Ray here: the actors host a ``VecStack`` as they host any party (``PartyActor``).
+No Ray here: the actors host a ``StackedParty`` as they host any party (``PartyActor``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables.defenses.stacked import Index, StackedDefense, stacked_form
+from trainables.defenses.stacked import Index, StackedHook, stacked_form
 from trainables.hooks import MessageLog
 from trainables.messages import BatchRef, Message
 from trainables.party import ActiveParty, PartyInit, binary_auc, rows_of
@@ -46,13 +46,13 @@ Payload = np.ndarray | list[Message]
 
 
 @dataclass(frozen=True)
-class VecStackInit:
-    """Party k of K trainings; ``build`` gives the ``VecStack`` an actor hosts."""
+class StackedPartyInit:
+    """Party k of K trainings; ``build`` gives the ``StackedParty`` an actor hosts."""
 
     inits: tuple[PartyInit, ...]
 
-    def build(self) -> VecStack:
-        return VecStack(self.inits)
+    def build(self) -> StackedParty:
+        return StackedParty(self.inits)
 
 
 def on_messages(hook: Any) -> bool:
@@ -70,7 +70,7 @@ def model_hooks(party: Any) -> list[Any]:
     return [h for h in party.hooks if (f := stacked_form(h)) and f.model]
 
 
-class VecStack:
+class StackedParty:
     """The same party of K trainings: built one by one (each exactly as ``Party`` builds
     it), then stacked over the slots that built (``stack``)."""
 
@@ -110,7 +110,7 @@ class VecStack:
         self.logs = [next((h for h in p.hooks if isinstance(h, MessageLog)), None) for p in ps]
         # a hook on messages (not a log): every message goes through each training's stack
         self.hooked = any(on_messages(h) for p in ps for h in p.hooks)
-        self.stacked_hooks: list[StackedDefense] = []  # built in ``stack``
+        self.stacked_hooks: list[StackedHook] = []  # built in ``stack``
         seed = p0.config.seed * 1009 + self.config_party_id + 0x5EED  # a lone module's draws
         self.bottom = stack_modules([p.bottom for p in ps], self.device, seed)  # any model: K=1
         params = list(self.bottom.params)
@@ -128,7 +128,7 @@ class VecStack:
         # each model hook's stacked form over the K trainings' own hooks (the same classes
         # in the same order at every training: the stack key says so)
         self.stacked_hooks = [
-            stacked_form(hs[0])(hs, self.device)  # type: ignore[misc]  # a StackedDefense subclass
+            stacked_form(hs[0])(hs, self.device)  # type: ignore[misc]  # a StackedHook subclass
             for hs in zip(*(model_hooks(p) for p in ps), strict=True)
         ]
         params += [q for d in self.stacked_hooks for q in d.params]
@@ -198,7 +198,7 @@ class VecStack:
         self, kind: str, src: int, dst: int, out: np.ndarray, ref: BatchRef | None
     ) -> Payload:
         """What leaves: the (K, ...) stack as is when no training hooks its messages, else
-        each training's ``Message`` through its own party's hook stack (its defenses'
+        each training's ``Message`` through its own party's hook chain (its defenses'
         own random streams and counts, its codecs' encodings, its log)."""
         if not self.hooked:
             self._log(True, kind, src, dst, out, ref)
@@ -267,7 +267,7 @@ class VecStack:
     def passive_round(
         self, grad: Payload | None, ref: BatchRef | None, steps: int = 1
     ) -> Payload | None:
-        """A passive stack's part of one round (``PassiveStacks.send``): round t's gradient
+        """A passive stack's part of one round (``StackedPassives.send``): round t's gradient
         in (applied in ``steps`` updates by ``backward``), round t+1's H out (``forward``;
         None after the last)."""
         if grad is not None:
@@ -286,7 +286,7 @@ class VecStack:
     ) -> torch.Tensor:
         """(K, B, C) from P x (K, B, C): the passive H through the defenses' transforms
         (MID's bottlenecks), then the top (``DefendedTop.logits``); ``index``: of those
-        trainings only (``StackedDefense.at``)."""
+        trainings only (``StackedHook.at``)."""
         passive, own = list(h[:-1]), h[-1]
         for defense in self.stacked_hooks:
             passive = defense.transform(passive, training, index)
