@@ -191,7 +191,9 @@ def beats(table: pd.DataFrame) -> dict[str, object]:
     for (dataset, attack), g in table.groupby(["dataset", "attack"]):
         gain = (g["adapted"] - g["default"]).astype(float)
         mean, ci = seed_interval(gain.tolist())  # pairs of cells and seeds
-        whys = sorted({w for w in g["why"] if w and g["choice"].eq("not tuned").any()})
+        whys = sorted(
+            {w for w, c in zip(g["why"], g["choice"], strict=True) if w and c == "not tuned"}
+        )
         out[f"{dataset} {attack}"] = {
             "pairs": len(g),
             "higher": int((gain > 1e-12).sum()),

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainables.attacks.tuning import runs
+from trainables.attacks.tuning import fold_count, runs
 from trainables.attacks.tuning_trained import budget, trainings
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
@@ -158,7 +158,7 @@ def evaluations(training: Training) -> list[tuple[str, int]]:
     out = [(name, runs_of.get(name, 1)) for name in kind_of(spec).evaluations(spec, asked)]
     if spec.train_attack != "none":  # an adapted one: each trial judged and self-scored
         adapt = budget(spec)
-        folds = 0 if adapt is None else 1 if adapt.method == "holdout" else adapt.folds or 5
+        folds = 0 if adapt is None else fold_count(adapt)
         out.append((spec.train_attack, trainings(spec) * (1 + folds)))
     return out
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from sweep_engine.space import Space, SpaceError, apply_value, check_axis_name
 from sweep_engine.validate import (
+    adapt_refusal,
     check_attack_entry,
     check_search,
     check_size,
@@ -196,10 +197,8 @@ def _attack_cells(
         elif info.binary_only and n_classes != 2:
             reason = f"attack {entry.name!r} is binary-only; {spec.dataset} has {n_classes} classes"
             dropped.append(Dropped({**cell, "attack": entry.name}, reason))
-        elif info.training_time and entry.adapt is not None and kind_of(spec).name != "nn":
-            reason = (f"attack {entry.name!r} with adapt: its trial trainings stack on the plain "
-                      f"NN kind only; {spec.ssl_variant!r} trains its own loop")  # fmt: skip
-            dropped.append(Dropped({**cell, "attack": entry.name}, reason))
+        elif info.training_time and entry.adapt is not None and (why := adapt_refusal(spec)):
+            dropped.append(Dropped({**cell, "attack": entry.name}, f"attack {entry.name!r}: {why}"))
         elif info.training_time:
             params = entry.attack_params()
             update = {

@@ -138,14 +138,23 @@ def _train_attack(spec: TrialSpec) -> None:
             f"allowed: none, {', '.join(allowed)}"
         )
     from trainables.attacks.tuning_trained import budget
-    from trainables.kinds import kind_of
 
     # its attacker's tuning budget, checked as an attacks: entry's adapt is
-    if budget(spec) is not None and kind_of(spec).name != "nn":
-        raise ConfigError(
-            f"train_attack_adapt: its trial trainings stack on the plain NN kind only; "
-            f"ssl_variant={spec.ssl_variant!r} trains its own loop"
-        )
+    if budget(spec) is not None and (why := adapt_refusal(spec)):
+        raise ConfigError(f"train_attack_adapt: {why}")
+
+
+def adapt_refusal(spec: TrialSpec) -> str | None:
+    """Why a training-time attacker of ``spec`` cannot tune on a budget (None: it can):
+    its trial trainings stack on the plain NN kind only."""
+    from trainables.kinds import kind_of
+
+    if kind_of(spec).name == "nn":
+        return None
+    return (
+        f"its trial trainings stack on the plain NN kind only; ssl_variant="
+        f"{spec.ssl_variant!r} trains its own loop"
+    )
 
 
 def _split_scheme(scheme: str) -> None:

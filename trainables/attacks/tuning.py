@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,8 +85,13 @@ def runs(params: dict[str, Any]) -> int:
     _, adapt = split_adapt(params)
     if adapt is None:
         return 1
-    folds = 1 if adapt.method == "holdout" else (adapt.folds or MAX_FOLDS)
-    return int(adapt.trials) * folds + 2
+    return int(adapt.trials) * fold_count(adapt) + 2
+
+
+def fold_count(adapt: Adapt) -> int:
+    """How many folds ``adapt`` scores each setting on, at most (``folds_of`` may make
+    fewer where the rows are few): 1 for a holdout, else ``folds`` (``MAX_FOLDS``: auto)."""
+    return 1 if adapt.method == "holdout" else (adapt.folds or MAX_FOLDS)
 
 
 def without_adapt(attacks: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -131,6 +136,7 @@ def _tunable_names() -> list[str]:
 
 # -- the attacker's own score: held-out auxiliary rows ------------------------------------
 SelfScore = Callable[[Guess], float]
+Fold = tuple[PartyView, SelfScore, int]  # the view, how it scores, its held-out rows
 
 
 def _held_out(groups: np.ndarray, share: float, seed: int) -> np.ndarray:
@@ -316,6 +322,13 @@ def choose(default: np.ndarray, best: np.ndarray, method: str) -> tuple[bool, fl
     return False, noise, why if mean > 0 else "no setting scored above the default"
 
 
+def fold_scores(attack: Attack, folds: Sequence[Fold]) -> np.ndarray:
+    """(k,) ``attack``'s score on each fold's held-out rows, run on that fold's view (its
+    held-out labels masked); no score (NaN) counts as the worst, -1."""
+    values = [score(attack.run(tuning)) for tuning, score, _ in folds]
+    return np.array([-1.0 if np.isnan(v) else float(v) for v in values])
+
+
 def tune(attack: Attack, view: PartyView, adapt: Adapt) -> Tuned:
     """Tune ``attack``'s ``search`` parameters on ``view`` (the attacker's own) and return
     the best setting. Trial 1 is the attack's own setting, the other ``trials - 1`` are
@@ -333,8 +346,7 @@ def tune(attack: Attack, view: PartyView, adapt: Adapt) -> Tuned:
     base = dict(attack.params)
 
     def scored(params: dict[str, Any]) -> np.ndarray:
-        values = [score(cls(**params).run(tuning)) for tuning, score, _ in folds]
-        return np.array([-1.0 if np.isnan(v) else float(v) for v in values])  # no score: worst
+        return fold_scores(cls(**params), folds)
 
     default = scored(base)
     best_scores, best = default, base

@@ -43,6 +43,7 @@ from trainables.attacks.tuning import (
     Tuned,
     check_adapt,
     choose,
+    fold_scores,
     folds_of,
     masked_view,
     plan_folds,
@@ -106,8 +107,7 @@ def own_scores(
     if probe is None:  # it guesses labels: each fold of its labelled rows, as it would
         masks, why = plan_folds(view, type(attack).info, adapt)
         folds = [masked_view(view, type(attack).info, m) for m in masks]
-        scores = [score(attack.run(tuning)) for tuning, score, _ in folds]
-        return [-1.0 if np.isnan(v) else float(v) for v in scores], _fewest(masks), why
+        return fold_scores(attack, folds).tolist(), _fewest(masks), why
     rows, groups, x_clean, x_triggered, target = probe
     masks, why = folds_of(groups, adapt, seed)
     clean = service_answers(parties, who, rows, x_clean)  # (m,) the deployed model's answers
@@ -145,7 +145,8 @@ def combine(spec: TrialSpec, trials: Sequence[Sequence[Record]]) -> list[Record]
     cell's spec. Only the attacker's own scores choose; the judge's AP is read after."""
     adapt = budget(spec)
     assert adapt is not None
-    params = [ATTACKS.create(spec.train_attack, **p).params for p in settings(spec)]  # full
+    ran = [json.loads(t[-1].spec_json)["train_attack_params"] for t in trials]  # each trial's
+    params = [ATTACKS.create(spec.train_attack, **p).params for p in ran]  # in full
     own = [json.loads(t[-1].extra)[OWN] for t in trials]
     scored = [np.array(o["folds"]) for o in own]
     default = _as_cell(spec, trials[0][-1])
