@@ -55,7 +55,7 @@ class StackedPartyInit:
         return StackedParty(self.inits)
 
 
-def on_messages(hook: Any) -> bool:
+def on_messages(hook: object) -> bool:
     """Whether ``hook`` changes messages: a codec, a training-time attack, a defense whose
     stacked form says so (MID, dCor, GPer and CAE act on the model only); not a log."""
     if isinstance(hook, MessageLog):
@@ -186,7 +186,7 @@ class StackedParty:
         return out
 
     def _log(
-        self, sent: bool, kind: str, src: int, dst: int, payload: np.ndarray, ref: Any
+        self, sent: bool, kind: str, src: int, dst: int, payload: np.ndarray, ref: BatchRef | None
     ) -> None:
         """Training j's slice as the ``Message`` its one-at-a-time party would log."""
         for j, log in enumerate(self.logs):

@@ -15,7 +15,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from trainables.messages import BatchRef
 from trainables.rounds import Rounds, TrainResult, curve_split
@@ -62,10 +62,10 @@ class _Counts:
 class _Cut:
     """The next round's H, gathered at a cut and cut to the trainings that go on."""
 
-    payloads: list[Any]
+    payloads: list[Payload]
 
 
-def _kept(payload: Any, keep: Sequence[int]) -> Any:
+def _kept(payload: Payload, keep: Sequence[int]) -> Payload:
     """A stacked message (one array (K, ...), or one ``Message`` per training) of the
     trainings at ``keep`` only."""
     if isinstance(payload, list):
@@ -260,13 +260,13 @@ class StackedRounds(Rounds[StackedParty, Transport]):
 
     def result(
         self, active: StackedParty, transport: Transport, seconds: float, total: int
-    ) -> list[Any]:
+    ) -> list[TrainResult | None]:
         mps = self._evaluate(active, transport, range(self.k))
         vals: list[float | None] = [None] * self.k
         if curve_split(active) == "val":
             vals = list(self._evaluate(active, transport, range(self.k), "val"))
         self._curve([m if v is None else v for m, v in zip(mps, vals, strict=True)], total)
-        out: list[Any] = [None] * len(self.targets)
+        out: list[TrainResult | None] = [None] * len(self.targets)
         if self.stopped:  # halving: each its share of the stack while in it, scaled to
             self._charge()  # the loop's training seconds (evaluations left out)
             shares = self.spent + [r.train_seconds for r in self.stopped.values()]

@@ -271,7 +271,7 @@ def _train_on(
     cells: Sequence[str],
 ) -> list[tuple[Trained | None, BaseException | None]]:
     errors, slots = stack_errors(group, len(ready))
-    results: list[Any] = [None] * len(ready)
+    results: list[TrainResult | None] = [None] * len(ready)
     if slots:
         group.call_all(StackedParty.stack, slots)
         run = StackedRounds(
@@ -296,7 +296,7 @@ def stack_errors(group: PartyGroup, n: int) -> tuple[dict[int, BaseException], l
 def collect_trained(
     group: PartyGroup,
     ready: Sequence[PreparedTrial],
-    results: list[Any],
+    results: list[TrainResult | None],
     errors: dict[int, BaseException],
     keep: Sequence[bool],
 ) -> list[tuple[Trained | None, BaseException | None]]:
@@ -312,11 +312,13 @@ def collect_trained(
             out.append((None, errors[s]))
             continue
         own = [stack[kept.index(s)] for stack in parties] if s in kept else []
-        out.append((Trained(results[s], own, [r[s] for r in reports], prepared.defenses), None))
+        result = results[s]
+        assert result is not None, "a slot that built was trained"
+        out.append((Trained(result, own, [r[s] for r in reports], prepared.defenses), None))
     return out
 
 
-def stopped(result: Any) -> bool:
+def stopped(result: TrainResult | None) -> bool:
     """Whether a training's result is one successive halving stopped."""
     return result is not None and "stopped" in result.extra
 
