@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -25,6 +25,10 @@ from trainables.attacks.base import AttackInfo, AuxData, Range
 from trainables.attacks.pmc import PassiveModelCompletion
 from trainables.defenses.stacked import StackedHook
 from trainables.messages import Message
+
+if TYPE_CHECKING:
+    from trainables.roles import HookHost
+    from trainables.vfl.stacked_party import StackedParty
 
 
 class MaliciousOptimizer:
@@ -74,7 +78,7 @@ class StackedMalicious(StackedHook):
     messages = False
     model = True
 
-    def install(self, stack: Any) -> None:
+    def install(self, stack: StackedParty) -> None:
         stack.optimizer = self.members[0].wrap(stack.optimizer)
 
 
@@ -91,10 +95,10 @@ class MaliciousScaling:
     def wrap(self, inner: Any) -> MaliciousOptimizer:
         return MaliciousOptimizer(inner, self.gamma, self.min_ratio, self.max_ratio)
 
-    def on_send(self, party: Any, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         return msg
 
-    def on_receive(self, party: Any, msg: Message) -> Message:
+    def on_receive(self, party: HookHost, msg: Message) -> Message:
         return msg
 
 
@@ -102,13 +106,13 @@ class ActiveModelCompletion(PassiveModelCompletion):
     name = "amc"
     stacks = True  # its hooks' stacked form: StackedMalicious
     info = AttackInfo(type="LI", role="passive", training_time=True, aux_labels_per_class=4)
-    defaults: ClassVar[dict[str, Any]] = {
+    defaults: ClassVar[dict[str, object]] = {
         **PassiveModelCompletion.defaults,
         "gamma_lr_scale_up": 1.0,  # VFLAIR (MaliciousAdam's default); Fu et al.'s code: 2
         "min_ratio": 1.0,
         "max_ratio": 5.0,
     }
-    presets: ClassVar[dict[str, dict[str, Any]]] = {
+    presets: ClassVar[dict[str, dict[str, object]]] = {
         **PassiveModelCompletion.presets,  # fast, converge
         "strong": {"gamma_lr_scale_up": 2.0},
     }

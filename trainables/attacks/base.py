@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args
 
 import numpy as np
+import torch
 from torch import nn
 
 from trainables.errors import ConfigError, refuse_unknown
@@ -31,6 +32,9 @@ from trainables.plugins import (
     subclass,
 )
 from trainables.registry import ClassRegistry
+
+if TYPE_CHECKING:
+    import optuna
 
 AttackType = Literal["LI", "FR", "TB", "NTB"]
 
@@ -69,6 +73,17 @@ class AuxData:
     peer_features: np.ndarray | None = None  # (len(feature_rows), d_peer) of the other party
 
 
+class ReleasedModel(Protocol):
+    """The released trained model an attacker may query (``judge.QueryModel``: the judge
+    imports this module, so the view names it by what an attack reads of it)."""
+
+    bottoms: nn.ModuleList  # every party's trained bottom, in party order
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """[(N, d_0), ..., (N, d_{K-1})] -> (N, C) logits."""
+        ...
+
+
 @dataclass(frozen=True)
 class PartyView:
     """Everything the attacker party has, and nothing else."""
@@ -87,7 +102,7 @@ class PartyView:
     schedule: BatchSchedule  # which training rows each round covered (known to all parties)
     aux: AuxData
     seed: int
-    query: Any = None  # QueryModel when the threat model releases the trained model
+    query: ReleasedModel | None = None  # when the threat model releases the trained model
 
 
 @dataclass(frozen=True)
@@ -149,17 +164,18 @@ class Range:
     high: float = 0.0
     log: bool = False
     integer: bool = False
-    choices: tuple[Any, ...] = ()
+    choices: tuple[str | float, ...] = ()
 
-    def suggest(self, trial: Any, name: str) -> Any:
-        """The value an Optuna trial proposes for ``name``."""
+    def suggest(self, trial: optuna.trial.Trial, name: str) -> Any:
+        """The value an Optuna trial proposes for ``name``: one of ``choices`` or a number
+        in [low, high] (Optuna types a categorical's value wider: None included)."""
         if self.choices:
             return trial.suggest_categorical(name, list(self.choices))
         if self.integer:
             return trial.suggest_int(name, int(self.low), int(self.high), log=self.log)
         return trial.suggest_float(name, float(self.low), float(self.high), log=self.log)
 
-    def contains(self, value: Any) -> bool:
+    def contains(self, value: str | float) -> bool:
         if self.choices:
             return value in self.choices
         return float(self.low) <= float(value) <= float(self.high)
@@ -176,8 +192,8 @@ class Attack:
 
     name: ClassVar[str] = "base"
     info: ClassVar[AttackInfo]
-    defaults: ClassVar[dict[str, Any]] = {}
-    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    defaults: ClassVar[dict[str, object]] = {}
+    presets: ClassVar[dict[str, dict[str, object]]] = {}
     # what an adaptive attacker may tune (``tuning.py``), and over which ranges: only
     # settings it controls, never the ground truth or the defense's randomness; empty:
     # the attacker holds no auxiliary ground truth to score a setting on
@@ -195,7 +211,7 @@ class Attack:
     # value is refused when the attack is built, i.e. at plan time
     choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
-    def __init__(self, preset: str | None = None, **params: Any) -> None:
+    def __init__(self, preset: str | None = None, **params: object) -> None:
         if preset is not None and preset not in self.presets:
             allowed = ", ".join(sorted(self.presets)) or "none (this attack has no presets)"
             raise ConfigError(
@@ -204,7 +220,8 @@ class Attack:
         refuse_unknown(f"attack {self.name!r}", params, sorted(self.defaults))
         self.preset = preset
         chosen = self.presets[preset] if preset is not None else {}
-        self.params = {**self.defaults, **chosen, **params}
+        # JSON-like values an attack reads with conversions (``float(self.params["lr"])``)
+        self.params: dict[str, Any] = {**self.defaults, **chosen, **params}
         for key, values in self.choices.items():
             if self.params[key] not in values:
                 raise ConfigError(
@@ -212,7 +229,7 @@ class Attack:
                     + ", ".join(repr(a) for a in values)
                 )
 
-    def changed_params(self) -> dict[str, Any]:
+    def changed_params(self) -> dict[str, object]:
         """The parameters that differ from VFLAIR's defaults (a preset's and explicit ones)."""
         return {k: v for k, v in sorted(self.params.items()) if v != self.defaults[k]}
 
@@ -252,7 +269,7 @@ class Attack:
         change the knowledge granted (DS's ``positive: first_batch``)."""
         return self.info
 
-    def record_extra(self) -> dict[str, Any]:
+    def record_extra(self) -> dict[str, object]:
         """What an attack record's ``extra`` JSON says about the settings that ran."""
         return {
             "attack_label": self.label(),
@@ -264,7 +281,9 @@ class Attack:
     def install(self, party: Any, aux: AuxData) -> None:
         """Training-time attacks change their party here (hooks, optimizer). Default: none.
 
-        ``aux`` is the same auxiliary knowledge ``run`` will see in its view.
+        ``aux`` is the same auxiliary knowledge ``run`` will see in its view. ``party``
+        is the party it attacks from (``Endpoint.attach`` passes itself, whose class
+        declares its hook chain only): each attack names what it reads of it.
         """
 
     def run(self, view: PartyView) -> Guess:
@@ -277,7 +296,7 @@ class Attack:
         return [self.run(view) for view in views]
 
 
-def check_attack(cls: Any, name: str) -> Any:
+def check_attack(cls: Any, name: str) -> type[Attack]:
     """The rules every attack obeys (``tests/test_attack_conformance.py``): an ``Attack``
     subclass named ``name`` with an ``AttackInfo`` of a known type and role, a known
     ``family``, YAML-writable defaults without ``preset``, presets that change only known

@@ -134,7 +134,7 @@ def autograd_match(model: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> Mat
 
 
 def invert(
-    model: nn.Module, x: Tensor, grad: Tensor, params: dict[str, Any], seed: int
+    model: nn.Module, x: Tensor, grad: Tensor, params: dict[str, object], seed: int
 ) -> tuple[np.ndarray, str]:
     """((B,) labels whose dummy batch gradient matches J^T ``grad``, the match that ran)
     (x: (B, d), grad: (B, C)). ``params["match"]``: ``auto`` is whitened where J fits in
@@ -163,7 +163,7 @@ class BatchLabelInference(Attack):
     info = AttackInfo(
         type="LI", role="passive", training_time=False, needs_messages=True, logit_embeddings=True
     )
-    defaults: ClassVar[dict[str, Any]] = {
+    defaults: ClassVar[dict[str, object]] = {
         "lr": 0.05,  # VFLAIR
         "steps": 10000,  # VFLAIR; at most, see ``patience``
         "init_scale": 1.0,  # VFLAIR: std of the dummies' initial logits
@@ -171,7 +171,7 @@ class BatchLabelInference(Attack):
         "match_tol": 0.0,  # > 0: also stop once the relative match loss is this low
         "match": "auto",  # whitened where J fits in memory, else plain; "plain": always
     }
-    presets: ClassVar[dict[str, dict[str, Any]]] = {
+    presets: ClassVar[dict[str, dict[str, object]]] = {
         "strong": {"init_scale": 0.1},  # near-uniform start: AP 0.97-1.0 vs 0.89-0.98
         "converge": {"match_tol": 1e-6},  # the match-loss stop (see the module docstring)
     }
@@ -186,7 +186,7 @@ class BatchLabelInference(Attack):
                 "where the Jacobian fits in memory, else plain) or 'plain' (VFLAIR's)"
             )
 
-    def record_extra(self) -> dict[str, Any]:
+    def record_extra(self) -> dict[str, object]:
         """The settings, and which match ran: ``auto`` is whitened or plain by batch size."""
         return {**super().record_extra(), **({"bli_match": self.ran} if self.ran else {})}
 

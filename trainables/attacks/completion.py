@@ -52,7 +52,7 @@ from trainables.errors import ConfigError
 
 # VFLAIR's settings for MNIST/CIFAR (25 epochs, lr 2e-3, batch 16, val_iteration 1024) and
 # Fu et al.'s MixMatch (T, alpha, lambda_u); noise, EMA decay (theirs: 0.999), the rest ours.
-COMPLETION_DEFAULTS: dict[str, Any] = {
+COMPLETION_DEFAULTS: dict[str, object] = {
     "epochs": 25,
     "lr": 2e-3,
     "batch_size": 16,
@@ -68,8 +68,8 @@ COMPLETION_DEFAULTS: dict[str, Any] = {
     "stop_patience": 0,  # 0: every epoch (the papers'); k: stop after k quiet epochs
     "stop_tol": 0.04,  # a quiet epoch changed at most this share of the unlabeled labels
 }
-FAST: dict[str, Any] = {"steps_per_epoch": 80}  # preset ``fast`` of PMC, AMC and MC
-CONVERGE: dict[str, Any] = {"stop_patience": 2}  # preset ``converge``: convergence stop
+FAST: dict[str, object] = {"steps_per_epoch": 80}  # preset ``fast`` of PMC, AMC and MC
+CONVERGE: dict[str, object] = {"stop_patience": 2}  # preset ``converge``: convergence stop
 METHODS = ("supervised", "mixmatch")
 HEADS = ("linear", "bn_relu", "mlp")
 
@@ -136,7 +136,7 @@ def complete_models(
     loop (``_train_autograd``). Both start from the same head (same global draws) and
     the same generators."""
     p = check_params({**COMPLETION_DEFAULTS, **params})
-    shapes: dict[tuple[Any, ...], list[int]] = {}
+    shapes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}  # (d_l, d_u) -> jobs
     for i, (_, xl, _, xu, _) in enumerate(jobs):
         shapes.setdefault((np.shape(xl)[1:], np.shape(xu)[1:]), []).append(i)
     if len(shapes) > 1:  # one stack per shape

@@ -17,7 +17,7 @@ round's argmin long before the first round's sign. ``procedure: vflair`` sets it
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -31,7 +31,7 @@ class DirectLabelInference(Attack):
         type="LI", role="passive", training_time=False, needs_messages=True, logit_embeddings=True
     )
 
-    defaults: ClassVar[dict[str, Any]] = {"rounds": "last"}  # or "first": see above
+    defaults: ClassVar[dict[str, object]] = {"rounds": "last"}  # or "first": see above
     choices: ClassVar[dict[str, tuple[str, ...]]] = ROUNDS
 
     def run(self, view: PartyView) -> LabelGuess:

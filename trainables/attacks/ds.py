@@ -24,7 +24,7 @@ and its ``metrics/data_process.py`` tables the acc).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class DirectionScoring(Attack):
         aux_labels_per_class=1,
     )
 
-    defaults: ClassVar[dict[str, Any]] = {"rounds": "last", "positive": "any", "score": "auc"}
+    defaults: ClassVar[dict[str, object]] = {"rounds": "last", "positive": "any", "score": "auc"}
     choices: ClassVar[dict[str, tuple[str, ...]]] = {
         **ROUNDS,
         **SCORE,

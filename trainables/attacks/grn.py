@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -84,7 +84,7 @@ class GenerativeRegressionNetwork(Attack):
     info = AttackInfo(
         type="FR", role="active", training_time=False, needs_messages=True, query_model=True
     )
-    defaults: ClassVar[dict[str, Any]] = {
+    defaults: ClassVar[dict[str, object]] = {
         "epochs": 60,  # VFLAIR
         "batch_size": 1024,  # VFLAIR
         "lr": 5e-3,  # VFLAIR (MNIST)
@@ -93,7 +93,7 @@ class GenerativeRegressionNetwork(Attack):
         "prior_weight": 0.1,  # L2 prior on the generated (scaled) features
         "condition_on_output": 0,  # 1: the generator also sees the observed output
     }
-    presets: ClassVar[dict[str, dict[str, Any]]] = {
+    presets: ClassVar[dict[str, dict[str, object]]] = {
         "strong": {"condition_on_output": 1, "min_steps": 1000},  # see the module docstring
     }
 

@@ -5,19 +5,58 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import torch
+from torch import nn
 
-from trainables.attacks.base import ATTACKS, Attack, AttackInfo, AuxData, PartyView
+from trainables.attacks.base import ATTACKS, Attack, AttackInfo, AuxData, Guess, PartyView
 from trainables.attacks.chance import Score, mean_score
-from trainables.attacks.judge import Judge, QueryModel
+from trainables.attacks.judge import Judge, QueryModel, TrainedParty
 from trainables.attacks.tuning import Adapt, split_adapt, tune
 from trainables.hooks import MessageLog
-from trainables.messages import BatchRef
+from trainables.messages import BatchRef, BatchSchedule
 from trainables.results.labels import adapted_label
+
+
+class PartyShape(Protocol):
+    """What the harness reads of a party's configuration (``PartyConfig`` for NN parties)."""
+
+    @property
+    def n_parties(self) -> int: ...
+
+    @property
+    def n_classes(self) -> int: ...
+
+
+class AttackedParty(TrainedParty, Protocol):
+    """A trained party as the harness reads it (a ``Party``, a stacked party's slice, a
+    copy from an actor, FedCVT's party): its data and bottom (``TrainedParty``), its hook
+    chain (the message log is one), its schedule and each epoch's weights. ``top`` and
+    ``y_train`` are the active party's (K-1): the harness reads them there only."""
+
+    top: nn.Module
+    y_train: torch.Tensor  # (n_train,)
+
+    @property
+    def party_id(self) -> int: ...
+
+    @property
+    def config(self) -> PartyShape: ...
+
+    @property
+    def hooks(self) -> Sequence[object]: ...
+
+    @property
+    def schedule(self) -> BatchSchedule: ...
+
+    @property
+    def epoch_states(self) -> Sequence[Mapping[str, Mapping[str, torch.Tensor]]]:
+        """After each epoch but the last: each model's (``bottom``, ``top``) state dict."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -92,7 +131,7 @@ def peer_index(attacker: int) -> int:
 
 
 def make_view(
-    party: Any, info: AttackInfo, aux: AuxData, query: QueryModel | None, seed: int
+    party: AttackedParty, info: AttackInfo, aux: AuxData, query: QueryModel | None, seed: int
 ) -> PartyView:
     """The attacker's own party, copied so that the attack cannot change the trial."""
     log = next((h for h in party.hooks if isinstance(h, MessageLog)), MessageLog())
@@ -116,9 +155,12 @@ def make_view(
     )
 
 
-ViewOf = Callable[[AttackInfo], tuple[int, Any]]  # info -> (attacker party, its view)
+# info -> (attacker party, its view); a tree kind passes its ``TreeView`` in the view's
+# place, which its attacks take (``TreeGradLI.run``)
+ViewOf = Callable[[AttackInfo], tuple[int, PartyView]]
 # (guess, attacker party) -> the judge's score, and what the judging adds to the record
-ScoreOf = Callable[[Any, int], tuple[Score, dict[str, Any]]]
+# (untyped guess: a kind's scorer may take the one guess type its attacks return)
+ScoreOf = Callable[[Any, int], tuple[Score, dict[str, object]]]
 
 
 def evaluate(
@@ -175,7 +217,7 @@ def _explicit(attack: Attack) -> dict[str, Any]:
     return {k: v for k, v in attack.params.items() if v != base[k]}
 
 
-def nn_view_of(parties: Sequence[Any], seed: int) -> ViewOf:
+def nn_view_of(parties: Sequence[AttackedParty], seed: int) -> ViewOf:
     """The attacker's view of one NN training: from its own party and its drawn auxiliary
     knowledge only."""
 
@@ -192,7 +234,7 @@ def nn_view_of(parties: Sequence[Any], seed: int) -> ViewOf:
 
 
 def run_attacks(
-    parties: Sequence[Any], attacks: Sequence[tuple[str, dict[str, Any]]], seed: int
+    parties: Sequence[AttackedParty], attacks: Sequence[tuple[str, dict[str, Any]]], seed: int
 ) -> list[AttackOutcome]:
     """Every attack in ``attacks`` on the trained NN ``parties`` (order: 0..K-1, active
     last): each attacker's view from its own party and its drawn auxiliary knowledge,
@@ -200,7 +242,8 @@ def run_attacks(
     return evaluate(attacks, nn_view_of(parties, seed), _scorer(parties, Judge(parties)))
 
 
-Trained = tuple[Sequence[Any], Sequence[tuple[str, dict[str, Any]]], int]  # parties, attacks, seed
+# parties, attacks, seed
+Trained = tuple[Sequence[AttackedParty], Sequence[tuple[str, dict[str, Any]]], int]
 
 
 def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
@@ -243,12 +286,12 @@ def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
     return out
 
 
-def _scorer(parties: Sequence[Any], judge: Judge) -> ScoreOf:
+def _scorer(parties: Sequence[AttackedParty], judge: Judge) -> ScoreOf:
     """The judge's score of a guess; for one scored over epochs
     (``InferenceTamper.over_epochs``) the mean of every epoch's judge's score, the final
     model's last (``Party.epoch_states``: the weights after each earlier epoch)."""
 
-    def score(guess: Any, who: int) -> tuple[Score, dict[str, Any]]:
+    def score(guess: Guess, who: int) -> tuple[Score, dict[str, object]]:
         if not getattr(guess, "over_epochs", False):
             return judge.score(guess, who), {}
         scores = [Judge(at).score(guess, who) for at in epoch_parties(parties)]
@@ -258,7 +301,7 @@ def _scorer(parties: Sequence[Any], judge: Judge) -> ScoreOf:
     return score
 
 
-def epoch_parties(parties: Sequence[Any]) -> list[list[Any]]:
+def epoch_parties(parties: Sequence[AttackedParty]) -> list[list[AttackedParty]]:
     """The trained parties as they were after each epoch but the last: shallow copies
     (the same data) holding copies of their models with that epoch's weights."""
     out = []

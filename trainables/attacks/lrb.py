@@ -42,7 +42,7 @@ success rests on, and a passive party alone could not do it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -55,9 +55,21 @@ from trainables.attacks.base import (
     PartyView,
     Range,
 )
-from trainables.attacks.lrb_colluding import injection_hook
+from trainables.attacks.lrb_colluding import TrainingHost, injection_hook
 from trainables.defenses.stacked import StackedHook
 from trainables.messages import Message
+
+if TYPE_CHECKING:
+    from trainables.roles import HookHost
+    from trainables.vfl.stacked_party import StackedParty
+
+
+class InstallHost(TrainingHost, Protocol):
+    """The party LRB installs at: the attacker, or the active party where it colludes
+    (its ``config`` gives the trial's ``seed`` and the ``partition``)."""
+
+    party_id: int
+    active_id: int  # the active party's id: ``party_id`` there
 
 
 def trigger_of(X_train: np.ndarray, n_columns: int) -> tuple[np.ndarray, np.ndarray]:
@@ -97,8 +109,8 @@ class StackedReplacement(StackedHook):
     model = True
 
     def on_forward(
-        self, stack: Any, rows: torch.Tensor, h: torch.Tensor, payload: Any
-    ) -> tuple[torch.Tensor, Any]:
+        self, stack: StackedParty, rows: torch.Tensor, h: torch.Tensor, payload: np.ndarray
+    ) -> tuple[torch.Tensor, np.ndarray]:
         swapped = False
         for j, hook in enumerate(self.members):
             pos = np.flatnonzero(np.isin(rows[j].cpu().numpy(), hook.target_rows))  # (m,)
@@ -135,10 +147,10 @@ class ReplacementHook:
         self.swaps += m
         return self.poison_x[pick]
 
-    def on_send(self, party: Any, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         return msg  # the swap happens at the stack, before the message is made
 
-    def on_receive(self, party: Any, msg: Message) -> Message:
+    def on_receive(self, party: HookHost, msg: Message) -> Message:
         return msg
 
 
@@ -150,7 +162,7 @@ class LabelReplacementBackdoor(Attack):
         type="TB", role="passive", training_time=True, aux_labels_per_class=10,
         tampers_batches=True,
     )  # fmt: skip
-    defaults: ClassVar[dict[str, Any]] = {
+    defaults: ClassVar[dict[str, object]] = {
         "target": 0,  # the attacker-chosen label (VFLAIR draws one at random)
         "poison_ratio": 0.01,  # share of its training rows used as poison samples
         "trigger_size": 4,  # feature columns in the trigger (VFLAIR: 4 pixels)
@@ -169,7 +181,7 @@ class LabelReplacementBackdoor(Attack):
         "count": ("other", "all"),
         "over": ("final", "epochs"),
     }
-    presets: ClassVar[dict[str, dict[str, Any]]] = {
+    presets: ClassVar[dict[str, dict[str, object]]] = {
         "strong": {"margin": 15.0, "test_ratio": 1.0},  # see the module docstring
     }
     # what its attacker may tune, one training per setting (``tuning_trained``): how hard
@@ -188,7 +200,7 @@ class LabelReplacementBackdoor(Attack):
     def _target_rows(self, aux: AuxData) -> np.ndarray:
         return np.asarray(aux.label_rows)[np.asarray(aux.labels) == int(self.params["target"])]
 
-    def install(self, party: Any, aux: AuxData) -> None:
+    def install(self, party: InstallHost, aux: AuxData) -> None:
         x = party.X_train.cpu().numpy()  # (n, d) its own features, left unchanged
         rows = poison_rows(len(x), float(self.params["poison_ratio"]), party.config.seed)
         target, margin = int(self.params["target"]), float(self.params["margin"])

@@ -31,13 +31,24 @@ Shapes: K trainings of a stack, B rows of a batch, C the width of H, E = P + T e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 import torch
 
 from trainables.defenses.stacked import StackedHook
 from trainables.messages import BatchRef, Message
+from trainables.roles import HookHost
+
+if TYPE_CHECKING:
+    from trainables.vfl.stacked_party import StackedParty
+
+
+class TrainingHost(HookHost, Protocol):
+    """A party as a training-time attack that adds training rows reads it: also its own
+    training features (its ``config`` gives the trial's ``seed``)."""
+
+    X_train: torch.Tensor  # (n, d)
 
 
 def epoch_draw(seed: int, epoch: int, n_poison: int, n_target: int) -> tuple[int, int]:
@@ -56,7 +67,7 @@ class StackedInjection(StackedHook):
     messages = False  # the stack changes H and the gradient before they leave / land
     model = True
 
-    def install(self, stack: Any) -> None:
+    def install(self, stack: StackedParty) -> None:
         n = stack.X_train.shape[1]
         self.n_rows, self.n_poison = n, len(self.members[0].poison_rows)
         self.n_target = len(self.members[0].target_rows)
@@ -70,7 +81,7 @@ class StackedInjection(StackedHook):
             ]).to(stack.y_train.device)  # (K, E)  # fmt: skip
             stack.y_train = torch.cat([stack.y_train, y], dim=1)  # (K, n + E)
 
-    def batch_rows(self, stack: Any, ref: BatchRef, rows: torch.Tensor) -> torch.Tensor:
+    def batch_rows(self, stack: StackedParty, ref: BatchRef, rows: torch.Tensor) -> torch.Tensor:
         extra = []
         for m in self.members:  # each training its own draw
             p, t = epoch_draw(m.seed, ref.epoch, self.n_poison, self.n_target)
@@ -78,15 +89,17 @@ class StackedInjection(StackedHook):
         return torch.cat([rows, torch.tensor(extra, device=rows.device)], dim=1)  # (K, B+2)
 
     def on_forward(
-        self, stack: Any, rows: torch.Tensor, h: torch.Tensor, payload: Any
-    ) -> tuple[torch.Tensor, Any]:
+        self, stack: StackedParty, rows: torch.Tensor, h: torch.Tensor, payload: np.ndarray
+    ) -> tuple[torch.Tensor, np.ndarray]:
         if stack.is_active:
             return h, payload
         payload = np.array(payload, copy=True)  # (K, B+2, C): a view of h's storage
         payload[:, -1] = payload[:, -2]  # the target row's slot carries the poison embedding
         return h, payload
 
-    def on_gradient(self, stack: Any, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    def on_gradient(
+        self, stack: StackedParty, rows: torch.Tensor, grad: torch.Tensor
+    ) -> torch.Tensor:
         grad = grad.clone()  # (K, B+2, C)
         grad[:, -2] = grad[:, -1]  # the poison sample steps on the target label's gradient
         return grad
@@ -105,15 +118,15 @@ class InjectionHook:
     seed: int
     stacked: ClassVar[type[StackedHook]] = StackedInjection
 
-    def on_send(self, party: Any, msg: Message) -> Message:
+    def on_send(self, party: HookHost, msg: Message) -> Message:
         return msg  # the stack moves the rows (StackedInjection)
 
-    def on_receive(self, party: Any, msg: Message) -> Message:
+    def on_receive(self, party: HookHost, msg: Message) -> Message:
         return msg
 
 
 def injection_hook(
-    party: Any,
+    party: TrainingHost,
     poison_rows: np.ndarray,
     target_rows: np.ndarray,
     poison_x: torch.Tensor | None,

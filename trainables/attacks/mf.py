@@ -9,7 +9,7 @@ AP: MP on clean test inputs minus MP with those rows' embeddings missing.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from trainables.attacks.base import Attack, AttackInfo, InferenceTamper, PartyVi
 class MissingFeature(Attack):
     name = "mf"
     info = AttackInfo(type="NTB", role="passive", training_time=False)
-    defaults: ClassVar[dict[str, Any]] = {
+    defaults: ClassVar[dict[str, object]] = {
         "missing_rate": 0.25,  # share of test rows
         # AP against the "clean" MP (the paper's Eq. 7) or, as VFLAIR's code counts, the
         # "tampered" model's MP over all test rows

@@ -21,7 +21,7 @@ truth, so this AP is never under 0.5: read it against that, not against AUC's ch
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -82,7 +82,7 @@ class NormScoring(Attack):
         type="LI", role="passive", training_time=False, binary_only=True, needs_messages=True
     )
 
-    defaults: ClassVar[dict[str, Any]] = {"rounds": "last", "score": "auc"}
+    defaults: ClassVar[dict[str, object]] = {"rounds": "last", "score": "auc"}
     choices: ClassVar[dict[str, tuple[str, ...]]] = {**ROUNDS, **SCORE}
 
     def run(self, view: PartyView) -> LabelGuess:

@@ -10,7 +10,7 @@ AP: MP on clean test inputs minus MP with the noisy rows (over all test rows).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from trainables.attacks.base import Attack, AttackInfo, InferenceTamper, PartyVi
 class NoisySampleBackdoor(Attack):
     name = "nsb"
     info = AttackInfo(type="NTB", role="passive", training_time=False)
-    defaults: ClassVar[dict[str, Any]] = {
+    defaults: ClassVar[dict[str, object]] = {
         "noise_rate": 0.01,  # share of test rows made noisy
         "noise_std": 2.0,  # standard deviation of the added noise
         # AP against the "clean" MP (the paper's Eq. 7) or, as VFLAIR's code counts, the

@@ -29,8 +29,8 @@ from trainables.attacks.completion import (
 class PassiveModelCompletion(Attack):
     name = "pmc"
     info = AttackInfo(type="LI", role="passive", training_time=False, aux_labels_per_class=4)
-    defaults: ClassVar[dict[str, Any]] = dict(COMPLETION_DEFAULTS)
-    presets: ClassVar[dict[str, dict[str, Any]]] = {  # completion.py
+    defaults: ClassVar[dict[str, object]] = dict(COMPLETION_DEFAULTS)
+    presets: ClassVar[dict[str, dict[str, object]]] = {  # completion.py
         "fast": dict(FAST),
         "converge": dict(CONVERGE),
     }
@@ -51,7 +51,7 @@ class PassiveModelCompletion(Attack):
         super().__init__(**params)
         check_params(self.params)
 
-    def completion_params(self) -> dict[str, Any]:
+    def completion_params(self) -> dict[str, object]:
         return {k: v for k, v in self.params.items() if k in COMPLETION_DEFAULTS}
 
     def run(self, view: PartyView) -> LabelGuess:

@@ -14,7 +14,7 @@ AP: 1 - MSE of the reconstructed non-aux training rows of party 0 (columns min-m
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+from typing import ClassVar, cast
 
 import numpy as np
 import torch
@@ -29,14 +29,14 @@ class TrainingBasedBackMapping(Attack):
     info = AttackInfo(
         type="FR", role="active", training_time=False, needs_messages=True, aux_feature_fraction=0.1
     )
-    defaults: ClassVar[dict[str, Any]] = {
+    defaults: ClassVar[dict[str, object]] = {
         "epochs": 50,  # VFLAIR
         "batch_size": 32,  # VFLAIR
         "lr": 1e-4,  # VFLAIR
         "min_steps": 0,  # inverse-model updates at least (0: VFLAIR's epochs only)
         "hidden": 128,  # inverse model: one hidden layer of this width
     }
-    presets: ClassVar[dict[str, dict[str, Any]]] = {
+    presets: ClassVar[dict[str, dict[str, object]]] = {
         "strong": {"lr": 1e-3, "min_steps": 1500},  # see the module docstring
     }
     # an adaptive attacker's (tuning.py); a trial costs up to ~25 default runs (200

@@ -19,8 +19,9 @@ used here (README, "Trees and encryption").
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, SupportsInt
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def _signed(values: np.ndarray, modulus: int) -> np.ndarray:
     return np.array([v - modulus if v > modulus // 2 else v for v in vals], dtype=np.float64)
 
 
-def _slots(packed: Any, slot_bits: int, per_int: int, n_slots: int) -> list[int]:
+def _slots(packed: Iterable[SupportsInt], slot_bits: int, per_int: int, n_slots: int) -> list[int]:
     mask = (1 << slot_bits) - 1
     out: list[int] = []
     for i, value in enumerate(packed):
@@ -103,7 +104,7 @@ class TreeGradLI(Attack):
     name: ClassVar[str] = "tree_grad_li"
     family: ClassVar[str] = "trees"  # reads tree-VFL messages: tree trials only (planner)
     info = AttackInfo(type="LI", role="passive", training_time=False, needs_messages=True)
-    defaults: ClassVar[dict[str, Any]] = {}
+    defaults: ClassVar[dict[str, object]] = {}
 
     def run(self, view: TreeView) -> LabelGuess:  # type: ignore[override]  # a tree party's view
         n = len(view.X_train)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ class Adapt:
     folds: int = 0
     min_rows: int = 10
 
-    def as_params(self) -> dict[str, Any]:
+    def as_params(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -94,7 +94,9 @@ def fold_count(adapt: Adapt) -> int:
     return 1 if adapt.method == "holdout" else (adapt.folds or MAX_FOLDS)
 
 
-def without_adapt(attacks: Any) -> list[tuple[str, dict[str, Any]]]:
+def without_adapt(
+    attacks: Iterable[tuple[str, dict[str, Any]]],
+) -> list[tuple[str, dict[str, Any]]]:
     """Attack specs with their tuning budgets left out (a probe times one run)."""
     return [(name, split_adapt(params)[0]) for name, params in attacks]
 
@@ -255,7 +257,7 @@ class Tuned:
     noise: float = 0.0  # the gain the choice had to beat (``choose``)
     kept: str = ""  # why the default was kept, or why nothing was tuned
 
-    def record(self, adapt: Adapt) -> dict[str, Any]:
+    def record(self, adapt: Adapt) -> dict[str, object]:
         """The adapted record's ``extra.adapted``: budget, choice and its own scores."""
         return {
             **adapt.as_params(),

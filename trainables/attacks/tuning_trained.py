@@ -36,7 +36,7 @@ import numpy as np
 
 from trainables.attacks import ATTACKS, chance
 from trainables.attacks.base import Attack
-from trainables.attacks.harness import nn_view_of
+from trainables.attacks.harness import AttackedParty, nn_view_of
 from trainables.attacks.judge import service_answers
 from trainables.attacks.tuning import (
     Adapt,
@@ -51,7 +51,7 @@ from trainables.attacks.tuning import (
 from trainables.errors import refuse_unknown
 from trainables.records import Record, setting_hash
 from trainables.results.labels import adapted_label
-from trainables.spec import TrialSpec
+from trainables.spec import Params, TrialSpec
 
 OWN = "own_scores"  # the key a trial's record carries its own fold scores under
 
@@ -73,7 +73,7 @@ def trainings(spec: TrialSpec) -> int:
     return 1 if adapt is None else int(adapt.trials)
 
 
-def settings(spec: TrialSpec) -> list[dict[str, Any]]:
+def settings(spec: TrialSpec) -> list[Params]:
     """The attack parameters of each trial training: trial 0 the given ones, the others
     the given ones with every ``search`` key drawn at random (seeded by the spec's seed,
     so a rerun trains the same settings)."""
@@ -97,7 +97,7 @@ def trial_specs(spec: TrialSpec) -> list[TrialSpec]:
 
 
 def own_scores(
-    name: str, params: dict[str, Any], adapt: Adapt, parties: Sequence[Any], seed: int
+    name: str, params: Params, adapt: Adapt, parties: Sequence[AttackedParty], seed: int
 ) -> tuple[list[float], int, str]:
     """The attacker's own score of one trained trial, per fold (the advantage over its
     no-information guess), the fewest held-out rows a fold had, and why there is none."""
@@ -124,7 +124,7 @@ def _fewest(masks: Sequence[np.ndarray]) -> int:
     return min((int(m.sum()) for m in masks), default=0)
 
 
-def own_extra(spec: TrialSpec, parties: Sequence[Any]) -> dict[str, Any]:
+def own_extra(spec: TrialSpec, parties: Sequence[AttackedParty]) -> dict[str, object]:
     """What a trial's record carries for ``combine`` (``OWN``): its fold scores, the
     fewest held-out rows, why it could not score, and the seconds scoring took."""
     import time

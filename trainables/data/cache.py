@@ -13,9 +13,10 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 CACHE_ENV = "VFLSWEEP_CACHE"
+J = TypeVar("J")  # a JSON value: what ``compute`` returns, and the file holds
 
 
 def cache_root() -> Path:
@@ -27,7 +28,7 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "vflsweep"
 
 
-def cached_json(name: str, compute: Callable[[], Any]) -> Any:
+def cached_json(name: str, compute: Callable[[], J]) -> J:
     """The JSON value stored as ``<cache>/<name>.json``, computing and storing it if absent.
 
     Writes are atomic (a temporary file renamed over), so workers that compute the same

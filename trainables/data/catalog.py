@@ -142,7 +142,7 @@ def reject_params(dataset: str, params: dict[str, object], allowed: tuple[str, .
         )
 
 
-def check_dataset(loader: Any, name: str) -> Any:
+def check_dataset(loader: Any, name: str) -> Loader:
     """The rules every dataset loader obeys (``tests/test_data.py``,
     ``tests/test_plan_without_data.py``): called as ``loader(data_dir, **params)``, it
     refuses an unknown parameter with a ConfigError (a typo must not pass silently); a

@@ -21,12 +21,15 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from trainables.data.dataset import Dataset
 from trainables.errors import ConfigError, MissingDataError
+
+if TYPE_CHECKING:
+    from trainables.data.vertibench_split import Measured
 
 # a function of the data alone; ``bands``: horizontal image bands, party 0 the top one
 # (VFLAIR's image partition: ``dataset_partition``, ``[:, :, :half, :]``); ``vflair``:
@@ -134,13 +137,13 @@ class SpecLike(Protocol):
     @property
     def dataset(self) -> str: ...
     @property
-    def dataset_params(self) -> Mapping[str, Any]: ...
+    def dataset_params(self) -> Mapping[str, object]: ...
     @property
     def n_parties(self) -> int: ...
     @property
     def split_scheme(self) -> str: ...
     @property
-    def split_params(self) -> Mapping[str, Any]: ...
+    def split_params(self) -> Mapping[str, object]: ...
     @property
     def seed(self) -> int: ...
 
@@ -198,10 +201,10 @@ def check_columns(spec: SpecLike, ds: Dataset, n_parties: int | None = None) -> 
     _check_parties(ds, n, len(ds.feature_groups), "feature groups (fields)")
 
 
-_MEASURED: dict[tuple[Any, ...], Any] = {}
+_MEASURED: dict[tuple[object, ...], Measured] = {}
 
 
-def _split_key(spec: SpecLike, n_parties: int) -> tuple[Any, ...]:
+def _split_key(spec: SpecLike, n_parties: int) -> tuple[object, ...]:
     data = tuple(sorted(spec.dataset_params.items()))
     params = tuple(sorted(spec.split_params.items()))
     return (spec.dataset, data, n_parties, spec.split_scheme, params, spec.seed)
@@ -358,7 +361,9 @@ class Split:
 
 ROWS_KEPT = 256  # ``rows_for`` results kept (a planner asks for the same rows many times)
 # (a weak reference: kept rows never keep a dataset alive)
-_ROWS: OrderedDict[tuple[Any, ...], tuple[weakref.ref[Dataset], SampleSplit | str]] = OrderedDict()
+_ROWS: OrderedDict[tuple[object, ...], tuple[weakref.ref[Dataset], SampleSplit | str]] = (
+    OrderedDict()
+)
 
 
 def rows_for(spec: RowSpecLike, ds: Dataset) -> SampleSplit:

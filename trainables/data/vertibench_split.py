@@ -25,7 +25,6 @@ import io
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -45,7 +44,7 @@ PARAMS: dict[str, dict[str, tuple[float, str]]] = {
 }
 IMPORTANCE_SAMPLE_RATE = 0.01  # VertiBench's ImportanceEvaluator default
 XGB_TREES = 100  # the model whose Shapley values measure importance (xgboost's default)
-_MEMO: dict[str, Any] = {}  # this process's copy of the cached values, by file name
+_MEMO: dict[str, list[float]] = {}  # this process's copy of the cached values, by file name
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class Measured:
     correlation: float | None
 
 
-def check_param(scheme: str, key: str, value: Any) -> float:
+def check_param(scheme: str, key: str, value: object) -> float:
     """One parameter of ``scheme`` as a float; ConfigError saying what is allowed."""
     allowed = PARAMS[scheme]
     if key not in allowed:
@@ -75,7 +74,7 @@ def check_param(scheme: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def refuse_params(scheme: str, given: Mapping[str, Any]) -> None:
+def refuse_params(scheme: str, given: Mapping[str, object]) -> None:
     """A fixed scheme (``blocks``, ``auto``, ...) given ``split_params``: ConfigError saying
     which schemes take which."""
     takes = "; ".join(f"{s} ({', '.join(p)})" for s, p in PARAMS.items())
@@ -85,7 +84,7 @@ def refuse_params(scheme: str, given: Mapping[str, Any]) -> None:
     )
 
 
-def params_of(scheme: str, given: Mapping[str, Any]) -> dict[str, float]:
+def params_of(scheme: str, given: Mapping[str, object]) -> dict[str, float]:
     """``given`` checked against the scheme's parameters, defaults filled; ConfigError names
     the key, the bad value and what is allowed."""
     out = {key: float(default) for key, (default, _) in PARAMS[scheme].items()}
@@ -98,7 +97,7 @@ def params_of(scheme: str, given: Mapping[str, Any]) -> dict[str, float]:
 
 
 def split(
-    ds: Dataset, n_parties: int, scheme: str, given: Mapping[str, Any], seed: int
+    ds: Dataset, n_parties: int, scheme: str, given: Mapping[str, object], seed: int
 ) -> tuple[list[np.ndarray], Measured]:
     """Column indices per party (sorted int64, disjoint, covering all) and what they measure.
 
@@ -186,7 +185,7 @@ def _correlation_parts(
     return [sorted(int(f) for f in p) for p in parts], measured
 
 
-def _memo(name: str, compute: Callable[[], Any]) -> Any:
+def _memo(name: str, compute: Callable[[], list[float]]) -> list[float]:
     """The cached value ``name``: this process's copy, else the cache file, else computed."""
     if name not in _MEMO:
         _MEMO[name] = cached_json(name, compute)

@@ -47,7 +47,7 @@ class Applied:
         return sum(n for what, n in self.counts.items() if not what.startswith("test_"))
 
 
-def party_reports(hooks: Iterable[Any]) -> list[dict[str, Any]]:
+def party_reports(hooks: Iterable[object]) -> list[dict[str, object]]:
     """Plain-data counts of the defenses among one party's ``hooks`` (sent back by actors)."""
     out, seen = [], set()
     for hook in hooks:
@@ -94,7 +94,7 @@ def check(applied: Sequence[Applied]) -> None:
             )
 
 
-def as_extra(applied: Sequence[Applied]) -> dict[str, Any]:
+def as_extra(applied: Sequence[Applied]) -> dict[str, dict[str, dict[str, int]]]:
     """``{"defense_applied": {name: {what: times}}}`` for the record's ``extra`` JSON; a
     name that occurs twice in the stack is keyed ``name#index``."""
     names = [e.name for e in applied]

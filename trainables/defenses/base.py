@@ -79,14 +79,14 @@ class Defense:
 
     name: ClassVar[str] = "base"
     info: ClassVar[DefenseInfo]
-    defaults: ClassVar[dict[str, Any]] = {}
+    defaults: ClassVar[dict[str, object]] = {}
     renamed: ClassVar[dict[str, str]] = {}  # old parameter name -> its new name
     # its form over K stacked trainings (``stacked.py``): the base acts on messages only;
     # a defense with model hooks names its own, or None (its trainings run alone)
     stacked: ClassVar[type[StackedHook] | None] = StackedHook
 
     def __init__(
-        self, strength: float | None = None, seed: int = 0, index: int = 0, **params: Any
+        self, strength: float | None = None, seed: int = 0, index: int = 0, **params: object
     ) -> None:
         self._refuse_renamed(params)
         party = params.pop("party", self.info.party)
@@ -96,7 +96,8 @@ class Defense:
             )
         refuse_unknown(f"defense {self.name!r}", params, ["party", *self.defaults])
         self.party = str(party)
-        self.params = {**self.defaults, **params}
+        # JSON-like values a defense reads with conversions (``float(self.params["clip"])``)
+        self.params: dict[str, Any] = {**self.defaults, **params}
         self.strength = float(self.info.grid[0] if strength is None else strength)
         if not (self.info.low <= self.strength <= self.info.high):
             raise ConfigError(
@@ -108,7 +109,7 @@ class Defense:
         self.applied: dict[str, int] = {}  # what it changed (message kind or hook) -> times
         self.validate()
 
-    def _refuse_renamed(self, params: dict[str, Any]) -> None:
+    def _refuse_renamed(self, params: dict[str, object]) -> None:
         """ConfigError naming the new name for a parameter passed under its old one."""
         for old, new in self.renamed.items():
             if old in params:
@@ -121,7 +122,7 @@ class Defense:
     def validate(self) -> None:
         """Raise ConfigError for bad parameter values (subclasses with parameters)."""
 
-    def choice(self, key: str, allowed: tuple[Any, ...]) -> None:
+    def choice(self, key: str, allowed: tuple[object, ...]) -> None:
         """ConfigError unless ``params[key]`` is one of ``allowed``."""
         if self.params[key] not in allowed:
             raise ConfigError(

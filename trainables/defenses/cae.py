@@ -20,7 +20,7 @@ neutral strength, as in VFLAIR's "CAE 0.0".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
 from torch import nn
@@ -92,7 +92,7 @@ class StackedCAE(StackedHook):
 class ConfusionalAutoencoder(Defense):
     name = "cae"
     stacked = StackedCAE
-    defaults: ClassVar[dict[str, Any]] = {"steps": 400}
+    defaults: ClassVar[dict[str, object]] = {"steps": 400}
     info = DefenseInfo(
         party="active",
         grid=(0.0, 0.1, 0.5, 1.0),

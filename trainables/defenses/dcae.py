@@ -8,7 +8,7 @@ passive party sees at most 12 distinct values: fine differences between samples'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class StackedDCAE(StackedCAE):
 class DiscreteCAE(ConfusionalAutoencoder):
     name = "dcae"
     stacked = StackedDCAE
-    defaults: ClassVar[dict[str, Any]] = {"steps": 400, "bins": 12}
+    defaults: ClassVar[dict[str, object]] = {"steps": 400, "bins": 12}
     info = DefenseInfo(
         party="active",
         grid=(0.0, 0.1, 0.5, 1.0),

@@ -23,7 +23,7 @@ define, partly through this gradient (the rest of the gap is not explained).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -108,7 +108,7 @@ class DistanceCorrelation(Defense):
         neutral=0.0,
         quantity="weight alpha of sum_k log dCor(Y, H_k) in the loss",
     )
-    defaults: ClassVar[dict[str, Any]] = {"distances": "exact"}  # or "vflair": see above
+    defaults: ClassVar[dict[str, object]] = {"distances": "exact"}  # or "vflair": see above
 
     def validate(self) -> None:
         self.choice("distances", DISTANCES)

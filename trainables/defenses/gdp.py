@@ -15,7 +15,7 @@ RDP accountant at delta = 1e-5, and the trial puts it on the record (``epsilon``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ class NoisyMessages(Defense):
     """Clip-and-noise on gradients (active) or noise on embeddings (passive)."""
 
     kind: ClassVar[str] = "gaussian"
-    defaults: ClassVar[dict[str, Any]] = {"clip": 0.2}
+    defaults: ClassVar[dict[str, object]] = {"clip": 0.2}
 
     def validate(self) -> None:
         clip = self.params["clip"]
@@ -80,8 +80,10 @@ class GaussianDP(NoisyMessages):
         quantity="std of the Gaussian noise added to each element",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, strength: float | None = None, seed: int = 0, index: int = 0, **params: object
+    ) -> None:
+        super().__init__(strength, seed, index, **params)
         self.released: dict[int, int] = {}  # recipient party -> gradient releases
 
     def on_send(self, party: HookHost, msg: Message) -> Message:

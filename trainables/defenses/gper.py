@@ -18,7 +18,7 @@ lists GPer at 10, 1, 0.1, 0.01 in this sense; ``procedure: vflair`` sets it.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -75,7 +75,7 @@ class StackedGPer(StackedHook):
 class GradientPerturbation(Defense):
     name = "gper"
     stacked = StackedGPer
-    defaults: ClassVar[dict[str, Any]] = {"form": "standard"}  # or "vflair": see above
+    defaults: ClassVar[dict[str, object]] = {"form": "standard"}  # or "vflair": see above
     info = DefenseInfo(
         party="active",
         grid=(0.01, 0.1, 1.0, 10.0),

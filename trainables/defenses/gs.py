@@ -26,7 +26,7 @@ trainings at MNIST batch 273 and 99.5 %, MP is 0.807 against VFLAIR's code's 0.8
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
@@ -53,7 +53,7 @@ def sparsify(g: np.ndarray, drop_percent: float) -> np.ndarray:
 class GradientSparsification(Defense):
     name = "gs"
     # carry: "row" (per training sample) or "position" (VFLAIR's: the previous message's)
-    defaults: ClassVar[dict[str, Any]] = {"residual": 1, "carry": "row"}
+    defaults: ClassVar[dict[str, object]] = {"residual": 1, "carry": "row"}
     info = DefenseInfo(
         party="active",
         grid=(95.0, 97.0, 99.0, 99.5),
@@ -62,8 +62,10 @@ class GradientSparsification(Defense):
         high=100.0,
     )
 
-    def __init__(self, *args: Any, **params: Any) -> None:
-        super().__init__(*args, **params)
+    def __init__(
+        self, strength: float | None = None, seed: int = 0, index: int = 0, **params: object
+    ) -> None:
+        super().__init__(strength, seed, index, **params)
         # receiver -> the dropped remainder: (n_rows, C) per training row (carry: row), or
         # the last message's (B, C) (carry: position)
         self.stores: dict[int, np.ndarray] = {}

@@ -59,7 +59,7 @@ def iso_sigma(d: torch.Tensor, lam: float) -> float:
 
 class IsotropicNoise(Defense):
     name = "iso"
-    defaults: ClassVar[dict[str, Any]] = {"target": "gradient"}
+    defaults: ClassVar[dict[str, object]] = {"target": "gradient"}
     renamed: ClassVar[dict[str, str]] = {"on": "target", "true": "target", "True": "target"}
     info = DefenseInfo(
         party="active",

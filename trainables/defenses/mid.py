@@ -38,6 +38,7 @@ from trainables.stacked import StackedMLP, StackedOptimizer
 
 if TYPE_CHECKING:
     from trainables.roles import ActiveHost, HookHost
+    from trainables.vfl.stacked_party import StackedParty
 
 
 FORMS = ("standard", "vflair")
@@ -120,7 +121,7 @@ class StackedMID(StackedHook):
         if self.lr is not None:
             self.own, self.params = self.params, []
 
-    def install(self, stack: Any) -> None:
+    def install(self, stack: StackedParty) -> None:
         """With ``lr`` set, its parameters step with their own Adam (``OwnRate``)."""
         if self.own:
             stack.params = [*stack.params, *self.own]  # the backward reaches them
@@ -183,7 +184,7 @@ class OwnRate:
     ``global_model_optimizer``): at ``lr`` in epoch 0, at the main rates (with the
     schedule's factor) after it, as VFLAIR's LR decay resets it to them."""
 
-    def __init__(self, stack: Any, own: list[torch.Tensor], lr: float) -> None:
+    def __init__(self, stack: StackedParty, own: list[torch.Tensor], lr: float) -> None:
         self.inner = stack.optimizer
         self.stack = stack
         self.lr = lr
@@ -217,7 +218,7 @@ class MutualInformationDefense(Defense):
     # ``hidden``, ``code``: the standard form's widths (vflair's are fixed: 5C and C).
     # ``std_shift``: None -> the form's (standard 0.5; vflair VFLAIR's for the dataset).
     # ``lr``: None -> the main optimizer; set, its own Adam (``OwnRate``, either form)
-    defaults: ClassVar[dict[str, Any]] = {
+    defaults: ClassVar[dict[str, object]] = {
         "hidden": 64, "code": 16, "form": "standard", "std_shift": None, "lr": None,
     }  # fmt: skip
     info = DefenseInfo(

@@ -15,14 +15,14 @@ from typing import Any
 from trainables.defenses import applied
 from trainables.defenses.applied import Applied
 from trainables.defenses.base import DEFENSES, Defense
-from trainables.spec import TrialSpec
+from trainables.spec import Params, TrialSpec
 
 
 @dataclass(frozen=True)
 class StackEntry:
     name: str
     strength: float | None
-    params: dict[str, Any]
+    params: Params
 
 
 def entries(spec: TrialSpec) -> list[StackEntry]:
@@ -115,7 +115,7 @@ class SpecDefenses:
         }
 
 
-def checked(reports: Sequence[Sequence[dict[str, Any]]], by: str = "index") -> list[Applied]:
+def checked(reports: Sequence[Sequence[dict[str, object]]], by: str = "index") -> list[Applied]:
     """Each defense's applications and counted releases, merged from the per-party reports
     (``Party.defense_applied``); raises ``DefenseNeverApplied`` if a defense at a
     non-neutral strength never changed anything."""

@@ -22,15 +22,49 @@ Shapes: K trainings, B rows of the batch, C the width of each H_k, P-1 passive p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import torch
+
+from trainables.messages import BatchRef
 
 Index = torch.Tensor | None  # (K',) which trainings of the stack a call is about; None: all
 
 
+class Weighted(Protocol):
+    """A member as the base's helpers read it: its strength (a ``Defense``'s)."""
+
+    @property
+    def strength(self) -> float: ...
+
+
+class LoneDefense(Protocol):
+    """A defense without a stacked form, as ``LoopedDefense`` calls it: ``Defense``'s
+    single-training hooks."""
+
+    def loss_term(self, h_passive: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor | None: ...
+
+    def soft_targets(self, y: torch.Tensor) -> torch.Tensor | None: ...
+
+    def gradients(
+        self,
+        grads: list[torch.Tensor],
+        logits: torch.Tensor,
+        h_passive: list[torch.Tensor],
+        y: torch.Tensor,
+    ) -> list[torch.Tensor]: ...
+
+
 class StackedHook:
-    """Base: the message-only form (identity on every model hook)."""
+    """Base: the message-only form (identity on every model hook).
+
+    ``stack``, which the hooks below are called with, is the ``StackedParty``
+    (``vfl/stacked_party.py``): it builds its hooks from this module, so this one cannot
+    name it, and each form that reads it names it in its own signature. ``members`` are
+    what each form's own hooks are (a ``Defense`` subclass, an attack's hook, CELU-VFL's
+    workset): a form reads its own kind's attributes.
+    """
 
     # whether the defense acts on messages (then each training's messages go through its
     # own hook chain, one ``Message`` per training); a form with model hooks only says no
@@ -50,12 +84,12 @@ class StackedHook:
         (CELU-VFL's cached steps group trainings by the size of the batch each drew)."""
         return self.members if index is None else [self.members[int(j)] for j in index]
 
-    def strengths(self, members: Sequence[Any]) -> torch.Tensor:
+    def strengths(self, members: Sequence[Weighted]) -> torch.Tensor:
         """(len(members),) each one's strength."""
         return torch.tensor([m.strength for m in members], device=self.device)
 
     @staticmethod
-    def acting(members: Sequence[Any]) -> list[int]:
+    def acting(members: Sequence[Weighted]) -> list[int]:
         """Positions of the members whose strength is not zero (0 turns the loss and
         gradient hooks off, as each defense's own hook does)."""
         return [j for j, m in enumerate(members) if m.strength != 0.0]
@@ -93,7 +127,7 @@ class StackedHook:
     def install(self, stack: Any) -> None:
         """Once the stack is built, before training (AMC wraps its optimizer here)."""
 
-    def batch_rows(self, stack: Any, ref: Any, rows: torch.Tensor) -> torch.Tensor:
+    def batch_rows(self, stack: Any, ref: BatchRef, rows: torch.Tensor) -> torch.Tensor:
         """(K, B') the row positions the stack trains on in round ``ref``, from its own
         schedule's (K, B): a colluding LRB adds rows to every batch (``lrb_colluding``)."""
         return rows
@@ -103,8 +137,8 @@ class StackedHook:
         return grad
 
     def on_forward(
-        self, stack: Any, rows: torch.Tensor, h: torch.Tensor, payload: Any
-    ) -> tuple[torch.Tensor, Any]:
+        self, stack: Any, rows: torch.Tensor, h: torch.Tensor, payload: np.ndarray
+    ) -> tuple[torch.Tensor, np.ndarray]:
         """At a passive stack, H (K, B, C) with its graph and the (K, B, C) array about to
         be sent, for rows (K, B): what the party keeps and what it sends (LRB swaps rows)."""
         return h, payload
@@ -144,7 +178,7 @@ class LoopedDefense(StackedHook):
     messages = True
     model = True
 
-    def __init__(self, members: Sequence[Any], device: torch.device) -> None:
+    def __init__(self, members: Sequence[LoneDefense], device: torch.device) -> None:
         if len(members) != 1:
             raise ValueError(f"a defense without a stacked form trains alone, not {len(members)}")
         super().__init__(members, device)

@@ -13,8 +13,8 @@ F collapse every pseudo-labelling arm to chance (README "Private semi-supervised
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
 
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
@@ -63,15 +63,18 @@ class FedSSLOptions:
         return self.n_support + self.n_query
 
 
-def _int_at_least(low: int) -> tuple[str, Any]:
+Check = Callable[[object], bool]  # whether a given option value is allowed
+
+
+def _int_at_least(low: int) -> tuple[str, Check]:
     return f"an integer >= {low}", lambda v: isinstance(v, int) and v >= low
 
 
-def _positive() -> tuple[str, Any]:
+def _positive() -> tuple[str, Check]:
     return "a number > 0", lambda v: isinstance(v, int | float) and v > 0 and math.isfinite(v)
 
 
-ALLOWED: dict[str, tuple[str, Any]] = {
+ALLOWED: dict[str, tuple[str, Check]] = {
     "n_support": _int_at_least(1),
     "n_query": _int_at_least(1),
     "epsilon": _positive(),

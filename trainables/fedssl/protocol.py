@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from trainables.fedssl.agents import Agent, Server, SupportAgent
 from trainables.messages import Message
@@ -40,7 +39,7 @@ class RoundPlan:
     target_mp: float | None = None
 
 
-def _send(tr: Transport, msgs: Sequence[tuple[Any, ...]], new_round: bool) -> list[Message]:
+def _send(tr: Transport, msgs: Sequence[tuple[object, ...]], new_round: bool) -> list[Message]:
     return tr.gather(tr.submit(Agent.local_round, msgs, training=True, new_round=new_round))
 
 

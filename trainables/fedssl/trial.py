@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -120,11 +119,11 @@ def record_of(
 
 def extra_of(
     spec: TrialSpec, prepared: Prepared, result: TrainResult
-) -> tuple[dict[str, Any], float | None]:
+) -> tuple[dict[str, object], float | None]:
     """The record's ``extra`` (agents, rows, accuracy per round, privacy) and its ε."""
     opts, inits = prepared.opts, prepared.inits
     privacy, access = result.outputs["privacy"], result.outputs["access"]
-    extra: dict[str, Any] = {
+    extra: dict[str, object] = {
         "n_support": opts.n_support,
         "n_query": opts.n_query,
         "split": opts.split,

@@ -7,8 +7,6 @@ spec (plain NN VFL: ``ssl_variant: none`` with an NN model; FedHSSL family and F
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainables.errors import ConfigError
 from trainables.jobs import AttackSpec
 from trainables.kinds.base import TrialKind
@@ -23,7 +21,7 @@ from trainables.registry import Registry
 from trainables.spec import TrialSpec
 
 
-def check_kind(obj: Any, name: str) -> Any:
+def check_kind(obj: object, name: str) -> TrialKind:
     """The rules every trial kind obeys (``tests/test_kind_conformance.py``): a
     ``TrialKind`` (class or instance) named ``name`` with ``run``, its other methods taking
     the base's arguments, taking some spec (``ssl_variants`` or ``takes``) but no spec

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from trainables.data import Dataset, load_dataset
 from trainables.defenses.spec_defenses import SpecDefenses
@@ -38,6 +38,9 @@ from trainables.ssl.fedcvt import GRADIENT, REPS_SPLIT, TEST, UP_KINDS, VALUES
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.vfl.training import Trained, attacks_of, records_of
+
+if TYPE_CHECKING:
+    from trainables.protocols.base import HookEntry
 
 
 def attack_refusal(name: str) -> str | None:
@@ -107,7 +110,7 @@ def protocol_refusal(spec: TrialSpec) -> str | None:
     return None
 
 
-def cvt_rounds(spec: TrialSpec) -> tuple[CvtRounds, tuple[Any, ...]]:
+def cvt_rounds(spec: TrialSpec) -> tuple[CvtRounds, tuple[HookEntry, ...]]:
     """FedCVT's protocol for the spec's NN protocol (its Q) and that protocol's codecs."""
     from trainables.protocols import PROTOCOLS
 

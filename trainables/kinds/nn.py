@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from trainables.data import DATASETS, Dataset, load_dataset, split_refusal
 from trainables.defenses.spec_defenses import SpecDefenses
@@ -24,7 +23,7 @@ from trainables.transport.placement import Placement
 from trainables.vfl.vectorized import run_vectorized
 
 
-def plain_nn(specs: Sequence[Any]) -> bool:
+def plain_nn(specs: Sequence[TrialSpec]) -> bool:
     """Whether every spec is a plain NN training and all have one party count: what a
     vectorized pack needs of its trainings (the planner's pack sizing asks)."""
     return all(NNKind().takes(spec) for spec in specs) and len({s.n_parties for s in specs}) == 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 
@@ -33,8 +33,16 @@ from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.trees import common as tree_common
 from trainables.trees import run as tree_run
+from trainables.trees.crypto import PublicKey
 from trainables.trees.leakage import lr_view, reveals
-from trainables.trees.paillier_lr import KeyHolderInit, LRParams, LRParty, LRPartyInit, PaillierLR
+from trainables.trees.paillier_lr import (
+    KeyHolderInit,
+    LRParams,
+    LRParty,
+    LRPartyInit,
+    LRReceived,
+    PaillierLR,
+)
 
 LR_MESSAGES = ("its messages are Paillier ciphertexts (per-row [[H_k]], per-row [[4 dL/dz]]) "
                "and masked gradients the key holder opens, with no NN hook")  # fmt: skip
@@ -83,7 +91,9 @@ def train_lr(
     outputs = {}
     if observe:
         outputs = {
-            "view": lr_view(0, data.n_classes, inits[0].X_train, cast("tuple[Any, list]", log)),
+            "view": lr_view(
+                0, data.n_classes, inits[0].X_train, cast("tuple[PublicKey, list[LRReceived]]", log)
+            ),
             "view_labels": inits[-1].y_train,
         }
     return dataclasses.replace(result, extra=extra, outputs=outputs)

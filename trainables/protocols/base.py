@@ -13,7 +13,7 @@ rounds around it (the clock, the epoch-end evaluations, each training's counts).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from trainables.errors import refuse_unknown
 from trainables.registry import ClassRegistry
@@ -25,22 +25,23 @@ if TYPE_CHECKING:
     from trainables.vfl.stacked_party import StackedParty
     from trainables.vfl.stacked_rounds import StackedPassives
 
-HookEntry = tuple[str, str, dict[str, Any]]  # (family, name, params), as in PartyInit.hooks
+HookEntry = tuple[str, str, dict[str, object]]  # (family, name, params), as in PartyInit.hooks
+Value = int | float | str  # a parameter's value: a number or a string (``spec.Scalar``)
 
 A = TypeVar("A")  # the active party a kind's rounds drive
 
-__all__ = ["PROTOCOLS", "HookEntry", "PartyRounds", "Protocol", "TrainResult"]
+__all__ = ["PROTOCOLS", "HookEntry", "PartyRounds", "Protocol", "TrainResult", "Value"]
 
 
 class Parameters:
     """Declared ``defaults``, the given parameters checked against them (``validate``)."""
 
     name: ClassVar[str] = "base"
-    defaults: ClassVar[dict[str, Any]] = {}
+    defaults: ClassVar[dict[str, Value]] = {}
 
-    def __init__(self, **params: Any) -> None:
+    def __init__(self, **params: Value) -> None:
         refuse_unknown(f"protocol {self.name!r}", params, list(self.defaults))
-        self.params = {**self.defaults, **params}
+        self.params: dict[str, Value] = {**self.defaults, **params}
         self.validate()
 
     def validate(self) -> None:

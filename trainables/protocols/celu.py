@@ -37,7 +37,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Protocol as TypingProtocol
 
 import numpy as np
 import torch
@@ -46,7 +47,11 @@ import torch.nn.functional as F
 from trainables.defenses.stacked import Index, StackedHook
 from trainables.errors import ConfigError
 from trainables.messages import Message
-from trainables.protocols.base import HookEntry, Protocol
+from trainables.protocols.base import HookEntry, Protocol, Value
+from trainables.roles import HookHost
+
+if TYPE_CHECKING:
+    from trainables.vfl.stacked_party import StackedParty
 
 
 def staleness_weights(fresh: torch.Tensor, stale: torch.Tensor, xi: float) -> torch.Tensor:
@@ -62,7 +67,7 @@ class CacheEntry:
     received: tuple[torch.Tensor, ...]  # passive: (dL/dH,) (B, C); active: K-1 x (B, C)
 
 
-def _check_params(q: Any, w: Any, xi: Any) -> None:
+def _check_params(q: object, w: object, xi: object) -> None:
     for key, value in (("q", q), ("w", w)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"protocol 'celu': {key}={value!r} must be an integer >= 1")
@@ -78,7 +83,7 @@ class StackedWorkset(StackedHook):
     messages = False  # the stack hands it each exchange; it changes no message
     model = True
 
-    def __init__(self, members: Sequence[Any], device: torch.device) -> None:
+    def __init__(self, members: Sequence[CeluWorkset], device: torch.device) -> None:
         super().__init__(members, device)
         self.q, self.xi = members[0].q, members[0].xi  # one value per stack (its key)
         self.cache: deque[CacheEntry] = deque(maxlen=members[0].w)
@@ -105,7 +110,9 @@ class StackedWorkset(StackedHook):
             groups.append((index, entry))
         return groups
 
-    def _fresh(self, stack: Any, index: Index, entry: CacheEntry) -> tuple[Any, Any]:
+    def _fresh(
+        self, stack: StackedParty, index: Index, entry: CacheEntry
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The party's fresh H (K', B, C) on the entry's rows and each row's weight (K', B)."""
         ks = stack.k if index is None else index[:, None]
         h = stack.bottom.forward(stack.X_train[ks, entry.rows], index)
@@ -114,6 +121,8 @@ class StackedWorkset(StackedHook):
             member.weights_seen.append(float(w))
         return h, weights
 
+    # ``stack`` below: the ``StackedParty``, left untyped: the base names it ``StackHost``,
+    # which lacks the ``k``, ``logits`` and ``objective`` that the cached steps use
     def after_backward(
         self, stack: Any, rows: torch.Tensor, h_sent: torch.Tensor, grad: torch.Tensor
     ) -> None:
@@ -146,6 +155,12 @@ class StackedWorkset(StackedHook):
             stack.optimizer.step()
 
 
+class WorksetHost(HookHost, TypingProtocol):
+    """A party as the workset sees it: its hooks and seed (``HookHost``) and its id."""
+
+    party_id: int
+
+
 class CeluWorkset:
     """One party's workset settings and random stream (its cache and cached steps live in
     its stacked form, ``StackedWorkset``): a message hook that changes no message."""
@@ -158,14 +173,14 @@ class CeluWorkset:
         self.rng = np.random.default_rng(0)
         self.weights_seen: list[float] = []  # mean weight of each cached step (diagnostics)
 
-    def attach(self, party: Any) -> None:
+    def attach(self, party: WorksetHost) -> None:
         party.hooks.append(self)
         self.rng = np.random.default_rng([party.config.seed, party.party_id, 0xCE1])
 
-    def on_send(self, party: Any, msg: Message) -> Message:
+    def on_send(self, party: object, msg: Message) -> Message:
         return msg
 
-    def on_receive(self, party: Any, msg: Message) -> Message:
+    def on_receive(self, party: object, msg: Message) -> Message:
         return msg
 
 
@@ -174,7 +189,7 @@ class CELU(Protocol):
 
     name = "celu"
     replays = True  # its workset replays cached exchanges through the top model
-    defaults: ClassVar[dict[str, Any]] = {"q": 5, "w": 5, "xi": 0.5}
+    defaults: ClassVar[dict[str, Value]] = {"q": 5, "w": 5, "xi": 0.5}
 
     def validate(self) -> None:
         _check_params(self.params["q"], self.params["w"], self.params["xi"])

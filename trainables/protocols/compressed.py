@@ -9,10 +9,10 @@ itself, so a bad value fails when the spec is checked, before any party is built
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from trainables.codecs import CODECS
-from trainables.protocols.base import HookEntry, Protocol
+from trainables.protocols.base import HookEntry, Protocol, Value
 
 
 class CompressedFedSGD(Protocol):
@@ -30,10 +30,10 @@ class CompressedFedSGD(Protocol):
 class Quantize(CompressedFedSGD):
     name = "quantize"
     codec = "quantize"
-    defaults: ClassVar[dict[str, Any]] = {"bits": 16, "gradients": 0}
+    defaults: ClassVar[dict[str, Value]] = {"bits": 16, "gradients": 0}
 
 
 class TopK(CompressedFedSGD):
     name = "topk"
     codec = "topk"
-    defaults: ClassVar[dict[str, Any]] = {"ratio": 0.9, "gradients": 0}
+    defaults: ClassVar[dict[str, Value]] = {"ratio": 0.9, "gradients": 0}

@@ -6,15 +6,15 @@ the active party takes Q steps with the stale passive embeddings. VFLAIR uses Q 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from trainables.errors import ConfigError
-from trainables.protocols.base import Protocol
+from trainables.protocols.base import Protocol, Value
 
 
 class FedBCD(Protocol):
     name = "fedbcd"
-    defaults: ClassVar[dict[str, Any]] = {"q": 5}
+    defaults: ClassVar[dict[str, Value]] = {"q": 5}
 
     def validate(self) -> None:
         q = self.params["q"]

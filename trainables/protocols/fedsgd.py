@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from trainables.protocols.base import Protocol
+from trainables.protocols.base import Protocol, Value
 
 
 class FedSGD(Protocol):
     name = "fedsgd"
-    defaults: ClassVar[dict[str, Any]] = {}
+    defaults: ClassVar[dict[str, Value]] = {}

@@ -27,10 +27,10 @@ NESTED_FIELDS = (
 )
 
 
-def flat_spec(spec: dict[str, Any]) -> dict[str, Any]:
+def flat_spec(spec: dict[str, object]) -> dict[str, object]:
     """A spec dict with its parameter mappings dotted out (``protocol_params.q``); other
     non-scalar values (``hidden``, ``stack``) as canonical JSON strings."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in spec.items():
         if key in NESTED_FIELDS and isinstance(value, dict):
             for inner, item in value.items():
@@ -54,7 +54,7 @@ def read_manifest(sweep_dir: Path) -> dict[str, Any] | None:
 
 
 def of_planned(
-    statuses: dict[str, str], manifest: dict[str, Any] | None
+    statuses: dict[str, str], manifest: dict[str, object] | None
 ) -> tuple[dict[str, str], int]:
     """(the statuses of the manifest's planned trainings, how many others were recorded).
 

@@ -9,7 +9,7 @@ have no place in FedCVT's three-head loss, and the kind refuses them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import torch
@@ -36,6 +36,22 @@ if TYPE_CHECKING:
     from trainables.ssl.cvt_fields import CvtPartyData
 
 
+class CvtMetrics(TypedDict, total=False):
+    """The last evaluation (``evaluate``); empty before the first."""
+
+    acc: float  # f_AB's accuracy on the test rows (the MP)
+    acc_active_only: float  # f_B on B's own test representations
+    acc_passive_only: float  # f_A on A's test representations
+    proba: np.ndarray  # (n_test, C) f_AB's probabilities
+
+
+class CvtMeasurements(CvtMetrics):
+    """``measurements()``: the last evaluation and the logs, read back after training."""
+
+    pseudo: list[tuple[int, np.ndarray, np.ndarray]]  # (step, A's batch positions, labels)
+    est_ratio: list[tuple[int, float]]  # (step, std ratio of r~_A to r_A)
+
+
 class CvtActive(CvtParty):
     """The label holder B (party 1)."""
 
@@ -56,7 +72,7 @@ class CvtActive(CvtParty):
         self._r_all: torch.Tensor | None = None  # r_B of the overlap, set by values()
         self._orth_ol = torch.zeros(())
         self.last_loss = float("nan")
-        self.metrics: dict[str, Any] = {}
+        self.metrics: CvtMetrics = {}
 
     def _build_heads(self, init: CvtPartyData) -> None:
         """f_AB on [r_A; r_B] (4d), f_A on r_A, f_B on r_B (2d each), drawn right after the
@@ -195,7 +211,7 @@ class CvtActive(CvtParty):
         }
         return float(self.metrics["acc"])
 
-    def measurements(self) -> dict[str, Any]:
+    def measurements(self) -> CvtMeasurements:
         """The last evaluation and the pseudo-label log (step, A's batch positions, labels):
         read back by the trial after training, for the experimenter's measurements."""
         return {**self.metrics, "pseudo": list(self.pseudo), "est_ratio": list(self.est_ratio)}

@@ -8,12 +8,15 @@ init (no import cycle, type-only ones included).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trainables.party import PartyConfig
 from trainables.ssl.fedcvt import CvtOptions
+
+if TYPE_CHECKING:
+    from trainables.protocols.base import HookEntry
 
 
 @dataclass(frozen=True)
@@ -41,5 +44,5 @@ class CvtPartyData:
     peer_nl: int = 0  # the other party's non-overlapping row count (schedule only)
     labels: CvtLabels | None = None  # active party only
     record: bool = False  # keep a MessageLog (attacks that read messages)
-    install: tuple[tuple[str, dict[str, Any], Any], ...] = ()  # training-time attacks
-    hooks: tuple[tuple[str, str, dict[str, Any]], ...] = ()  # defenses, then codecs
+    install: tuple[tuple[str, dict[str, object], object], ...] = ()  # training-time attacks
+    hooks: tuple[HookEntry, ...] = ()  # defenses, then codecs

@@ -12,7 +12,7 @@ several tensors. It still offers what the engine asks of any party: a message ho
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -151,7 +151,9 @@ class CvtParty(Endpoint):
         """A received message's payload, through the hook chain (codecs decode first)."""
         return as_tensor(self.receive_in(msg).payload, self.device)
 
-    def round(self, grads: Message | None, step: int | None, values: Message | None) -> Any:
+    def round(
+        self, grads: Message | None, step: int | None, values: Message | None
+    ) -> Message | None:
         """One call per round: apply the last round's gradients, then this round's forward
         (FedSGD order; a remote party costs one round trip)."""
         if grads is not None:

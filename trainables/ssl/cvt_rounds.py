@@ -19,10 +19,10 @@ representations); ``eval_bytes`` also holds any per-epoch evaluation (``target_m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from trainables.messages import Message
-from trainables.protocols.base import PartyRounds
+from trainables.protocols.base import PartyRounds, Value
 from trainables.ssl.cvt_party import CvtParty
 from trainables.transport.base import Transport
 
@@ -35,7 +35,7 @@ class CvtRounds(PartyRounds["CvtActive"]):
     (each party's Q updates on one exchange), 1 for FedSGD."""
 
     name = "fedcvt"
-    defaults: ClassVar[dict[str, Any]] = {"semi": True, "local_steps": 1}
+    defaults: ClassVar[dict[str, Value]] = {"semi": True, "local_steps": 1}
     test_bytes_in_comm = True
 
     @property

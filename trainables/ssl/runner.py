@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from trainables.spec import TrialSpec
 from trainables.ssl.cvt_init import CvtLabels, CvtPartyInit
 from trainables.ssl.cvt_party import steps_per_epoch
 from trainables.ssl.fedcvt import BALANCES, RESCALES, CvtOptions
+
+if TYPE_CHECKING:
+    from trainables.ssl.cvt_active import CvtMeasurements
 
 OPTION_KEYS = tuple(f.name for f in fields(CvtOptions) if f.name != "semi")
 CHOICES = {"pseudo_balance": BALANCES, "est_rescale": RESCALES}  # the string options
@@ -145,7 +148,7 @@ def party_inits(
 
 
 def measurements(
-    m: dict[str, Any], rounds: int, ds: Dataset, rows: CvtRows, steps: int, semi: bool
+    m: CvtMeasurements, rounds: int, ds: Dataset, rows: CvtRows, steps: int, semi: bool
 ) -> dict[str, object]:
     """AUC (binary tasks), single-party accuracies and pseudo-label counts/accuracy.
 

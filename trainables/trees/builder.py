@@ -8,18 +8,21 @@ and asks the winning party to split. Only bin sums, counts and left-row ids cros
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from trainables.messages import Message
-from trainables.transport.base import Method, Transport
+from trainables.transport.base import Transport
 from trainables.trees.crypto import KeyPair, Packer
-from trainables.trees.parties import TreeParty
+from trainables.trees.parties import SplitRequest, TreeParty
 
 ACTIVE = -1  # owner id of a split made on the active party's own features
+R = TypeVar("R")  # what the asked method returns
+# a node's best split: (gain, owner, feature, last left bin); feature -1: none with gain > 0
+Candidate = tuple[float, int, int, int]
 
 
 class SplitRule(Protocol):
@@ -67,7 +70,9 @@ class Wire:
 
     transport: Transport | None
 
-    def ask(self, method: Method, args: Sequence[tuple[Any, ...]], new_round: bool) -> list[Any]:
+    def ask(
+        self, method: Callable[..., R], args: Sequence[tuple[object, ...]], new_round: bool
+    ) -> list[R]:
         if self.transport is None or not args:
             return []
         pending = self.transport.submit(method, args, training=True, new_round=new_round)
@@ -79,7 +84,7 @@ def _rows_message(nodes: Sequence[np.ndarray]) -> Message:
     return Message("node_rows", ACTIVE, 0, arrays, sum(a.nbytes for a in arrays))
 
 
-def _best_in(rule: SplitRule, keys: KeyPair | None, hist: Message, owner: int) -> list[tuple]:
+def _best_in(rule: SplitRule, keys: KeyPair | None, hist: Message, owner: int) -> list[Candidate]:
     """Best (gain, owner, feature, bin) per node of one party's histogram answer.
 
     ``keys`` decrypts a passive party's sums; None for the active party's own plaintext sums.
@@ -87,7 +92,7 @@ def _best_in(rule: SplitRule, keys: KeyPair | None, hist: Message, owner: int) -
     packer = rule.packer
     best = []
     for per_feature in hist.payload:
-        top: tuple = (0.0, owner, -1, -1)
+        top: Candidate = (0.0, owner, -1, -1)
         for feature, sums, counts in per_feature:
             flat = [v for b in sums for v in b]
             flat = keys.decrypt(flat) if keys is not None else [int(v) for v in flat]
@@ -136,10 +141,10 @@ def grow(
 
 
 def _apply(
-    tree: Tree, choice: dict[int, tuple], own: TreeParty, wire: Wire, n_passive: int
+    tree: Tree, choice: dict[int, Candidate], own: TreeParty, wire: Wire, n_passive: int
 ) -> list[int]:
     """Ask each owner to split its chosen nodes; append the children; the new frontier."""
-    requests: list[list[tuple[Any, ...]]] = [[] for _ in range(n_passive)]
+    requests: list[list[SplitRequest]] = [[] for _ in range(n_passive)]
     for i, (_, owner, feature, b) in choice.items():
         if owner != ACTIVE:
             requests[owner].append((i, tree.nodes[i].rows.astype(np.int32), feature, b))

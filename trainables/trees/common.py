@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from trainables.registry import Registry
 from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class TreeData:
 Runner = Callable[[TrialSpec, TreeData, Placement, bool], TrainResult]
 TREE_MODELS: Registry[Runner] = Registry("tree model")
 PARAMS: dict[str, tuple[type, ...]] = {}  # model -> its params dataclass(es)
+P = TypeVar("P", bound="DataclassInstance")  # a model's params dataclass
 FLAGS = ("taylor",)  # 0/1 model_params (``encrypt`` is read by ``encrypt_flag``)
 
 
@@ -48,7 +52,7 @@ def register(name: str, params: type) -> Callable[[Runner], Runner]:
     return add
 
 
-def model_params(spec: TrialSpec, params: type) -> Any:
+def model_params(spec: TrialSpec, params: type[P]) -> P:
     """The params dataclass from ``spec.model_params`` (+ ``encrypt``); ConfigError if bad."""
     allowed = {f.name: f.type for f in dataclasses.fields(params)}
     values = {k: v for k, v in spec.model_params.items() if k != "encrypt"}

@@ -14,10 +14,14 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import gmpy2
 import phe
+
+# A ciphertext as the protocols handle it: an ``mpz`` residue mod n^2 under Paillier, the
+# plain packed ``int`` itself under the plaintext twin (``encrypted=False``)
+Ciphertext: TypeAlias = int | gmpy2.mpz
 
 
 @dataclass
@@ -47,7 +51,7 @@ class PublicKey:
     key_length: int = 0
 
     @property
-    def nsquare(self) -> Any:
+    def nsquare(self) -> gmpy2.mpz:
         return gmpy2.mpz(self.n) ** 2
 
     @property
@@ -60,7 +64,7 @@ class PublicKey:
         """How many bits a packed plaintext may use so that sums never wrap mod n."""
         return self.n.bit_length() - 2 if self.encrypted else 1 << 20
 
-    def encrypt(self, values: Sequence[int], stats: CryptoStats | None = None) -> list[Any]:
+    def encrypt(self, values: Sequence[int], stats: CryptoStats | None = None) -> list[Ciphertext]:
         """Encrypt non-negative ints < n (identity for the plaintext twin)."""
         if not self.encrypted:
             return [int(v) for v in values]
@@ -72,13 +76,13 @@ class PublicKey:
             stats.n_encrypted += len(out)
         return out
 
-    def add(self, a: Any, b: Any) -> Any:
+    def add(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         return a * b % self.nsquare if self.encrypted else a + b
 
-    def zero(self) -> Any:
+    def zero(self) -> Ciphertext:
         return gmpy2.mpz(1) if self.encrypted else 0
 
-    def total(self, items: Sequence[Any]) -> Any:
+    def total(self, items: Sequence[Ciphertext]) -> Ciphertext:
         """The (encrypted) sum of ``items``."""
         if not self.encrypted:
             return sum(items, 0)
@@ -88,14 +92,14 @@ class PublicKey:
             acc = acc * c % n2
         return acc
 
-    def add_plain(self, c: Any, m: int) -> Any:
+    def add_plain(self, c: Ciphertext, m: int) -> Ciphertext:
         """[[x]] -> [[x + m]] without a new encryption: (1 + m n) is a deterministic [[m]]."""
         if not self.encrypted:
             return c + m
         n = gmpy2.mpz(self.n)
         return c * (1 + (m % n) * n) % (n * n)
 
-    def mul_plain(self, c: Any, k: int) -> Any:
+    def mul_plain(self, c: Ciphertext, k: int) -> Ciphertext:
         """[[x]] -> [[k x]] for a (small, possibly negative) integer k."""
         if not self.encrypted:
             return c * k
@@ -120,7 +124,7 @@ class KeyPair:
     """The secret-key holder's side: the public key plus decryption."""
 
     public: PublicKey
-    _private: Any = None
+    _private: Any = None  # phe's PaillierPrivateKey (untyped); None for the plaintext twin
     stats: CryptoStats = field(default_factory=CryptoStats)
 
     @classmethod
@@ -130,7 +134,7 @@ class KeyPair:
         pk, sk = phe.generate_paillier_keypair(n_length=int(key_length))
         return cls(PublicKey(encrypted=True, n=int(pk.n), key_length=int(key_length)), sk)
 
-    def decrypt(self, items: Sequence[Any]) -> list[int]:
+    def decrypt(self, items: Sequence[Ciphertext]) -> list[int]:
         if not self.public.encrypted:
             return [int(v) for v in items]
         start = time.perf_counter()

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from trainables.trees.crypto import PublicKey
+from trainables.trees.crypto import Ciphertext, PublicKey
 
 
 @dataclass(frozen=True)
@@ -51,11 +50,11 @@ def bin_counts(bins: np.ndarray, rows: np.ndarray, n_bins: int) -> np.ndarray:
 
 def bin_sums(
     key: PublicKey,
-    packed: Sequence[Sequence[Any]],
+    packed: Sequence[Sequence[Ciphertext | None]],
     bins: np.ndarray,
     rows: np.ndarray,
     n_bins: int,
-) -> list[list[Any]]:
+) -> list[list[Ciphertext]]:
     """(n_bins, n_ints) sums of the packed per-row values of ``rows``, bin by bin.
 
     packed: (n_ints, N) per-row (encrypted) packed ints; bins: (N,) one feature's bins.

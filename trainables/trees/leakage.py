@@ -10,11 +10,16 @@ intent. ``*_view`` turn what a passive party logged (its ``received`` payloads) 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainables.trees.crypto import Packer, PublicKey
+from trainables.trees.crypto import Ciphertext, Packer, PublicKey
+
+if TYPE_CHECKING:
+    from trainables.attacks.tree_grad_li import TreeView
+    from trainables.trees.paillier_lr import LRReceived
+    from trainables.trees.xgb_tap import Sent
 
 _NODES = "row ids of every open node per level (instance spaces)"
 _OWN = "which of its own (feature, bin) splits were chosen"
@@ -23,7 +28,7 @@ _TREE_ACTIVE = (
     "left-row ids of the passive's chosen splits, test-row routing bits"
 )
 
-_REVEALS: dict[tuple[str, bool], dict[str, Any]] = {
+_REVEALS: dict[tuple[str, bool], dict[str, str]] = {
     ("xgboost", False): {
         "to_passive": "plaintext per-row gradients g=p-y and hessians h=p(1-p) every round; "
         "the base score (label mean or class log-priors); the whole model, split values of "
@@ -67,13 +72,13 @@ _REVEALS: dict[tuple[str, bool], dict[str, Any]] = {
 }
 
 
-def reveals(model: str, encrypted: bool) -> dict[str, Any]:
+def reveals(model: str, encrypted: bool) -> dict[str, str]:
     """The ``extra['reveals']`` entry of a tree / Paillier trial."""
     family = "forest" if model in ("rf", "secure_rf") else model
     return dict(_REVEALS[(family, encrypted and model != "xgboost")])
 
 
-def xgb_view(party_id: int, n_classes: int, X: np.ndarray, received: list[dict]) -> Any:
+def xgb_view(party_id: int, n_classes: int, X: np.ndarray, received: list[Sent]) -> TreeView:
     """A passive xgboost worker's view: each round's broadcast g (the base score unused)."""
     from trainables.attacks.tree_grad_li import Received, TreeView
 
@@ -87,8 +92,12 @@ def xgb_view(party_id: int, n_classes: int, X: np.ndarray, received: list[dict])
 
 
 def tree_view(
-    party_id: int, model: str, n_classes: int, X: np.ndarray, log: tuple[PublicKey, list]
-) -> Any:
+    party_id: int,
+    model: str,
+    n_classes: int,
+    X: np.ndarray,
+    log: tuple[PublicKey, list[list[list[Ciphertext | None]]]],
+) -> TreeView:
     """A passive ``TreeParty``'s view: each tree's packed per-row statistics (or ciphertexts)."""
     from trainables.attacks.tree_grad_li import Received, TreeView
     from trainables.trees.secureboost import FRAC_BITS, OFFSET
@@ -118,7 +127,9 @@ def tree_view(
     return TreeView(party_id, "passive", model, n_classes, X, key.n, tuple(got))
 
 
-def lr_view(party_id: int, n_classes: int, X: np.ndarray, log: tuple[PublicKey, list]) -> Any:
+def lr_view(
+    party_id: int, n_classes: int, X: np.ndarray, log: tuple[PublicKey, list[LRReceived]]
+) -> TreeView:
     """A passive Paillier-LR party's view: each batch's per-row [[4 dL/dz]] (or dL/dz)."""
     from trainables.attacks.tree_grad_li import Received, TreeView
 

@@ -30,11 +30,13 @@ from trainables.endpoint import Endpoint
 from trainables.messages import BatchRef, BatchSchedule, Message
 from trainables.protocols.base import PartyRounds, TrainResult
 from trainables.transport.base import Transport
-from trainables.trees.crypto import KeyPair, PublicKey
+from trainables.trees.crypto import Ciphertext, KeyPair, PublicKey
 
 H_BITS = 20  # fixed point of H and z
 X_BITS = 16  # fixed point of features in X^T [[d]]
 KEY_HOLDER = -2  # message src/dst id of the key holder (the active party is -1)
+# what a party is sent per batch: (its rows, per-row [[4 dL/dz]] ciphertexts or plain dL/dz)
+LRReceived = tuple[np.ndarray, list[Ciphertext] | np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class LRParty(Endpoint):
         self.schedule = BatchSchedule(len(init.X_train), init.batch_size, init.seed)
         self.key = PublicKey(encrypted=False)
         self._mask: list[int] = []
-        self.kept: list[tuple[np.ndarray, Any]] | None = [] if init.keep_received else None
+        self.kept: list[LRReceived] | None = [] if init.keep_received else None
 
     def set_key(self, key: PublicKey) -> bool:
         self.key = key
@@ -128,7 +130,7 @@ class LRParty(Endpoint):
         self.theta -= self.lr * grad / float(1 << (H_BITS + X_BITS)) / 4.0 / n
         return True
 
-    def received(self) -> tuple[PublicKey, list[tuple[np.ndarray, Any]]]:
+    def received(self) -> tuple[PublicKey, list[LRReceived]]:
         """What it was sent per batch: (batch rows, per-row [[4 dL/dz]] ciphertexts or plain
         dL/dz); the public key. Empty unless built with ``keep_received``."""
         return self.key, list(self.kept or [])

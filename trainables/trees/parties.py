@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from trainables.endpoint import Endpoint
 from trainables.messages import Message
-from trainables.trees.crypto import PublicKey
+from trainables.trees.crypto import Ciphertext, PublicKey
 from trainables.trees.histogram import Binner, bin_counts, bin_sums
+
+# one split the active party asks for: (node, the node's rows, local feature, last left bin)
+SplitRequest = tuple[int, np.ndarray, int, int]
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,9 @@ class TreeParty(Endpoint):
         self.bins_test = binner.transform(init.X_test)  # (M, d_k) int16
         self.splits: list[tuple[int, int]] = []  # split id -> (local feature, last left bin)
         self.key = PublicKey(encrypted=False)
-        self.packed: list[list[Any]] = []
+        self.packed: list[list[Ciphertext | None]] = []
         self.features = np.arange(self.bins_train.shape[1])
-        self.kept: list[list[list[Any]]] | None = [] if init.keep_received else None
+        self.kept: list[list[list[Ciphertext | None]]] | None = [] if init.keep_received else None
 
     @property
     def n_features(self) -> int:
@@ -68,7 +70,7 @@ class TreeParty(Endpoint):
             self.kept.append(self.packed)
         return True
 
-    def received(self) -> tuple[PublicKey, list[list[list[Any]]]]:
+    def received(self) -> tuple[PublicKey, list[list[list[Ciphertext | None]]]]:
         """What it was sent: the public key and each tree's (n_ints, N) per-row statistics
         (ciphertexts, or plaintext packed ints; None for rows outside that tree).
 
@@ -104,7 +106,7 @@ class TreeParty(Endpoint):
         left = rows[self.bins_train[rows, feature] <= last_left_bin].astype(np.int32)
         return len(self.splits) - 1, Message.of("left_rows", self.party_id, -1, left)
 
-    def split_many(self, requests: Sequence[tuple[Any, ...]]) -> Message:
+    def split_many(self, requests: Sequence[SplitRequest]) -> Message:
         """Several ``split`` calls in one round: [(node, rows, feature, bin)] -> [(id, left)]."""
         out = [self.split(rows, feature, b) for _, rows, feature, b in requests]
         pairs = [(sid, msg.payload) for sid, msg in out]
@@ -120,7 +122,7 @@ class TreeParty(Endpoint):
         return Message.of("routes", self.party_id, -1, np.packbits(out, axis=1))
 
 
-def _item_bytes(key: PublicKey, packed: Sequence[Sequence[Any]]) -> int:
+def _item_bytes(key: PublicKey, packed: Sequence[Sequence[Ciphertext | None]]) -> int:
     """Bytes of one sent sum: a ciphertext, or the packed plaintext's width."""
     if key.encrypted:
         return key.ciphertext_bytes

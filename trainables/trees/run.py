@@ -15,12 +15,13 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from trainables.data import Dataset, load_dataset, split_refusal
 from trainables.errors import ConfigError
+from trainables.jobs import AttackSpec
 from trainables.records import Record
 from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
@@ -35,6 +36,7 @@ from trainables.trees.common import (
 )
 
 if TYPE_CHECKING:
+    from trainables.attacks.base import LabelGuess
     from trainables.attacks.chance import Score
     from trainables.attacks.harness import AttackOutcome
 
@@ -94,7 +96,7 @@ def run_tree_trial(
     spec: TrialSpec,
     placement: Placement = LOCAL,
     *,
-    attacks: Sequence[tuple[str, dict[str, Any]]] = (),
+    attacks: Sequence[AttackSpec] = (),
     dataset: Dataset | None = None,
     data_dir: str | Path | None = None,
 ) -> list[Record]:
@@ -112,7 +114,7 @@ def records(
     spec: TrialSpec,
     n_labeled: int,
     run: Callable[[bool], TrainResult],
-    attacks: Sequence[tuple[str, dict[str, Any]]],
+    attacks: Sequence[AttackSpec],
     y_test: np.ndarray | None = None,
 ) -> list[Record]:
     """The clean record of ``run(observe)`` and one record per tree attack on its view.
@@ -132,8 +134,7 @@ def records(
     return [clean, *(clean.attacked(o) for o in _attack(clean, out, attacks))]
 
 
-def _attack(clean: Record, out: TrainResult, attacks: Sequence[tuple[str, dict[str, Any]]]
-            ) -> list[AttackOutcome]:  # fmt: skip
+def _attack(clean: Record, out: TrainResult, attacks: Sequence[AttackSpec]) -> list[AttackOutcome]:
     """The tree attacks on passive party 0's view, through the one harness; the common
     label rule scores each, with its baseline from the labels of the scored view rows
     (``chance.score_labels``). The MP and its SE stay the clean record's: the attack reads
@@ -145,7 +146,7 @@ def _attack(clean: Record, out: TrainResult, attacks: Sequence[tuple[str, dict[s
         return []
     view, view_labels = out.outputs["view"], out.outputs["view_labels"]
 
-    def score_of(guess: Any, who: int) -> tuple[Score, dict[str, Any]]:
+    def score_of(guess: LabelGuess, who: int) -> tuple[Score, dict[str, object]]:
         score = score_labels(guess, view_labels, np.zeros(0, dtype=np.int64))
         score = dataclasses.replace(  # the clean record's MP: the judge's, as the NN kinds'
             score, mp=cast("float", clean.mp), mp_se=cast("float", clean.mp_se)

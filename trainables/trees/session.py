@@ -10,14 +10,13 @@ serialized size).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from trainables.messages import Message
 from trainables.transport.base import Transport
 from trainables.trees.builder import ACTIVE, Wire
-from trainables.trees.crypto import KeyPair, PublicKey
+from trainables.trees.crypto import Ciphertext, KeyPair, PublicKey
 from trainables.trees.parties import TreeParty
 
 
@@ -41,10 +40,10 @@ class TreeSession:
         packed: (n_ints, N) plaintext packed ints; only ``rows`` are sent (others None).
         """
         n = len(packed[0]) if packed else 0
-        payload: list[list[Any]] = []
+        payload: list[list[Ciphertext | None]] = []
         for chunk in packed:
             enc = self.keys.public.encrypt([chunk[i] for i in rows], self.keys.stats)
-            full: list[Any] = [None] * n
+            full: list[Ciphertext | None] = [None] * n
             for i, c in zip(rows, enc, strict=True):
                 full[i] = c
             payload.append(full)

@@ -34,10 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, TypedDict
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.trees.tls import ClientTLS, TrialTLS, client_config, client_files, private_dir
 from trainables.trees.tls import server_files as tls_server_files
-from trainables.trees.xgb_tap import tapped_train
+from trainables.trees.xgb_tap import Sent, XGBParams, tapped_train
 
 FEDERATED = "federated"
 
@@ -80,6 +80,19 @@ class Join:
     tls: ClientTLS
 
 
+class Fitted(TypedDict):
+    """What one worker's ``fit`` returns (plain data: an actor sends it back)."""
+
+    pred: np.ndarray  # (M,) or (M, C) test predictions
+    labels_here: int  # how many labels its DMatrix held (0 at a passive party)
+    n_col: int
+    seconds: float
+    pid: int
+    node_id: str | None
+    server: str
+    received: list[Sent]  # what rank 0 sent it (``tap``, passive workers), else empty
+
+
 class XGBParty(Endpoint):
     """Ray-free: ``fit`` joins the federation, trains, and predicts the test rows."""
 
@@ -89,7 +102,7 @@ class XGBParty(Endpoint):
         self.X_train, self.X_test, self.y_train = init.X_train, init.X_test, init.y_train
         self.tap = init.tap
 
-    def fit(self, join: Join, params: dict[str, Any], rounds: int) -> dict[str, Any]:
+    def fit(self, join: Join, params: XGBParams, rounds: int) -> Fitted:
         import xgboost as xgb
         from xgboost.core import DataSplitMode
 
@@ -121,7 +134,7 @@ def joined(join: Join, rank: int) -> Iterator[None]:
     """
     import xgboost as xgb
 
-    env: dict[str, Any] = {
+    env: dict[str, str | int] = {
         "dmlc_communicator": FEDERATED,
         "federated_server_address": join.address,
         "federated_world_size": join.world,
@@ -155,9 +168,11 @@ def server_host() -> str:
     return node_ip_address()
 
 
-def xgb_params(model_params: dict[str, Any], n_classes: int, seed: int) -> tuple[dict, int]:
+def xgb_params(
+    model_params: Mapping[str, int | float | str], n_classes: int, seed: int
+) -> tuple[XGBParams, int]:
     """xgboost's parameters and round count from the spec's ``model_params``."""
-    params: dict[str, Any] = {
+    params: XGBParams = {
         "tree_method": "hist",
         "max_depth": int(model_params.get("max_depth", 6)),
         "eta": float(model_params.get("learning_rate", 0.3)),
@@ -175,8 +190,8 @@ def xgb_params(model_params: dict[str, Any], n_classes: int, seed: int) -> tuple
 
 
 def run_federated(
-    inits: list[XGBPartyInit], params: dict[str, Any], rounds: int, placement: Placement
-) -> list[dict[str, Any]]:
+    inits: list[XGBPartyInit], params: XGBParams, rounds: int, placement: Placement
+) -> list[Fitted]:
     """Start the server here (this process's node), run every worker (one Ray actor
     each, on any node) to completion over mutual TLS, stop the server.
 
@@ -244,7 +259,9 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _wait_listening(proc: subprocess.Popen, host: str, port: int, log: Any, wait_s: float) -> None:
+def _wait_listening(
+    proc: subprocess.Popen, host: str, port: int, log: IO[bytes], wait_s: float
+) -> None:
     deadline = time.monotonic() + wait_s
     while not _listening(host, port):
         if proc.poll() is not None or time.monotonic() > deadline:

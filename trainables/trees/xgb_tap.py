@@ -14,11 +14,18 @@ same model as ``xgb.train`` (tests/test_trees_leakage.py).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import xgboost as xgb
+
 EPS = np.float32(1e-16)  # xgboost's lower bound on a hessian
+# xgboost's parameters, as ``xgb.train`` takes them
+XGBParams = dict[str, str | int | float]
+# what rank 0 sent a passive worker: ``{"base_score": ...}`` once, then ``{"g", "h"}`` arrays
+Sent = dict[str, np.ndarray | str | None]
 
 
 def base_score(y: np.ndarray, n_classes: int) -> str:
@@ -46,8 +53,8 @@ def grad_hess(margin: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.nda
 
 
 def tapped_train(
-    params: dict[str, Any], dtrain: Any, rounds: int, y: np.ndarray | None
-) -> tuple[Any, list[dict[str, Any]]]:
+    params: XGBParams, dtrain: xgb.DMatrix, rounds: int, y: np.ndarray | None
+) -> tuple[xgb.Booster, list[Sent]]:
     """Train inside an active ``CommunicatorContext``; rank 0 passes labels ``y``.
 
     Returns the booster and, at a passive worker, what rank 0 sent it: ``base_score`` and
@@ -57,7 +64,7 @@ def tapped_train(
 
     rank = xgb.collective.get_rank()
     n_classes = int(params.get("num_class", 2))
-    received: list[dict[str, Any]] = []
+    received: list[Sent] = []
     root = cast("np.ndarray", y)  # rank 0's labels (the others pass None and read none)
     score = xgb.collective.broadcast(base_score(root, n_classes) if rank == 0 else None, 0)
     if rank != 0:

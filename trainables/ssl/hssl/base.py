@@ -11,15 +11,15 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from trainables.registry import Registry
+from trainables.registry import ClassRegistry
 
-SSL_METHODS: Registry[Any] = Registry("ssl method")
+SSL_METHODS: ClassRegistry[SSLMethod] = ClassRegistry("ssl method")
 
 
 @dataclass(frozen=True)

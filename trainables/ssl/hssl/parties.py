@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ from trainables.ssl.hssl import moco as _moco  # noqa: F401
 from trainables.ssl.hssl import simsiam as _simsiam  # noqa: F401
 from trainables.ssl.hssl.augment import ImageLayout, TabularLayout, make_view, with_mask_columns
 from trainables.ssl.hssl.base import SSL_METHODS, SSLMethod, Tower, Widths
+
+if TYPE_CHECKING:
+    from trainables.protocols.base import HookEntry
 
 SERVER = -1  # the aggregation server's id in messages: not a party
 
@@ -57,9 +60,9 @@ class SSLPartyInit:
     n_aligned: int
     layout: TabularLayout | ImageLayout
     record: bool = False  # keep a log of the messages it sends and receives
-    install: tuple[tuple[str, dict[str, Any], Any], ...] = ()  # none: the kind refuses them
+    install: tuple[tuple[str, dict[str, object], object], ...] = ()  # none: the kind refuses them
     # message hooks as in ``PartyInit.hooks``: (family, name, params), in stack order
-    hooks: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    hooks: tuple[HookEntry, ...] = ()
 
     def build(self) -> SSLParty:
         return SSLParty(self)

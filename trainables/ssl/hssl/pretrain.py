@@ -69,7 +69,7 @@ class Pretraining(Rounds[PartyGroup, None]):
         self.batch_loss: dict[int, list[float]] = {}  # epoch -> step 1's loss per batch
         self.local_loss: list[float] = []
 
-    def epoch_steps(self, group: PartyGroup, epoch: int) -> Sequence[tuple[str, Any]]:
+    def epoch_steps(self, group: PartyGroup, epoch: int) -> Sequence[tuple[str, BatchRef | int]]:
         return [
             *((("cross", ref) for ref in self.schedule.refs(epoch)) if self.stages.cross else ()),
             *((("local", epoch),) if self.stages.local else ()),
@@ -77,7 +77,9 @@ class Pretraining(Rounds[PartyGroup, None]):
         ]
 
     def exchange(self, group: PartyGroup, transport: None, step: tuple[str, Any],
-                 nxt: Any) -> None:  # fmt: skip
+                 nxt: object) -> None:  # fmt: skip
+        # ``step``: ("cross", its BatchRef) or ("local" | "pma", the epoch); ``arg`` untyped,
+        # as unpacking does not narrow it by ``what``
         what, arg = step
         if what == "cross":
             self.batch_loss.setdefault(arg.epoch, []).append(self.cross_batch(group, arg))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from trainables.data import Dataset
 from trainables.endpoint import Endpoint
@@ -93,7 +92,7 @@ def pretrained(
         return pretrain(group, server, *args)
 
 
-def combined(pre: TrainResult, ft: FineTuned, pre_reports: list[Any]) -> Trained:
+def combined(pre: TrainResult, ft: FineTuned, pre_reports: list[object]) -> Trained:
     """The final training with the whole trial's cost (pretraining + every fine-tuning
     training) and the defense reports of pretraining and of every fine-tuning training
     (the lr-selection candidates release DP-noised gradients too: their releases count
@@ -110,7 +109,7 @@ def combined(pre: TrainResult, ft: FineTuned, pre_reports: list[Any]) -> Trained
     return dataclasses.replace(ft.final, result=result, reports=reports)
 
 
-def measured(spec: TrialSpec, data: HSSLData, pre: TrainResult, ft: FineTuned) -> dict[str, Any]:
+def measured(spec: TrialSpec, data: HSSLData, pre: TrainResult, ft: FineTuned) -> dict[str, object]:
     """The family's own measurements for the record's ``extra``."""
     trainings = [*ft.candidates, ft.final]
     return {

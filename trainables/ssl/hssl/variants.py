@@ -23,13 +23,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from trainables.data import Dataset, Scaler, default_scaler_kind, split_for
 from trainables.defenses import spec_defenses
-from trainables.defenses.spec_defenses import SpecDefenses
+from trainables.defenses.spec_defenses import HookEntry, SpecDefenses
 from trainables.errors import ConfigError
 from trainables.spec import TrialSpec
 from trainables.ssl.hssl.augment import IMAGE_AUGS, ImageLayout, TabularLayout, party_fields
@@ -232,10 +231,10 @@ def hssl_incompatibility(spec: TrialSpec, data_dir: str | Path | None = None) ->
     return split_refusal(spec, ds)
 
 
-def pretrain_hooks(stack: SpecDefenses) -> dict[int, list[tuple[str, str, dict[str, Any]]]]:
+def pretrain_hooks(stack: SpecDefenses) -> dict[int, list[HookEntry]]:
     """The stack's defense hook entries per party that act on what pretraining sends
     (``representation``); the others act in fine-tuning only."""
-    out: dict[int, list[tuple[str, str, dict[str, Any]]]] = {}
+    out: dict[int, list[HookEntry]] = {}
     for k, entries in stack.hook_entries().items():
         for family, name, params in entries:
             kinds = stack.defenses[params["index"]].targets()
@@ -292,7 +291,9 @@ def prepare(spec: TrialSpec, ds: Dataset, record: bool = False) -> HSSLData:
     )  # fmt: skip
 
 
-def _layout(ds: Dataset, cols: np.ndarray, X: np.ndarray, scaler: Scaler, aug: str) -> Any:
+def _layout(
+    ds: Dataset, cols: np.ndarray, X: np.ndarray, scaler: Scaler, aug: str
+) -> ImageLayout | TabularLayout:
     if ds.image_shape is not None:
         h = ds.image_shape[0]
         return ImageLayout((h, len(cols) // h), aug)
