@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from scipy import stats
 
+from benchmarks import ssl_central_parts as central
 from trainables.data import load_dataset
-from trainables.ssl.hssl import central
 from trainables.ssl.hssl.augment import IMAGE_AUGS, ImageLayout
 from trainables.ssl.hssl.base import Widths
 

@@ -1,4 +1,4 @@
-"""Central SSL sanity (``trainables.ssl.hssl.central``, ``benchmarks.ssl_central``).
+"""Central SSL sanity (``benchmarks.ssl_central_parts``, ``benchmarks.ssl_central``).
 
 Real pretraining on the built-in ``digits`` set (8x8 images, left 8x4 half: 1437 rows x
 32 pixels), no mocks: the SSL loss goes down, the BN heads keep the representations
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from benchmarks import ssl_central
+from benchmarks import ssl_central_parts as central
 from trainables.data import load_dataset
-from trainables.ssl.hssl import central
 from trainables.ssl.hssl.augment import ImageLayout, TabularLayout, make_view
 from trainables.ssl.hssl.base import Widths
 

@@ -1,6 +1,10 @@
-"""Central (no federation) SSL sanity check: pretrain one party's encoder, then probe it.
+"""The parts of ``benchmarks.ssl_central`` (not a benchmark itself): the central (no
+federation) SSL sanity check, which pretrains one party's encoder and then probes it.
 
-Why: if SimSiam / BYOL / MoCo pretraining on one party's own view does not beat the same
+Why here and not in ``trainables``: no training of a sweep runs it; it is a check of the
+SSL methods, with its own probe and fine-tuning loop.
+
+What it checks: if SimSiam / BYOL / MoCo pretraining on one party's own view does not beat the same
 encoder at random init, no federated variant built on it can (issue 19). Everything here
 is the federated code's own pieces: the ``Tower`` and widths of ``base.py``, the methods'
 losses, ``make_view``'s augmentations, Adam at 1e-3, the ``BatchSchedule`` shuffling, and
