@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -81,7 +81,7 @@ class PartyInit:
     columns: tuple[int, ...] = field(default=())  # which dataset columns this party holds
     record: bool = False  # keep a log of sent/received messages (attacks read it)
     # training-time attacks on this party: (name, params, the aux knowledge it is granted)
-    install: tuple[tuple[str, dict[str, Any], Any], ...] = ()
+    install: tuple[tuple[str, dict[str, Any], object], ...] = ()
     # message hooks built at the party from a registry: (family, name, params), in stack
     # order; families: see ``HOOK_FAMILIES`` ("defense", "codec")
     hooks: tuple[tuple[str, str, dict[str, Any]], ...] = ()
@@ -199,7 +199,15 @@ class ActiveParty(Party):
         return list(self.bottom.parameters()) + list(self.top.parameters())
 
 
-def rows_of(party: Any, split: str) -> torch.Tensor:
+class HasRows(Protocol):
+    """A party's rows, or a stacked party's (K, n, d_k)."""
+
+    X_train: torch.Tensor
+    X_test: torch.Tensor
+    X_val: torch.Tensor | None
+
+
+def rows_of(party: HasRows, split: str) -> torch.Tensor:
     """A party's (n, d_k) rows of ``split``: ``test``, ``val`` or ``train``; one stacked
     party's (K, n, d_k) likewise (``StackedParty``)."""
     x = {"test": party.X_test, "val": party.X_val, "train": party.X_train}[split]

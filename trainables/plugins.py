@@ -109,7 +109,7 @@ def _checked(
 
 
 # -- shared pieces of the rules ---------------------------------------------------------
-def subclass(cls: Any, base: type) -> None:
+def subclass(cls: object, base: type) -> None:
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise Refused(f"it is not a subclass of {base.__module__}.{base.__name__}")
 

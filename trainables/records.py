@@ -293,7 +293,7 @@ class Record:
         return cls(**fields)
 
 
-def merged_extra(base: str, added: dict[str, Any]) -> str:
+def merged_extra(base: str, added: dict[str, object]) -> str:
     """A record's ``extra`` JSON with ``added`` on top: a kind's own measurements on its
     defense counts, or what an attack ran with (``attack_label``, ``attack_preset``,
     ``attack_params``: ``Attack.record_extra``) on its training's."""

@@ -356,7 +356,7 @@ def format_validation_error(
     return "\n".join(f"{source}: " + "; or ".join(lines) for lines in by_path.values())
 
 
-def key_path(loc: tuple[Any, ...]) -> str:
+def key_path(loc: tuple[int | str, ...]) -> str:
     """``("grid", "seed", 1)`` -> ``grid.seed[1]``."""
     out = ""
     for part in loc:
@@ -364,18 +364,18 @@ def key_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A bad value as quoted in a message: its repr, cut to ``MAX_SHOWN`` characters."""
     text = repr(value)
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
-def _is_tag(part: Any) -> bool:
+def _is_tag(part: object) -> bool:
     """A union member's tag in an error location (``<entry>``): not part of the key path."""
     return isinstance(part, str) and part.startswith("<") and part.endswith(">")
 
 
-def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, FieldInfo | None]:
+def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[Any, FieldInfo | None]:
     """The annotation that ``loc`` points at in ``model``, and the field ``loc`` ends on
     (None where it ends on a list index or a dict key, or leaves the schema)."""
     current: Any = model
@@ -397,7 +397,7 @@ def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, FieldInfo 
     return current, info
 
 
-def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """The field names of the (nested) model that ``loc`` points into."""
     current, _ = _walk(model, loc)
     current = current if isinstance(current, type) else _model_in(current)
@@ -406,7 +406,7 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return []
 
 
-def _bounds(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+def _bounds(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
     """`` >= 1`` or `` > 0 and <= 1``: the range of the field at ``loc``, for a message."""
     _, info = _walk(model, loc)
     signs = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}

@@ -25,7 +25,7 @@ def method_name(method: Method) -> str:
 class Pending:
     """Calls in flight, one per passive party."""
 
-    handles: list[Any]
+    handles: list[object]
     training: bool
 
 
@@ -43,7 +43,7 @@ class CommStats:
         return self.bytes_up + self.bytes_down
 
 
-def _message_bytes(values: Sequence[Any]) -> int:
+def _message_bytes(values: Sequence[object]) -> int:
     return sum(v.nbytes for v in values if isinstance(v, Message))
 
 
@@ -58,10 +58,10 @@ class Transport(ABC):
     def n_peers(self) -> int: ...
 
     @abstractmethod
-    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]: ...
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[object]: ...
 
     @abstractmethod
-    def _gather(self, handles: list[Any]) -> list[Any]: ...
+    def _gather(self, handles: list[object]) -> list[Any]: ...
 
     def submit(
         self, method: Method, args: Sequence[tuple[Any, ...]], *, training: bool, new_round: bool

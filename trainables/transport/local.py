@@ -19,8 +19,8 @@ class LocalTransport(Transport):
     def n_peers(self) -> int:
         return len(self.peers)
 
-    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[object]:
         return [getattr(p, method)(*a) for p, a in zip(self.peers, args, strict=True)]
 
-    def _gather(self, handles: list[Any]) -> list[Any]:
+    def _gather(self, handles: list[object]) -> list[Any]:
         return handles

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import pickle
-from typing import Any
 
 import ray
 
 
-def pack(value: Any) -> bytes:
+def pack(value: object) -> bytes:
     """``value`` as one in-band pickle (cloudpickle for what plain pickle refuses).
 
     Why: a round's messages are small (one batch of embeddings or gradients); as one

@@ -29,7 +29,7 @@ class RayTransport(Transport):
     def n_peers(self) -> int:
         return len(self.peers)
 
-    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[object]:
         return [
             p.call_packed.remote(pack((method, a))) for p, a in zip(self.peers, args, strict=True)
         ]
