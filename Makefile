@@ -23,11 +23,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	RAY_USAGE_STATS_ENABLED=0 $(PY) sweep.py --space search_spaces/smoke.yaml
 
-# Two test processes: the suite is sized for 2 cores (tests/conftest.py: one torch thread
-# per process). worksteal: an idle process takes tests from the other's queue, so the last
-# minutes are not one long file alone (--dist loadfile: 25.8 min, 2026-12-07).
+# Two test processes, one test file each at a time (its module fixtures built once): the
+# suite is sized for 2 cores (tests/conftest.py: one torch thread per process).
 test: $(STAMP)
-	RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -q -n 2 --dist worksteal
+	RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
