@@ -14,7 +14,9 @@ import torch
 from trainables.data.catalog import default_data_dir
 from trainables.errors import MissingDataError
 
-pytest_plugins = ["pytester"]  # tests/test_missing_data_skips.py runs the hook below
+# pytester: tests/test_missing_data_skips.py runs the hook below; file_order: longest files
+# first, so that the two processes of `make test` end together (tests/file_order.py)
+pytest_plugins = ["pytester", "file_order"]
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # The machine's cost cache (sweep_engine/costs.py) is not the suite's to fill or read: a

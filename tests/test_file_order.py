@@ -1,0 +1,46 @@
+"""The suite's file order (tests/file_order.py): longest files first, each file's tests in
+their own order, the same order in every process."""
+
+from __future__ import annotations
+
+import json
+
+from file_order import TABLE, file_seconds, longest_first
+
+
+def test_files_go_longest_first_and_keep_their_own_order() -> None:
+    items = ["a1", "a2", "b1", "c1", "c2", "c3"]
+    file_of = {id(i): i[0] for i in items}
+    order = longest_first(items, file_of, {"a": 1.0, "b": 30.0, "c": 5.0})
+    assert order == ["b1", "c1", "c2", "c3", "a1", "a2"]
+
+
+def test_a_file_missing_from_the_table_counts_as_the_longest() -> None:
+    items = ["a1", "new1", "b1"]
+    file_of = {id(i): i.rstrip("1") for i in items}
+    order = longest_first(items, file_of, {"a": 1.0, "b": 30.0})
+    # ties with the longest keep collection order: b was collected after new
+    assert order == ["new1", "b1", "a1"]
+
+
+def test_no_table_keeps_collection_order() -> None:
+    items = ["b1", "a1"]
+    assert longest_first(items, {id(i): i[0] for i in items}, {}) == items
+
+
+def test_file_seconds_sum_every_phase_per_file() -> None:
+    reports = [
+        ("tests/test_x.py::t1", 2.0),  # setup with a module fixture
+        ("tests/test_x.py::t1", 0.5),
+        ("tests/test_x.py::t2[p]", 1.0),
+        ("tests/test_y.py::t", 0.25),
+    ]
+    assert file_seconds(reports) == {"tests/test_x.py": 3.5, "tests/test_y.py": 0.25}
+
+
+def test_the_committed_table_names_existing_test_files() -> None:
+    table = json.loads(TABLE.read_text())
+    root = TABLE.parent.parent
+    missing = [f for f in table if not (root / f).exists()]
+    assert not missing, f"tests/durations.json names files that are gone: {missing}"
+    assert all(s >= 0 for s in table.values())
