@@ -9,9 +9,17 @@ Never needed by the tests. On a machine with CUDA it runs, and prints as one JSO
   differs between the devices, so a test row on a decision boundary may flip);
 - ``smoke``: ``sweep.py --space search_spaces/smoke.yaml`` with ``device: cuda`` and
   ``gpu_per_party: 0.25`` (both parties of a trial share the GPU), its wall seconds and
-  exit code.
+  exit code;
+- ``attacks``: the model completions (PMC, MC) and BLI at the defaults (the heavy
+  attacks, ``benchmarks.roofline``) after one digits training (VFLAIR's settings,
+  ``--attack-epochs``) on ``cuda`` and on ``cpu`` from the same seed: per device the
+  training's and each attack's wall seconds and AP, and whether each AP agrees between
+  the devices to ``MP_TOL``. The attacks read the trained parties through the harness,
+  which copies every view to the CPU (``harness.make_view``): what this checks is that
+  they run on a CUDA training's parties and score the same, not a CUDA kernel of theirs.
 
-Without CUDA it prints ``{"cuda": false}`` and exits 0, so it can be run blind.
+Without CUDA it prints ``{"cuda": false}`` and exits 0, so it can be run blind;
+``--cpu`` runs the attack check on the CPU alone (the code path, here, without a GPU).
 """
 
 from __future__ import annotations
@@ -29,14 +37,17 @@ from typing import Any
 import torch
 import yaml
 
+from trainables.attacks.harness import run_attacks
 from trainables.data import load_dataset
 from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL
+from trainables.vfl.training import prepare_parties, train_local_parties
 
 ROOT = Path(__file__).resolve().parents[1]
 MP_TOL = 0.01  # one test row in a hundred
+HEAVY = ("pmc", "mc", "bli")  # the model completions and BLI, at their defaults
 
 
 def pack(dataset: str, k: int, epochs: int, device: str) -> dict[str, Any]:
@@ -78,11 +89,39 @@ def smoke(results: Path) -> dict[str, Any]:
     }
 
 
+def attacked(device: str, epochs: int) -> dict[str, Any]:
+    """One digits training on ``device`` (seed 0), then PMC, MC and BLI on its parties:
+    wall seconds of the training and of each attack (the harness's), and each AP."""
+    ds = load_dataset("digits")
+    spec = TrialSpec.build(dataset="digits", seed=0, epochs=epochs, device=device)
+    start = time.perf_counter()
+    parties = train_local_parties(prepare_parties(spec, ds, [(a, {}) for a in HEAVY]), epochs)[1]
+    out: dict[str, Any] = {"train_s": round(time.perf_counter() - start, 2)}
+    for name in HEAVY:
+        (got,) = run_attacks(parties, [(name, {})], 0)
+        out[name] = {"seconds": round(got.seconds, 2), "ap": round(got.ap, 4)}
+    return out
+
+
+def attacks_check(devices: tuple[str, ...], epochs: int) -> dict[str, Any]:
+    """``attacked`` on each device; with two, whether each attack's AP agrees."""
+    out: dict[str, Any] = {d: attacked(d, epochs) for d in devices}
+    if len(devices) == 2:
+        a, b = (out[d] for d in devices)
+        out["ap_agree"] = {n: abs(a[n]["ap"] - b[n]["ap"]) <= MP_TOL for n in HEAVY}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--k", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--attack-epochs", type=int, default=30, help="VFLAIR's digits")
+    parser.add_argument("--cpu", action="store_true", help="the attack check on the CPU only")
     args = parser.parse_args()
+    if args.cpu:
+        print(json.dumps({"cuda": False, "attacks": attacks_check(("cpu",), args.attack_epochs)}))
+        return
     if not torch.cuda.is_available():
         print(json.dumps({"cuda": False}))
         return
@@ -94,6 +133,7 @@ def main() -> None:
         gaps = [abs(a - b) for a, b in zip(gpu.pop("mps"), cpu.pop("mps"), strict=True)]
         out[dataset] = {"cuda": gpu, "cpu": cpu, "mp_max_gap": max(gaps)}
         out[dataset]["mp_agree"] = max(gaps) <= MP_TOL
+    out["attacks"] = attacks_check(("cuda", "cpu"), args.attack_epochs)
     with tempfile.TemporaryDirectory() as tmp:
         out["smoke"] = smoke(Path(tmp))
     print(json.dumps(out))

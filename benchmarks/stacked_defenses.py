@@ -19,7 +19,6 @@ of the same run. Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import time
@@ -30,6 +29,7 @@ import torch
 from trainables.data import load_dataset
 from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
+from trainables.schedule import ONE_BY_ONE, STACKED
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL
 
@@ -50,9 +50,9 @@ def _jobs(defense: str, strength: float | None, k: int, epochs: int) -> list[Job
 
 def _run(jobs: list[Job], vectorize: bool) -> tuple[float, list[Any]]:
     data = load_dataset("breast_cancer")
-    placement = dataclasses.replace(LOCAL, vectorize=vectorize)
+    schedule = STACKED if vectorize else ONE_BY_ONE
     start = time.perf_counter()
-    got = dict(NNKind().run_many(jobs, data, placement))
+    got = dict(NNKind().run_many(jobs, data, LOCAL, schedule))
     seconds = time.perf_counter() - start
     records = [got[i][0] for i in range(len(jobs))]  # type: ignore[index]
     return seconds, records

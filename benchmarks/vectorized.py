@@ -20,7 +20,6 @@ are of medians from the same run. Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -32,6 +31,7 @@ import torch
 from trainables.data import load_dataset
 from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
+from trainables.schedule import ONE_BY_ONE, STACKED, Schedule
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL, Placement
 
@@ -42,9 +42,11 @@ def _jobs(dataset: str, k: int, epochs: int) -> list[Job]:
     return [Job(TrialSpec.build(dataset=dataset, epochs=epochs, seed=s)) for s in range(k)]
 
 
-def _timed(jobs: list[Job], ds: Any, placement: Placement) -> tuple[float, list[float]]:
+def _timed(
+    jobs: list[Job], ds: Any, placement: Placement, schedule: Schedule = STACKED
+) -> tuple[float, list[float]]:
     start = time.perf_counter()
-    got = dict(NNKind().run_many(jobs, ds, placement))
+    got = dict(NNKind().run_many(jobs, ds, placement, schedule))
     seconds = time.perf_counter() - start
     return seconds, [got[i][0].mp for i in range(len(jobs))]  # type: ignore[index,union-attr]
 
@@ -63,7 +65,7 @@ def measure(dataset: str, k: int, epochs: int, repeats: int) -> dict[str, Any]:
     equal = True
     for _ in range(repeats):
         vec, mp_vec = _timed(jobs, ds, WARM)
-        alone, mp_alone = _timed(jobs, ds, dataclasses.replace(WARM, vectorize=False))
+        alone, mp_alone = _timed(jobs, ds, WARM, ONE_BY_ONE)
         local, _ = _timed(jobs, ds, LOCAL)
         equal = equal and mp_vec == mp_alone
         runs.setdefault("vectorized_s", []).append(vec)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainables.schedule import STACKED, Schedule
 from trainables.transport.placement import Placement
 
 
@@ -20,6 +21,7 @@ class SweepContext:
     sweep: str
     placement: Placement
     data_dir: str | None
+    schedule: Schedule = STACKED  # stacked or one by one, halving (``run.vectorize/halving``)
     cell: dict[str, Any] = field(default_factory=dict)  # a search cell's fixed fields
     attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks
     prestart: int = 0  # a search cell's party actors to start first (``entry.start_one``)

@@ -46,9 +46,10 @@ from ray.tune.schedulers import (
 )
 from ray.tune.search.optuna import OptunaSearch
 
+from sweep_engine.context import SweepContext
 from trainables.records import Record
+from trainables.schedule import Schedule
 from trainables.spec import TrialSpec
-from trainables.transport.placement import Placement
 
 METRIC = "val_mp"
 TIME_ATTR = "epoch"
@@ -141,24 +142,22 @@ class TrainingStopped(Exception):
 
 
 def train_reporting(
-    run: Callable[[Placement], list[Record]],
-    placement: Placement,
+    run: Callable[[Schedule], list[Record]],
+    ctx: SweepContext,
     spec: TrialSpec,
-    sweep: str,
     also: dict[str, float],
-    data_dir: str | None = None,
 ) -> list[Record]:
     """``run`` (one training) with each epoch end reported to Tune as it happens; its
     records when it finishes. A stopped training never returns here: Tune ends the
     trial while ``tune.report`` waits. ``also``: the trial's other metrics (NaN at an
     epoch end), which Tune wants in every result."""
-    relay = EpochRelay(remote=placement.remote)
+    relay = EpochRelay(remote=ctx.placement.remote)
     out: dict[str, Any] = {}
-    n_labeled = labeled_rows(spec, data_dir)
+    n_labeled = labeled_rows(spec, ctx.data_dir)
 
     def work() -> None:
         try:
-            out["records"] = run(dataclasses.replace(placement, listener=relay))
+            out["records"] = run(dataclasses.replace(ctx.schedule, listener=relay))
         except BaseException as err:  # raised again in the trial's thread
             out["error"] = err
         finally:
@@ -170,7 +169,7 @@ def train_reporting(
         epoch, mp, rounds = item
         try:
             tune.report(
-                {**also, **epoch_result(spec, sweep, epoch, mp, rounds), "n_labeled": n_labeled}
+                {**also, **epoch_result(spec, ctx.sweep, epoch, mp, rounds), "n_labeled": n_labeled}
             )
         except SystemExit:  # Tune stopped the trial: the training unwinds, parties close
             relay.put("down", STOP)

@@ -108,6 +108,7 @@ def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.O
         ctx.placement,
         data_dir=ctx.data_dir,
         sweep=ctx.sweep,
+        schedule=ctx.schedule,
     )
     failing = False
     try:

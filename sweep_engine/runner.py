@@ -51,6 +51,7 @@ from sweep_engine.words import plural
 from trainables.defenses.applied import DefenseNeverApplied
 from trainables.errors import ConfigError, MissingDataError
 from trainables.records import Record
+from trainables.schedule import Schedule
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.trial import actor_count, run_trial
@@ -97,14 +98,15 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
     attacks = list(ctx.attacks)
     trial_id = spec.config_hash
 
-    def run(placement: Placement) -> list[Record]:
+    def run(schedule: Schedule) -> list[Record]:
         return run_trial(
             spec,
-            placement,
+            ctx.placement,
             data_dir=ctx.data_dir,
             sweep=ctx.sweep,
             trial_id=trial_id,
             attacks=attacks,
+            schedule=schedule,
         )
 
     try:
@@ -112,9 +114,9 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
             from sweep_engine.early_stop import train_reporting
 
             also = epoch_fields([name for name, _ in attacks])
-            records = train_reporting(run, ctx.placement, spec, ctx.sweep, also, ctx.data_dir)
+            records = train_reporting(run, ctx, spec, also)
         else:
-            records = run(ctx.placement)
+            records = run(ctx.schedule)
     except MissingDataError:
         raise  # this node lacks a data file: a fault of the node, retried (maybe elsewhere)
     except (ConfigError, DefenseNeverApplied) as err:  # deterministic: same spec, same error
@@ -348,10 +350,9 @@ def context(
     return SweepContext(
         sweep=plan.space.name,
         placement=Placement(
-            run.transport,
-            res.cpu_per_party,
-            res.gpu_per_party,
-            reuse_actors=run.reuse_actors,
+            run.transport, res.cpu_per_party, res.gpu_per_party, reuse_actors=run.reuse_actors
+        ),
+        schedule=Schedule(
             vectorize=run.vectorize,
             halving=None
             if run.halving is None

@@ -19,8 +19,9 @@ import pytest
 
 from trainables.data import load_dataset
 from trainables.jobs import Job
+from trainables.schedule import Schedule
 from trainables.spec import TrialSpec
-from trainables.transport.placement import Placement
+from trainables.transport.placement import LOCAL
 from trainables.vfl.halving import Halving, survivors
 from trainables.vfl.vectorized import run_vectorized
 
@@ -45,9 +46,8 @@ def _run(halving: Halving | None, defense: str = "none") -> dict[int, list]:
         for lr in LRS
         for s in (0, 1)
     ]  # fmt: skip
-    placement = Placement("local", halving=halving)
     ds = load_dataset("digits")
-    return dict(run_vectorized(jobs, ds, placement))
+    return dict(run_vectorized(jobs, ds, LOCAL, Schedule(halving=halving)))
 
 
 def test_a_cut_stack_stops_the_halving_budget_and_leaves_the_rest_as_they_were() -> None:

@@ -29,6 +29,7 @@ from trainables.data import load_dataset
 from trainables.errors import ConfigError
 from trainables.jobs import Job
 from trainables.kinds.nn import NNKind
+from trainables.schedule import ONE_BY_ONE, STACKED
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL
 from trainables.vfl.vectorized import run_jobs
@@ -37,12 +38,11 @@ ADAPT = {"trials": 3, "sampler": "random"}
 SPEC = TrialSpec.build(
     dataset="digits", epochs=3, seed=0, train_attack="lrb", train_attack_adapt=ADAPT
 )
-STACKED = dataclasses.replace(LOCAL, vectorize=True)
 
 
 @pytest.fixture(scope="module")
 def records() -> list[Any]:
-    return NNKind().run(SPEC, load_dataset("digits"), STACKED, [])
+    return NNKind().run(SPEC, load_dataset("digits"), LOCAL, [])
 
 
 def test_trial_settings_are_the_default_then_seeded_draws_in_the_declared_ranges() -> None:
@@ -94,8 +94,8 @@ def test_the_cell_writes_the_default_and_the_chosen_trial(records: list[Any]) ->
 def test_the_trials_stack_and_each_equals_its_training_alone() -> None:
     ds = load_dataset("digits")
     jobs = [Job(s, (), tuned=True) for s in trial_specs(SPEC)]
-    stacked = dict(run_jobs(jobs, ds, STACKED))
-    alone = dict(run_jobs(jobs, ds, dataclasses.replace(LOCAL, vectorize=False)))
+    stacked = dict(run_jobs(jobs, ds, LOCAL, STACKED))
+    alone = dict(run_jobs(jobs, ds, LOCAL, ONE_BY_ONE))
     for i in range(len(jobs)):
         s, a = stacked[i][-1], alone[i][-1]
         assert json.loads(s.extra).get("vectorized") is True  # different settings, one stack
@@ -116,7 +116,7 @@ def test_the_choice_reads_the_attackers_own_scores_and_beats_their_noise() -> No
     """``combine`` picks the trial with the best own mean, whatever the judge's AP, and
     keeps the default when the paired gain over the folds is within its noise."""
     jobs = [Job(s, (), tuned=True) for s in trial_specs(SPEC)]
-    trials = [out for _, out in sorted(run_jobs(jobs, load_dataset("digits"), STACKED))]
+    trials = [out for _, out in sorted(run_jobs(jobs, load_dataset("digits"), LOCAL, STACKED))]
     low, high = [0.1] * 5, [0.8, 0.9, 0.8, 0.85, 0.9]
     mixed = [trials[0], trials[1], trials[2]]
     mixed = [[_with_own(t[-1], f)] for t, f in zip(mixed, (low, [0.2] * 5, high), strict=True)]
@@ -157,7 +157,7 @@ def test_one_trial_is_the_default_kept() -> None:
     """``trials: 1``: the budget holds only the default; the cell still writes both records,
     as the plan counts them."""
     spec = SPEC.model_copy(update={"train_attack_adapt": {"trials": 1, "sampler": "random"}})
-    default, adapted = NNKind().run(spec, load_dataset("digits"), STACKED, [])
+    default, adapted = NNKind().run(spec, load_dataset("digits"), LOCAL, [])
     info = json.loads(adapted.extra)["adapted"]
     assert adapted.label == "lrb@adapted" and info["trainings"] == 1 and info["default_kept"]
     assert adapted.ap == default.ap and adapted.mp == default.mp
@@ -169,7 +169,7 @@ def test_too_few_own_rows_keeps_the_default_with_the_reason() -> None:
     spec = TrialSpec.build(
         dataset="breast_cancer", epochs=2, train_attack="lrb", train_attack_adapt=ADAPT
     )
-    default, adapted = NNKind().run(spec, load_dataset("breast_cancer"), STACKED, [])
+    default, adapted = NNKind().run(spec, load_dataset("breast_cancer"), LOCAL, [])
     info = json.loads(adapted.extra)["adapted"]
     assert info["default_kept"] and "cannot give 2 folds" in info["why_default"]
     assert info["held_out_rows"] == 0 and info["best"] == {}
@@ -183,7 +183,7 @@ def test_amc_tunes_its_optimizer_over_trainings() -> None:
         train_attack_params={"epochs": 2, "steps_per_epoch": 40},
         train_attack_adapt={"trials": 2, "sampler": "random"},
     )  # fmt: skip
-    default, adapted = NNKind().run(spec, load_dataset("digits"), STACKED, [])
+    default, adapted = NNKind().run(spec, load_dataset("digits"), LOCAL, [])
     info = json.loads(adapted.extra)["adapted"]
     assert default.label == "amc[epochs=2,steps_per_epoch=40]"
     assert adapted.label == default.label + "@adapted" and info["folds"] == 4  # 40 rows: 4 x 10

@@ -18,6 +18,7 @@ from trainables.data import Dataset, load_dataset
 from trainables.jobs import Job, Outcome
 from trainables.kinds.nn import NNKind
 from trainables.records import Record
+from trainables.schedule import ONE_BY_ONE
 from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer
 from trainables.transport.open import open_parties
@@ -107,7 +108,7 @@ def test_vectorized_records_equal_one_at_a_time_on_warm_actors(
 
 def test_turned_off_nothing_stacks(data: Dataset) -> None:
     jobs = [_job(0), _job(1)]
-    got = dict(NNKind().run_many(jobs, data, dataclasses.replace(LOCAL, vectorize=False)))
+    got = dict(NNKind().run_many(jobs, data, LOCAL, ONE_BY_ONE))
     assert not any(json.loads(r.extra or "{}").get("vectorized") for o in got.values() for r in o)  # type: ignore[union-attr]
 
 
@@ -282,7 +283,7 @@ def test_every_defense_and_protocol_gives_the_same_records_stacked_or_not(
         grid = DEFENSES.get(defense).info.grid
         fields.update(defense=defense, defense_param=grid[len(grid) // 2])
     jobs = [_job(0, **fields), _job(1, attacks=[DLI], **fields)]
-    off = dict(NNKind().run_many(jobs, data, dataclasses.replace(LOCAL, vectorize=False)))
+    off = dict(NNKind().run_many(jobs, data, LOCAL, ONE_BY_ONE))
     on = dict(NNKind().run_many(jobs, data, LOCAL))
     assert [_bare(on[i]) for i in range(2)] == [_bare(off[i]) for i in range(2)]
     spec = jobs[0].spec

@@ -21,6 +21,7 @@ from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.kinds import kind_of
 from trainables.kinds.base import TrialKind
 from trainables.records import Record
+from trainables.schedule import STACKED, Schedule
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL, TRANSPORTS, Placement
 from trainables.vfl.training import (
@@ -41,16 +42,21 @@ def run_trial(
     sweep: str = "",
     trial_id: str = "",
     attacks: Sequence[AttackSpec] = (),
+    schedule: Schedule = STACKED,
 ) -> list[Record]:
     """Run ``spec`` to completion: the clean record (``attack='none'``) and one per attack.
 
     Inference-time ``attacks`` share this training; a spec with a ``train_attack`` gets
-    only that attack's record, whose MP is the MP under attack.
+    only that attack's record, whose MP is the MP under attack. A pack of one
+    (``run_many``), so that a kind that reads ``schedule`` reads it here too (its listener:
+    early stopping).
     """
     kind = _checked(spec, attacks)
     ds = load_dataset(spec.dataset, data_dir, **spec.dataset_params)
-    records = kind.run(spec, ds, placement, attacks)
-    return _with_ids(records, sweep, trial_id or spec.config_hash)
+    ((_, outcome),) = kind.run_many([Job(spec, tuple(attacks))], ds, placement, schedule)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return _with_ids(outcome, sweep, trial_id or spec.config_hash)
 
 
 def _checked(spec: TrialSpec, attacks: Sequence[AttackSpec]) -> TrialKind:
@@ -79,6 +85,7 @@ def run_pack(
     *,
     data_dir: str | Path | None = None,
     sweep: str = "",
+    schedule: Schedule = STACKED,
 ) -> Iterator[tuple[int, Outcome]]:
     """Run a pack: jobs of one kind on one dataset, on one placement (its warm actors),
     yielding ``(index, records or deterministic error)`` as each finishes (``run_many``).
@@ -106,7 +113,7 @@ def run_pack(
     if kind is None:
         return
     ds = load_dataset(first.dataset, data_dir, **first.dataset_params)
-    for j, outcome in kind.run_many([jobs[i] for i in todo], ds, placement):
+    for j, outcome in kind.run_many([jobs[i] for i in todo], ds, placement, schedule):
         i = todo[j]
         if isinstance(outcome, Exception):
             yield i, outcome

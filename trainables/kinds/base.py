@@ -16,6 +16,7 @@ from typing import ClassVar
 from trainables.data import Dataset
 from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.records import Record
+from trainables.schedule import STACKED, Schedule
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 
@@ -105,12 +106,13 @@ class TrialKind:
         raise NotImplementedError
 
     def run_many(
-        self, jobs: Sequence[Job], ds: Dataset, placement: Placement
+        self, jobs: Sequence[Job], ds: Dataset, placement: Placement, schedule: Schedule = STACKED
     ) -> Iterator[tuple[int, Outcome]]:
         """Run a pack of jobs on ``ds`` (one dataset, one shape), yielding ``(index, outcome)``
         as each finishes. The base runs them one after another on the same placement (its
-        warm actors); a kind may advance several at once (``vfl/vectorized.py``) as long
-        as each job's records equal what ``run`` gives it."""
+        warm actors), whatever ``schedule`` says; a kind may advance several at once as
+        ``schedule`` allows (``vfl/vectorized.py``) as long as each job's records equal
+        what ``run`` gives it."""
         from trainables.defenses.applied import DefenseNeverApplied
         from trainables.errors import ConfigError
 

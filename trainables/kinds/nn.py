@@ -18,6 +18,7 @@ from trainables.kinds.base import TrialKind
 from trainables.models import BOTTOMS
 from trainables.protocols import PROTOCOLS
 from trainables.records import Record
+from trainables.schedule import STACKED, Schedule
 from trainables.spec import TrialSpec
 from trainables.transport.placement import Placement
 from trainables.vfl.vectorized import run_vectorized
@@ -58,17 +59,17 @@ class NNKind(TrialKind):
     ) -> list[Record]:
         """One training: a stack of one (``vfl/vectorized.py``, the code every pack runs)."""
         job = Job(spec, tuple(attacks))
-        ((_, outcome),) = run_vectorized([job], ds, placement)
+        ((_, outcome),) = run_vectorized([job], ds, placement, STACKED)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
     def run_many(
-        self, jobs: Sequence[Job], ds: Dataset, placement: Placement
+        self, jobs: Sequence[Job], ds: Dataset, placement: Placement, schedule: Schedule = STACKED
     ) -> Iterator[tuple[int, Outcome]]:
         """Trainings that stack together run as one stacked training (``vfl/vectorized.py``:
         one batched step per round for all of them; each record equal to the training's
         alone up to float summation order, those stacked with others saying
-        ``vectorized``) unless the placement turns it off; every other one as a stack of
+        ``vectorized``) unless the schedule turns it off; every other one as a stack of
         one."""
-        yield from run_vectorized(jobs, ds, placement)
+        yield from run_vectorized(jobs, ds, placement, schedule)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from trainables.errors import ConfigError
 
@@ -20,21 +19,15 @@ TRANSPORTS = ("local", "ray")
 class Placement:
     """``local``: parties are objects in this process; ``ray``: each party in its own actor
     reserving ``cpu_per_party`` / ``gpu_per_party``, on the cluster at ``address``; with
-    ``reuse_actors`` the actors are kept warm for the next trial of the same shape;
-    ``vectorize``: a pack's trainings that stack run as one batched training."""
+    ``reuse_actors`` the actors are kept warm for the next trial of the same shape. How
+    the trainings placed here advance (stacked, halved, watched) is ``trainables.schedule``'s
+    ``Schedule``, not a placement's."""
 
     transport: str = "local"
     cpu_per_party: float = 1.0
     gpu_per_party: float = 0.0
     address: str | None = None
     reuse_actors: bool = False
-    # stack a pack's same-shape NN trainings into one batched training (``vfl/vectorized.py``)
-    vectorize: bool = True
-    # told of each epoch end of the one training placed here (``rounds.EpochListener``:
-    # a Tune scheduler's or an Optuna pruner's relay, ``sweep_engine/early_stop.py``)
-    listener: Any = dataclasses.field(default=None, compare=False)
-    # successive halving of a pack's stacks (``vfl/halving.py``'s ``Halving``), or None
-    halving: Any = None
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:

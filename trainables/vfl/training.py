@@ -35,6 +35,7 @@ from trainables.jobs import AttackSpec
 from trainables.party import Labels, Party, PartyConfig, PartyInit
 from trainables.protocols import PROTOCOLS, Protocol, TrainResult
 from trainables.records import Record, merged_extra
+from trainables.rounds import EpochListener
 from trainables.spec import TrialSpec, procedure_params
 from trainables.transport.group import PartyGroup
 from trainables.transport.open import open_parties
@@ -244,31 +245,33 @@ def train_stacked(
     *,
     halving: Halving | None = None,
     cells: Sequence[str] = (),
+    listener: EpochListener | None = None,
     group: PartyGroup | None = None,
 ) -> list[tuple[Trained | None, BaseException | None]]:
     """Every ``ready`` training as one stack per party (``vfl/stacked_party.py``), trained by
     ``StackedRounds`` at the active stack, on ``group`` or on parties opened for it: per
     training, what it left (its parties where ``keep`` says so) or the error its build or
     training raised. ``halving``: successive halving over the ``cells`` (each training's
-    spec but its seed). A lost actor is raised."""
+    spec but its seed); ``listener``: told of each epoch end (early stopping: a stack of
+    one only). A lost actor is raised."""
     stacks = [
         StackedPartyInit(tuple(r.inits[k] for r in ready)) for k in range(len(ready[0].inits))
     ]
     if group is not None:
         group.load(stacks)
-        return _train_on(group, ready, epochs, placement, keep, halving, cells)
+        return _train_on(group, ready, epochs, keep, halving, cells, listener)
     with open_parties(stacks, placement) as opened:
-        return _train_on(opened, ready, epochs, placement, keep, halving, cells)
+        return _train_on(opened, ready, epochs, keep, halving, cells, listener)
 
 
 def _train_on(
     group: PartyGroup,
     ready: Sequence[PreparedTrial],
     epochs: int,
-    placement: Placement,
     keep: Sequence[bool],
     halving: Halving | None,
     cells: Sequence[str],
+    listener: EpochListener | None,
 ) -> list[tuple[Trained | None, BaseException | None]]:
     errors, slots = stack_errors(group, len(ready))
     results: list[TrainResult | None] = [None] * len(ready)
@@ -279,7 +282,7 @@ def _train_on(
             targets=[r.target_mp for r in ready], slots=slots, halving=halving,
             epochs=epochs, cells=cells,
         )  # fmt: skip
-        run.listener = placement.listener  # early stopping: one training only
+        run.listener = listener
         results = group.train(run, epochs)
     return collect_trained(group, ready, results, errors, keep)
 

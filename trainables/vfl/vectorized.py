@@ -40,6 +40,7 @@ from trainables.jobs import AttackSpec, Job, Outcome
 from trainables.models import build_bottom
 from trainables.protocols import CODECS
 from trainables.records import Record
+from trainables.schedule import Schedule
 from trainables.spec import TrialSpec
 from trainables.stacked import stackable_module
 from trainables.transport.placement import Placement
@@ -142,7 +143,7 @@ def stack_key(spec: TrialSpec, prepared: PreparedTrial) -> tuple[Any, ...] | Non
 
 
 def run_vectorized(
-    jobs: Sequence[Job], ds: Dataset, placement: Placement
+    jobs: Sequence[Job], ds: Dataset, placement: Placement, schedule: Schedule
 ) -> Iterator[tuple[int, Outcome]]:
     """``run_jobs``, where a job whose training-time attacker tunes (``tuning_trained``)
     is its ``trials`` trainings, trained with the others (as one stack where they can
@@ -156,11 +157,11 @@ def run_vectorized(
         expanded += [Job(s, job.attacks, tuned=adapted) for s in specs]
         parent += [i] * len(specs)
     if not any(job.tuned for job in expanded):
-        yield from run_jobs(jobs, ds, placement)
+        yield from run_jobs(jobs, ds, placement, schedule)
         return
     waiting: dict[int, dict[int, Outcome]] = {}
     first = {i: parent.index(i) for i in set(parent)}
-    for k, outcome in run_jobs(expanded, ds, placement):
+    for k, outcome in run_jobs(expanded, ds, placement, schedule):
         i = parent[k]
         if not expanded[k].tuned:
             yield i, outcome
@@ -175,12 +176,12 @@ def run_vectorized(
 
 
 def run_jobs(
-    jobs: Sequence[Job], ds: Dataset, placement: Placement
+    jobs: Sequence[Job], ds: Dataset, placement: Placement, schedule: Schedule
 ) -> Iterator[tuple[int, Outcome]]:
     """Train ``jobs``: those that stack together as one stacked run, each other one as a
     stack of one (a bottom that is not a plain MLP or starts pretrained, a plugin's
     defense or training-time attack without a stacked form; every one where the
-    placement does not vectorize); yield ``(index, records or deterministic error)``; a
+    schedule does not vectorize); yield ``(index, records or deterministic error)``; a
     fault is raised at the end."""
     faults: list[BaseException] = []
     groups: dict[tuple[Any, ...], list[_Prepared]] = {}
@@ -191,15 +192,16 @@ def run_jobs(
         except DETERMINISTIC as err:
             yield i, err
             continue
-        together = placement.vectorize and stacks(job.spec, evaluated)
+        together = schedule.vectorize and stacks(job.spec, evaluated)
         key = stack_key(job.spec, prepared) if together else None
         if key is None:  # alone, a stack of one: trained now, so no other's data waits
-            yield from _run_chunk(jobs, [_Prepared(i, prepared, evaluated)], placement, faults)
+            alone = [_Prepared(i, prepared, evaluated)]
+            yield from _run_chunk(jobs, alone, placement, schedule, faults)
             continue
         groups.setdefault(key, []).append(_Prepared(i, prepared, evaluated))
     for group in groups.values():  # a lone training too: K = 1 of the same code
         for chunk in _chunks(group):
-            yield from _run_chunk(jobs, chunk, placement, faults)
+            yield from _run_chunk(jobs, chunk, placement, schedule, faults)
     if faults:
         raise faults[0]
 
@@ -220,13 +222,15 @@ def _run_chunk(
     jobs: Sequence[Job],
     chunk: Sequence[_Prepared],
     placement: Placement,
+    schedule: Schedule,
     faults: list[BaseException],
 ) -> Iterator[tuple[int, Outcome]]:
     ready = [c.prepared for c in chunk]
     epochs = int(jobs[chunk[0].index].spec.required("epochs"))
     trained_all = train_stacked(
         ready, epochs, placement, [bool(c.attacks) for c in chunk],
-        halving=halving_of(placement, ready), cells=[cell_of(jobs[c.index].spec) for c in chunk],
+        halving=halving_of(schedule, ready), cells=[cell_of(jobs[c.index].spec) for c in chunk],
+        listener=schedule.listener,
     )  # fmt: skip
     done = [
         (item, trained)
@@ -246,7 +250,7 @@ def _run_chunk(
         else:
             try:
                 extra: dict[str, Any] = {"vectorized": True} if len(chunk) > 1 else {}
-                skipped = None if placement.halving is None else halving_skipped(item.prepared)
+                skipped = None if schedule.halving is None else halving_skipped(item.prepared)
                 if skipped is not None:  # asked for, and not done: say why
                     extra["halving_skipped"] = skipped
                 if jobs[item.index].tuned:  # a trial of an adapted training-time attack
@@ -280,12 +284,12 @@ def _stacked_outcomes(
     return {item.index: out for (item, _), out in zip(done, outcomes, strict=True)}
 
 
-def halving_of(placement: Placement, ready: Sequence[PreparedTrial]) -> Halving | None:
-    """The placement's successive halving, for a stack it can cut: one whose parties have
+def halving_of(schedule: Schedule, ready: Sequence[PreparedTrial]) -> Halving | None:
+    """The schedule's successive halving, for a stack it can cut: one whose parties have
     no hooks past the messages (no MID, CAE, DCAE, dCor, GPer, CELU-VFL workset or
     training-time attack: their stacked state is theirs to cut) and trains on validation
     rows (``halving_skipped`` says why another is not cut)."""
-    halving: Halving | None = placement.halving
+    halving = schedule.halving
     if halving is None or halving_skipped(ready[0]) is not None:
         return None
     return halving

@@ -1,0 +1,34 @@
+"""How a pack's trainings advance, apart from where their parties run (``Placement``).
+
+Why a second object: ``Placement`` answers "in this process or one Ray actor per party,
+with what resources"; every kind reads it. ``Schedule`` answers "stacked or one by one,
+cut by successive halving, watched epoch by epoch"; only the kinds whose trainings run
+the round loop read it (``kinds/nn.py`` through ``vfl/vectorized.py``), and the base kind
+runs a pack one training after another whatever it says. Light (no torch): a sweep's
+``SweepContext`` carries it into every trial.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from trainables.rounds import EpochListener
+from trainables.vfl.halving import Halving
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """``vectorize``: a pack's trainings that stack run as one stacked training (``run.vectorize``,
+    ``vfl/vectorized.py``); ``halving``: successive halving of a pack's stacks
+    (``run.halving``, ``vfl/halving.py``), or None; ``listener``: told of each epoch end of
+    the one training it runs (a Tune scheduler's or an Optuna pruner's relay,
+    ``sweep_engine/early_stop.py``), or None."""
+
+    vectorize: bool = True
+    halving: Halving | None = None
+    listener: EpochListener | None = dataclasses.field(default=None, compare=False)
+
+
+STACKED = Schedule()  # the default: stack what stacks, no halving, no listener
+ONE_BY_ONE = Schedule(vectorize=False)
