@@ -126,14 +126,16 @@ def tbm_row_flops(c: int, hidden: int, d_out: int) -> int:
 # --- roofs -------------------------------------------------------------------------------
 
 
-def matmul_peak(n: int, threads: int, repeats: int) -> dict[str, Any]:
-    """GFLOP/s of an (n, n) @ (n, n) float32 torch matmul (2n^3), median over ``repeats``
-    on ``threads`` threads, after one warm-up: this thread's CPU seconds on one thread (as
-    the pieces are timed), wall seconds on several."""
+def matmul_peak(
+    n: int, threads: int, repeats: int, dtype: torch.dtype = torch.float32
+) -> dict[str, Any]:
+    """GFLOP/s of an (n, n) @ (n, n) torch matmul (2n^3; float32 unless ``dtype``: BLI's
+    set-up is float64), median over ``repeats`` on ``threads`` threads after one warm-up:
+    this thread's CPU seconds on one thread (as the pieces are timed), wall on several."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         torch.mm(a, b)
         clock = time.thread_time if threads == 1 else time.perf_counter  # as the pieces'
         times = []
@@ -144,12 +146,8 @@ def matmul_peak(n: int, threads: int, repeats: int) -> dict[str, Any]:
     finally:
         torch.set_num_threads(before)
     s = statistics.median(times)
-    return {
-        "n": n,
-        "threads": threads,
-        "seconds": round(s, 4),
-        "gflops": round(2 * n**3 / s / 1e9, 2),
-    }
+    gflops = round(2 * n**3 / s / 1e9, 2)
+    return {"n": n, "threads": threads, "seconds": round(s, 4), "gflops": gflops}
 
 
 def matvec_roof(n: int, repeats: int) -> dict[str, Any]:
@@ -171,6 +169,19 @@ def matvec_roof(n: int, repeats: int) -> dict[str, Any]:
         "gflops": round(2 * n * n / s / 1e9, 2),
         "gb_per_s": round(4 * n * n / s / 1e9, 2),
     }
+
+
+def bare_mm(m: int, k: int, n: int) -> float:
+    """GFLOP/s of a bare one-thread torch (m, k) @ (k, n) float32 (2·m·k·n), median of 5
+    runs of 200: the most a piece's largest matmul could reach at its own small shape."""
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    times = []
+    for _ in range(5):
+        start = time.thread_time()
+        for _ in range(200):
+            torch.mm(a, b)
+        times.append((time.thread_time() - start) / 200)
+    return round(2 * m * k * n / statistics.median(times) / 1e9, 2)
 
 
 def caches() -> dict[str, str]:
@@ -238,13 +249,9 @@ def training(
     seconds = per_unit(lambda e: train_local_parties(prepared, e), *epochs, repeats) / steps
     formula = nn_epoch_flops(rows)
     flops = (formula if defense == "none" else per_epoch) // steps
-    out = row(
-        f"B={batch}, 2x MLP 32-32-10, {rows} rows = {steps} steps/epoch",
-        "step",
-        flops,
-        seconds,
-        peak,
-    )
+    shapes = f"batch_size={batch}: {rows} rows in {steps} batches, 2 bottoms MLP 32-32-10"
+    out = row(shapes, "step", flops, seconds, peak, bare_mm_gflops=bare_mm(rows // steps, 32, 32))
+    out["timed_epochs"] = f"{epochs[1] - epochs[0]} of 30"
     out.update(strength=extra.get("defense_param"), counter_flop_per_epoch=per_epoch)
     if defense == "none":
         out["formula_flop_per_epoch"] = formula
@@ -260,7 +267,8 @@ def completion_piece(
     name: str, parties: Sequence[Any], steps: tuple[int, int], repeats: int, peak: float
 ) -> dict[str, Any]:
     """PMC or MC at the defaults (fast path) for ``steps`` of its 25 x 1024, per step; and
-    the block part alone (draws + ``block_inputs``, the bottom's batched forward)."""
+    per step, its random draws (``draw_block``) and its block part (the draws and
+    ``block_inputs``: the bottom's batched forward); the head steps are the rest."""
     view = trained_view(name, parties)
 
     def run(n: int) -> None:
@@ -373,6 +381,7 @@ def feature_pieces(
             shapes, f"epoch ({math.ceil((n if name == 'grn' else m) / bs)} steps)", flops, seconds,
             peak, timed_epochs=f"{epochs[name][1] - epochs[name][0]} of {total}",
             counter_flop_per_epoch=counted[1] - counted[0],
+            bare_mm_gflops=bare_mm(bs, 64, 128) if name == "grn" else bare_mm(bs, 128, 32),
         )  # fmt: skip
     return out
 
@@ -389,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     roofs = {
         "matmul_1thread": matmul_peak(n, 1, repeats + 2),
         "matmul_all_threads": matmul_peak(n, threads, repeats + 2),
+        "matmul_1thread_float64": matmul_peak(n, 1, repeats + 2, torch.float64),
         "matvec_1thread_in_l3": matvec_roof(1024 if quick else 1536, repeats),  # 9.4 MB
         "matvec_1thread_dram": matvec_roof(2048 if quick else 4096, repeats),  # 64 MB
     }
@@ -406,9 +416,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         prepared = prepare_parties(spec, load_dataset(DATASET), ATTACKED)
         parties = train_local_parties(prepared, int(spec.epochs))[1]
         for name in ("pmc", "mc"):
-            pieces[name] = completion_piece(
-                name, parties, (64, 320) if quick else (256, 2304), repeats, peak
-            )
+            span = (64, 320) if quick else (256, 2304)
+            pieces[name] = completion_piece(name, parties, span, repeats, peak)
             print(json.dumps({name: pieces[name]}), file=sys.stderr, flush=True)
     pieces.update(bli_pieces(parties, (20, 60) if quick else (200, 1200), repeats, peak))
     with threadpool_limits(1):

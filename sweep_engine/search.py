@@ -230,7 +230,7 @@ def _run_study(
     metrics = [selected(o.metric) for o in search.objectives]
     modes = [o.mode for o in search.objectives]
     single = len(metrics) == 1
-    epochs = int(cell.spec.epochs)  # type: ignore[arg-type]
+    epochs = int(cell.spec.required("epochs"))
     searcher = early_stop.PrunedSearch(
         space={k: distribution(p) for k, p in search.params.items()},
         metric=metrics[0] if single else metrics,

@@ -64,7 +64,7 @@ def test_passive_tree_party_holds_no_labels_and_sees_only_ciphertexts() -> None:
     session, data = _session(spec, True, 80)
     y = data.y_train[:80]  # type: ignore[attr-defined]
     train_boost(session, y, data.y_test, 2, BoostParams(n_trees=1, max_depth=2))  # type: ignore
-    passive = session.transport.peers[0]  # type: ignore[attr-defined]
+    passive = session.transport.peers[0]
     arrays = [v for v in vars(passive).values() if isinstance(v, np.ndarray)]
     assert all(not np.array_equal(a.ravel()[:80], y) for a in arrays if a.size >= 80)
     n2 = session.keys.public.n**2

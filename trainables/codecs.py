@@ -27,12 +27,12 @@ import numpy as np
 
 from trainables.errors import ConfigError, refuse_unknown
 from trainables.messages import Message
-from trainables.registry import Registry
+from trainables.registry import ClassRegistry
 
 if TYPE_CHECKING:
     from trainables.roles import HookHost
 
-CODECS: Registry[Any] = Registry("codec")  # codec and workset classes (no common base)
+CODECS: ClassRegistry[Any] = ClassRegistry("codec")  # codec and workset classes (no common base)
 
 _NATIVE_BITS = {8: "<u1", 16: "<u2", 32: "<u4"}
 

@@ -8,15 +8,14 @@ features to C logits, so aggVFL can sum them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
 
 from trainables.errors import ConfigError
-from trainables.registry import Registry
+from trainables.registry import FactoryRegistry
 
-BOTTOMS: Registry[Any] = Registry("model")  # bottom builders
+BOTTOMS: FactoryRegistry[nn.Module] = FactoryRegistry("model")  # bottom builders
 
 # Default hidden widths per (model, dataset); "*" applies to any dataset.
 DEFAULT_HIDDEN: dict[str, dict[str, tuple[int, ...]]] = {

@@ -88,10 +88,6 @@ class Registry(Generic[T]):
                 f"unknown {self.family} {name!r}; {hint}known: {', '.join(self.names())}"
             ) from None
 
-    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Call the factory registered under ``name`` (``ClassRegistry``: typed)."""
-        return self.get(name)(*args, **kwargs)  # type: ignore[operator]  # T: a factory
-
     def names(self) -> list[str]:
         self._ensure_plugins()
         return sorted(self._entries)
@@ -178,6 +174,14 @@ class Registry(Generic[T]):
 class ClassRegistry(Registry[type[Made]]):
     """A registry of classes of one base (attacks, defenses, protocols): ``create`` is an
     instance of that base, so a caller needs no cast."""
+
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Made:
+        return self.get(name)(*args, **kwargs)
+
+
+class FactoryRegistry(Registry[Callable[..., Made]]):
+    """A registry of functions that make one type (bottom models): ``create`` calls the
+    one registered under ``name``."""
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> Made:
         return self.get(name)(*args, **kwargs)

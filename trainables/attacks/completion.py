@@ -87,6 +87,8 @@ def check_params(p: dict[str, Any]) -> dict[str, Any]:
 class CompletionModel(nn.Module):
     """The attacker's bottom (N, d) -> (N, width) plus a new head -> (N, n_classes)."""
 
+    steps: int = 0  # the updates its training ran (fewer than asked if it converged)
+
     def __init__(self, bottom: nn.Module, width: int, n_classes: int, head: str) -> None:
         super().__init__()
         self.bottom = bottom
@@ -165,14 +167,16 @@ def complete_models(
             rngs.append(rng)
         if not fast:
             return done
-        stops = []
+        emas, stops = [], []
         for model, (_, _, unlabeled) in zip(models, datas, strict=True):
             model.bottom.requires_grad_(False)
-            ema = copy.deepcopy(model).requires_grad_(False)
+            emas.append(copy.deepcopy(model).requires_grad_(False))
             patience, tol = int(p["stop_patience"]), float(p["stop_tol"])
-            stops.append(Convergence(ema, unlabeled, patience, tol))
-        completion_fast.train_fast(models, datas, p, gens, rngs, stops)
-        return [stop.ema.eval() for stop in stops]
+            stops.append(Convergence(emas[-1], unlabeled, patience, tol))
+        steps = completion_fast.train_fast(models, datas, p, gens, rngs, stops)
+        for ema, n in zip(emas, steps, strict=True):
+            ema.steps = n
+        return [ema.eval() for ema in emas]
     finally:
         torch.set_num_threads(threads)
 
@@ -249,7 +253,7 @@ def _train_autograd(
         done = step + 1
         if stop.patience and done % epoch == 0 and stop.converged():
             break
-    ema.steps = done  # type: ignore[assignment]  # updates run (fewer if it converged)
+    ema.steps = done
     return ema.eval()
 
 

@@ -240,16 +240,16 @@ def train_fast(
     gens: Sequence[torch.Generator],
     rngs: Sequence[np.random.Generator],
     stops: Sequence[Convergence],
-) -> None:
+) -> list[int]:
     """Trains the K ``models``' heads (linear, on frozen bottoms) as one and writes each
     one's EMA weights into its ``stops[k].ema`` (a copy of the model), as the generic loop
-    does; K = 1 is one completion. Each draws from its own generators (the generic loop's,
-    fresh) and forms its own block inputs; the head steps and Adam run on the K heads
-    stacked, so the ~35 small numpy calls of a step are made once for all K. With a
-    convergence stop, a head whose ``Convergence`` says so at an epoch end is frozen
-    (its weights, EMA and step count kept) while the others go on. ``datas``: xl (n_l,
-    *feat), yl (n_l, C) one-hot, xu (n_u, *feat), one shape for all K. Needs
-    ``applies(p, len(xu))``."""
+    does; K = 1 is one completion; returns each one's updates run. Each draws from its own
+    generators (the generic loop's, fresh) and forms its own block inputs; the head steps
+    and Adam run on the K heads stacked, so the ~35 small numpy calls of a step are made
+    once for all K. With a convergence stop, a head whose ``Convergence`` says so at an
+    epoch end is frozen (its weights, EMA and step count kept) while the others go on.
+    ``datas``: xl (n_l, *feat), yl (n_l, C) one-hot, xu (n_u, *feat), one shape for all K.
+    Needs ``applies(p, len(xu))``."""
     thetas = [
         torch.cat([_linear(m).weight, _linear(m).bias.unsqueeze(1)], dim=1).detach().numpy()
         for m in models
@@ -291,7 +291,7 @@ def train_fast(
     for k, (model, stop) in enumerate(zip(models, stops, strict=True)):
         _load(model, opt.theta[k])
         _load(stop.ema, opt.ema[k])
-        stop.ema.steps = steps_of[k]  # type: ignore[assignment]  # updates run (fewer if converged)
+    return steps_of
 
 
 def _linear(model: nn.Module) -> nn.Linear:

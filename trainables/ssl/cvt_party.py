@@ -199,10 +199,13 @@ class CvtParty(Endpoint):
             if q > 0:
                 self._stash = self._compute(*self._inputs)
             self.optimizer.zero_grad(set_to_none=True)
-            total = sum((t * g).sum() for t, g in zip(self._stash, received, strict=True))
+            terms = [(t * g).sum() for t, g in zip(self._stash, received, strict=True)]
+            total = terms[0]  # then added in order: the same float sums as Python's sum()
+            for term in terms[1:]:
+                total = total + term
             if self._local_loss is not None:
                 total = total + self._local_loss
-            total.backward()  # type: ignore[union-attr]  # a sum of tensors: a tensor
+            total.backward()
             self.optimizer.step()
         self._stash, self._inputs = [], None
 

@@ -48,14 +48,24 @@ def _message_bytes(values: Sequence[object]) -> int:
 
 
 class Transport(ABC):
-    """Calls methods of the passive parties and counts what crosses the boundary."""
+    """Calls methods of the passive parties (``peers``: the party objects, or their actor
+    handles) and counts what crosses the boundary."""
 
-    def __init__(self) -> None:
+    def __init__(self, peers: Sequence[Any]) -> None:
+        self.peers = list(peers)
         self.stats = CommStats()
 
     @property
-    @abstractmethod
-    def n_peers(self) -> int: ...
+    def n_peers(self) -> int:
+        return len(self.peers)
+
+    def subset(self, start: int, stop: int | None = None) -> Transport:
+        """A transport of the same kind to ``peers[start:stop]`` that counts into this
+        one's ``stats`` (Paillier LR talks to the passive parties and to the key holder
+        apart, and its record counts both)."""
+        out = type(self)(self.peers[start:stop])
+        out.stats = self.stats
+        return out
 
     @abstractmethod
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[object]: ...

@@ -11,14 +11,6 @@ from trainables.transport.base import Transport
 class LocalTransport(Transport):
     """Runs each call at submit time; used by tests and tiny trials."""
 
-    def __init__(self, peers: Sequence[Any]) -> None:
-        super().__init__()
-        self.peers = list(peers)
-
-    @property
-    def n_peers(self) -> int:
-        return len(self.peers)
-
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[object]:
         return [getattr(p, method)(*a) for p, a in zip(self.peers, args, strict=True)]
 

@@ -99,31 +99,24 @@ def tree_view(
     log: tuple[PublicKey, list[list[list[Ciphertext | None]]]],
 ) -> TreeView:
     """A passive ``TreeParty``'s view: each tree's packed per-row statistics (or ciphertexts)."""
-    from trainables.attacks.tree_grad_li import Received, TreeView
+    from trainables.attacks.tree_grad_li import Kind, Received, TreeView
     from trainables.trees.secureboost import FRAC_BITS, OFFSET
 
     key, trees = log
     n = len(X)
     boost = model == "secureboost"
+    kind: Kind = "packed_gh" if boost else "packed_onehot"
     if boost:
-        packer, offset, kind = (
-            Packer(2, n.bit_length() + FRAC_BITS + 3, key.plaintext_bits),
-            OFFSET,
-            "packed_gh",
-        )
+        packer, offset = Packer(2, n.bit_length() + FRAC_BITS + 3, key.plaintext_bits), OFFSET
     else:
-        packer, offset, kind = (
-            Packer(n_classes, n.bit_length() + 1, key.plaintext_bits),
-            0,
-            "packed_onehot",
-        )
+        packer, offset = Packer(n_classes, n.bit_length() + 1, key.plaintext_bits), 0
     layout = (packer.slot_bits, packer.per_int, packer.n_slots, offset)
     width = 1 if n_classes == 2 else n_classes
     got = []
     for t, packed in enumerate(trees):
         rows = np.array([i for i, v in enumerate(packed[0]) if v is not None], dtype=np.int64)
         values = [[chunk[i] for chunk in packed] for i in rows]
-        got.append(Received(kind, rows, values, t % width if boost else 0, layout))  # type: ignore[arg-type]  # kind: a str the Literal names
+        got.append(Received(kind, rows, values, t % width if boost else 0, layout))
     return TreeView(party_id, "passive", model, n_classes, X, key.n, tuple(got))
 
 
@@ -131,9 +124,9 @@ def lr_view(
     party_id: int, n_classes: int, X: np.ndarray, log: tuple[PublicKey, list[LRReceived]]
 ) -> TreeView:
     """A passive Paillier-LR party's view: each batch's per-row [[4 dL/dz]] (or dL/dz)."""
-    from trainables.attacks.tree_grad_li import Received, TreeView
+    from trainables.attacks.tree_grad_li import Kind, Received, TreeView
 
     key, batches = log
-    kind = "fixed_gradient" if key.encrypted else "gradient"
-    got = tuple(Received(kind, np.asarray(rows), values) for rows, values in batches)  # type: ignore[arg-type]  # kind: a str the Literal names
+    kind: Kind = "fixed_gradient" if key.encrypted else "gradient"
+    got = tuple(Received(kind, np.asarray(rows), values) for rows, values in batches)
     return TreeView(party_id, "passive", "paillier_lr", n_classes, X, key.n, got)

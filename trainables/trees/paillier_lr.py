@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -220,12 +220,8 @@ def _opened(key: PublicKey, plain: list[int], dst: int) -> Message:
 
 def _peer_split(transport: Transport) -> tuple[Transport, Transport]:
     """Transports to the passive parties and to the key holder (the last peer) that count
-    into ``transport.stats``. Every transport here is built from its list of peers."""
-    peers = transport.peers  # type: ignore[attr-defined]  # both transports have peers; the base not
-    make: Any = type(transport)
-    passives, holder = make(peers[:-1]), make(peers[-1:])
-    passives.stats = holder.stats = transport.stats
-    return passives, holder
+    into ``transport.stats``."""
+    return transport.subset(0, -1), transport.subset(-1)
 
 
 class PaillierLR(PartyRounds["ActiveLR"]):

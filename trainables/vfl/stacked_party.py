@@ -70,6 +70,14 @@ def model_hooks(party: Any) -> list[Any]:
     return [h for h in party.hooks if (f := stacked_form(h)) and f.model]
 
 
+def model_form(hook: object) -> type[StackedHook]:
+    """The stacked form of a hook ``model_hooks`` returned (each has one)."""
+    form = stacked_form(hook)
+    if form is None:
+        raise TypeError(f"{type(hook).__name__} has no stacked form")
+    return form
+
+
 class StackedParty:
     """The same party of K trainings: built one by one (each exactly as ``Party`` builds
     it), then stacked over the slots that built (``stack``)."""
@@ -128,7 +136,7 @@ class StackedParty:
         # each model hook's stacked form over the K trainings' own hooks (the same classes
         # in the same order at every training: the stack key says so)
         self.stacked_hooks = [
-            stacked_form(hs[0])(hs, self.device)  # type: ignore[misc]  # a StackedHook subclass
+            model_form(hs[0])(hs, self.device)
             for hs in zip(*(model_hooks(p) for p in ps), strict=True)
         ]
         params += [q for d in self.stacked_hooks for q in d.params]

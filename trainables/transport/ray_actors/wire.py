@@ -21,14 +21,6 @@ class RayTransport(Transport):
     """Calls ``PartyActor.call_packed`` on each passive actor (arguments and results as
     one pickle each, ``pack``); results are gathered with ray.get."""
 
-    def __init__(self, peers: Sequence[Any]) -> None:
-        super().__init__()
-        self.peers = list(peers)
-
-    @property
-    def n_peers(self) -> int:
-        return len(self.peers)
-
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[object]:
         return [
             p.call_packed.remote(pack((method, a))) for p, a in zip(self.peers, args, strict=True)
