@@ -67,16 +67,13 @@ def mlp_flops(
     ``weights`` (training: weight gradients, and input gradients of every layer but the
     first unless ``input_grad``), ``input`` (frozen weights: input gradients of every
     layer but the first unless ``input_grad``) or ``none``."""
-    total = 0
-    for k, (i, o) in enumerate(itertools.pairwise(widths)):
-        needs_input = k > 0 or input_grad
-        if backward == "weights":
-            total += linear_flops(rows, i, o, "both" if needs_input else "weights")
-        elif backward == "input":
-            total += linear_flops(rows, i, o, "input" if needs_input else "none")
-        else:
-            total += linear_flops(rows, i, o)
-    return total
+    # per layer: (its backward where its input needs a gradient, where not)
+    kinds = {"weights": ("both", "weights"), "input": ("input", "none"), "none": ("none",) * 2}
+    with_input, without = kinds[backward]
+    return sum(
+        linear_flops(rows, i, o, with_input if k > 0 or input_grad else without)
+        for k, (i, o) in enumerate(itertools.pairwise(widths))
+    )
 
 
 def nn_epoch_flops(rows: int, parties: int = 2, widths: Sequence[int] = BOTTOM) -> int:
@@ -92,10 +89,13 @@ def completion_step_flops(bs: int, widths: Sequence[int] = BOTTOM, c: int = 10) 
     (2·3B·Σ i·o) and the mixed targets t0 (2B, B) @ (B, C); ``head_grads``: logits
     (3B, w+1) @ (w+1, C), the guessed labels' mix (2B, B) @ (B, C), the gradient
     (C, 2B) @ (2B, w+1)."""
-    w = widths[-1]
     block = mlp_flops(3 * bs, widths) + 2 * (2 * bs) * bs * c
-    head = 2 * (3 * bs) * (w + 1) * c + 2 * (2 * bs) * bs * c + 2 * c * (2 * bs) * (w + 1)
-    return block + head
+    return block + completion_head_flops(bs, widths[-1], c)
+
+
+def completion_head_flops(bs: int, w: int = 10, c: int = 10) -> int:
+    """``head_grads``' part of a completion step (the numpy one, step by step)."""
+    return 2 * (3 * bs) * (w + 1) * c + 2 * (2 * bs) * bs * c + 2 * c * (2 * bs) * (w + 1)
 
 
 def bli_step_flops(bc: int, rank: int) -> int:
@@ -294,6 +294,7 @@ def completion_piece(
         f"B={bs}, 3B={3 * bs} rows through the bottom, head (3B, 11) @ (11, 10); "
         f"{len(xl)} labeled rows", "step", completion_step_flops(bs), seconds, peak,
         timed_steps=f"{steps[1] - steps[0]} of 25600",
+        head_flop_per_step=completion_head_flops(bs),
         draws_seconds_per_step=float(f"{s_draw:.3g}"),
         block_seconds_per_step=float(f"{s_block:.3g}"),
     )  # fmt: skip
@@ -304,7 +305,8 @@ def bli_pieces(
 ) -> dict[str, Any]:
     """BLI at the defaults on the first round's batch (whitened match): one inversion
     step (``invert_dummies`` on ``whitened``, patience off so every step runs: ``steps``
-    of at most 10,000) and the set-up (Jacobian, Gram, eigh, basis: ``bli.jacobian``,
+    of at most 10,000; and the same loop on a match that does nothing: the step's work
+    outside the two mat-vecs) and the set-up (Jacobian, Gram, eigh, basis: ``bli.jacobian``,
     ``bli_inversion.gram_basis``), with the Jacobian's seconds apart."""
     view = trained_view("bli", parties)
     msg = next(m for m in view.received if m.kind == "gradient" and m.batch is not None)
@@ -329,6 +331,15 @@ def bli_pieces(
             *steps,
             repeats,
         )
+
+        def idle(g: np.ndarray) -> tuple[np.ndarray, float]:  # no match: the step's rest
+            return np.zeros_like(g), 1.0
+
+        rest_s = per_unit(
+            lambda n: bli_inversion.invert_dummies(h0, idle, {**params, "steps": n}, 0),
+            *steps,
+            repeats,
+        )
         jac_s = per_unit(lambda n: [bli.jacobian(model, x) for _ in range(n)], 0, 1, repeats)
         setup_s = per_unit(
             lambda n: [bli_inversion.gram_basis(jac, observed) for _ in range(n)], 0, 1, repeats
@@ -340,6 +351,7 @@ def bli_pieces(
         bli_step_flops(bc, rank), step_s, peak,
         timed_steps=f"{steps[1] - steps[0]} of at most 10000", bytes_per_step=8 * bc * rank,
         gb_per_s=round(8 * bc * rank / step_s / 1e9, 2),
+        no_match_seconds_per_step=float(f"{rest_s:.3g}"),
     )  # fmt: skip
     setup = row(
         f"J (BC={bc}, P={p}) float64: Gram (P, P), eigh, basis (BC, r={rank})", "inversion",

@@ -20,7 +20,15 @@ from sweep_engine.plan import Training
 from trainables.attacks import ATTACKS
 from trainables.attacks.harness import attacker_index, draw_aux, evaluate, make_view, peer_index
 from trainables.attacks.judge import Judge
-from trainables.attacks.tuning import Adapt, holdout_view, runs, tune
+from trainables.attacks.tuning import (
+    Adapt,
+    fold_scores,
+    holdout_view,
+    masked_view,
+    plan_folds,
+    runs,
+    tune,
+)
 from trainables.data import load_dataset
 from trainables.errors import ConfigError
 from trainables.results.labels import adapted_label, base_label, is_adapted
@@ -89,6 +97,21 @@ def test_tuning_never_reads_the_judges_rows(trained: list[Any], name: str) -> No
         again.self_best,
     )
     assert got.trials == 3 and got.self_best >= got.self_default
+
+
+def test_the_folds_of_a_setting_train_as_one_stack_with_each_folds_own_score(
+    trained: list[Any],
+) -> None:
+    """``fold_scores`` runs a setting's k folds as one ``run_many`` (PMC: k completions
+    stacked); each fold scores what it scores run alone."""
+    view = view_of(trained, "pmc")
+    info = ATTACKS.get("pmc").info
+    masks, _ = plan_folds(view, info, Adapt(trials=2))
+    folds = [masked_view(view, info, m) for m in masks]
+    attack = ATTACKS.create("pmc", **CHEAP_PMC)
+    alone = [score(attack.run(tuning)) for tuning, score, _ in folds]
+    assert len(folds) >= 2
+    np.testing.assert_array_equal(fold_scores(attack, folds), np.array(alone))
 
 
 def test_the_judge_scores_once_per_setting_and_never_during_tuning(trained: list[Any]) -> None:

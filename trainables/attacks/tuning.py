@@ -326,8 +326,11 @@ def choose(default: np.ndarray, best: np.ndarray, method: str) -> tuple[bool, fl
 
 def fold_scores(attack: Attack, folds: Sequence[Fold]) -> np.ndarray:
     """(k,) ``attack``'s score on each fold's held-out rows, run on that fold's view (its
-    held-out labels masked); no score (NaN) counts as the worst, -1."""
-    values = [score(attack.run(tuning)) for tuning, score, _ in folds]
+    held-out labels masked); no score (NaN) counts as the worst, -1. The k runs are one
+    ``run_many``: an attack whose arithmetic stacks (model completion) trains the k folds'
+    models as one, each the model it trains alone."""
+    guesses = attack.run_many([tuning for tuning, _, _ in folds])
+    values = [score(guess) for (_, score, _), guess in zip(folds, guesses, strict=True)]
     return np.array([-1.0 if np.isnan(v) else float(v) for v in values])
 
 
