@@ -74,7 +74,7 @@ def attack_table(scored: pd.DataFrame) -> pd.DataFrame:
         columns={"mean": "adv", "half": "adv_half", "se_test": "adv_se"}
     )
     out = out.merge(adv, on=keys, how="left")
-    seeds["scenario_attack"] = seeds["scenario"].astype(str) + "\0" + seeds["attack"].astype(str)
+    seeds["scenario_attack"] = _joined(seeds["scenario"], seeds["attack"])
     groups = rank_groups(
         seeds, "scenario_attack", ["defense", "defense_param"], "ca_dcs", "ca_dcs_se"
     )
@@ -87,6 +87,20 @@ def attack_table(scored: pd.DataFrame) -> pd.DataFrame:
     out = out.rename(columns={"group": "ca_group", "tied_with_best": "ca_tied"})
     out["ca_tied"] = out["ca_tied"].astype("boolean").fillna(False).astype(bool)
     return out.sort_values(["scenario", "attack", "ca_group", "ca_dcs"], ascending=[1, 1, 1, 0])
+
+
+def _joined(left: pd.Series, right: pd.Series) -> pd.Categorical:
+    """``left.astype(str) + "\0" + right.astype(str)`` as a categorical (NaN where either is
+    missing), each distinct pair joined once: a million per-seed rows hold a few dozen
+    (scenario, attack) pairs, and a string per row took over a second."""
+    a, b = pd.Categorical(left), pd.Categorical(right)
+    n = max(len(b.categories), 1)
+    pairs = np.where((a.codes < 0) | (b.codes < 0), -1, a.codes.astype(np.int64) * n + b.codes)
+    used, inverse = np.unique(pairs, return_inverse=True)  # -1 (a missing side) sorts first
+    present = used[used >= 0]
+    names = [f"{a.categories[p // n]}\0{b.categories[p % n]}" for p in present]
+    codes = inverse - (len(used) - len(present))  # rows with a missing side stay at -1
+    return pd.Categorical.from_codes(codes, categories=names)
 
 
 def cell_table(scored: pd.DataFrame, ranking: pd.DataFrame) -> pd.DataFrame:
@@ -196,16 +210,30 @@ def attack_texts(attacks: pd.DataFrame, key: str, by_type: bool) -> dict[tuple, 
     where the attack collapsed in some seed; one pass over the scenario's attack rows."""
     out: dict[tuple, str] = {}
     frame = attacks.assign(_s=[strength_text(v) for v in attacks["defense_param"]])
-    groups = frame.groupby(["defense", "_s", key], observed=True, sort=False)
-    for (defense, strength, column), part in groups:
-        mark = "c" if part["collapsed_seeds"].sum() > 0 else ""
+    groups = frame.groupby(["defense", "_s", key], observed=True, sort=False).indices
+    # plain arrays, indexed by each group's row positions: a pandas sub-frame per group
+    # cost about 0.1 s per scenario table, twice per report (screen and index page)
+    adv = frame["adv"].to_numpy(dtype=float)
+    half = frame["adv_half"].to_numpy(dtype=float)
+    n_seeds = frame["n_seeds"].to_numpy()
+    collapsed = frame["collapsed_seeds"].to_numpy(dtype=float)
+    for (defense, strength, column), rows in groups.items():
+        mark = "c" if np.nansum(collapsed[rows]) > 0 else ""
         if by_type:
-            text = f"{part['adv'].mean():.3f}"
+            text = f"{_nanmean(adv[rows]):.3f}"
         else:
-            first = part.iloc[0]
-            text = pm_text(first["adv"], first["adv_half"], int(first["n_seeds"]))
+            first = rows[0]
+            text = pm_text(adv[first], half[first], int(n_seeds[first]))
         out[(str(defense), strength, str(column))] = text + mark
     return out
+
+
+def _nanmean(values: np.ndarray) -> float:
+    """``pd.Series.mean`` of ``values`` step for step (NaNs as 0 in the sum, left out of
+    the count; NaN when none is left), so the printed digits are the ones it gave."""
+    missing = np.isnan(values)
+    count = len(values) - int(missing.sum())
+    return float(np.where(missing, 0.0, values).sum() / count) if count else float("nan")
 
 
 def scenario_lines(table: ScenarioTable, max_rows: int | None = MAX_ROWS) -> list[str]:

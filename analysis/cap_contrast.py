@@ -24,6 +24,7 @@ import pandas as pd
 
 from analysis.cap import LABEL_TYPES
 from analysis.compare import Arms
+from analysis.load import as_text
 
 METRIC = "cap"
 TYPE = "CAP"  # the attack_type column of CAP rows (no attack type: a summary over LI)
@@ -36,8 +37,8 @@ def cap_units(dcs: pd.DataFrame, arms: Arms) -> pd.DataFrame:
     columns = ["context", "metric", "attack_type", "defense", "defense_param", "arm", "seed"]
     is_li = (
         (dcs["status"] == "ok").to_numpy()
-        & (dcs["attack"].astype(str) != "none").to_numpy()
-        & dcs["attack_type"].astype(str).isin(LABEL_TYPES).to_numpy()
+        & (dcs["attack"] != "none").to_numpy()  # on the categories' codes: no str per row
+        & dcs["attack_type"].isin(LABEL_TYPES).to_numpy()
         & dcs["ap"].notna().to_numpy()
         & dcs["mp_dcs"].notna().to_numpy()
         & (side >= 0)
@@ -53,8 +54,8 @@ def cap_units(dcs: pd.DataFrame, arms: Arms) -> pd.DataFrame:
         {
             "context": context[is_li],
             "arm": side[is_li],
-            "defense": rows["defense"].astype(str).to_numpy(),
-            "attack": rows["attack"].astype(str).to_numpy(),
+            "defense": as_text(rows["defense"]),
+            "attack": as_text(rows["attack"]),
             "strength": rows["defense_param"].to_numpy(dtype=float),
             "seed": rows["seed"].to_numpy(),
             "ue": u * e,
@@ -78,5 +79,5 @@ def cap_units(dcs: pd.DataFrame, arms: Arms) -> pd.DataFrame:
 
 def cap_attacks(dcs: pd.DataFrame) -> list[str]:
     """The attack labels a CAP row averages (what ``baselines.not_a_baseline`` checks)."""
-    li = dcs["attack_type"].astype(str).isin(LABEL_TYPES) & (dcs["attack"].astype(str) != "none")
-    return sorted(pd.unique(dcs.loc[li, "attack"].astype(str)))
+    li = dcs["attack_type"].isin(LABEL_TYPES) & (dcs["attack"] != "none")
+    return sorted(pd.unique(as_text(dcs.loc[li, "attack"])))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import numpy as np
 import pandas as pd
 
 from analysis.load import scenario_labels
@@ -25,11 +26,7 @@ def completeness(records: pd.DataFrame, manifest: dict[str, Any] | None) -> dict
     (``records.attrs['damaged']``); ``missing``: planned, with no readable record;
     ``unplanned``: trainings recorded in the folder that the plan does not have.
     """
-    per_training = records.groupby("trial_id", observed=True)["status"].agg(
-        lambda s: "ok" if set(s.astype(str)) == {"ok"} else (
-            "stopped" if set(s.astype(str)) == {"stopped"} else "error")
-    )  # fmt: skip
-    statuses, unplanned = of_planned(per_training.astype(str).to_dict(), manifest)
+    statuses, unplanned = of_planned(training_statuses(records), manifest)
     planned = ((manifest or {}).get("plan") or {}).get("trainings")
     counts = {s: sum(1 for v in statuses.values() if v == s) for s in ("ok", "stopped", "error")}
     recorded = counts["ok"] + counts["stopped"]
@@ -48,6 +45,21 @@ def completeness(records: pd.DataFrame, manifest: dict[str, Any] | None) -> dict
     }
     out["line"] = headline(out)
     return out
+
+
+def training_statuses(records: pd.DataFrame) -> dict[str, str]:
+    """Per training: ``ok`` when every record of it is ``ok``, ``stopped`` when every one is
+    ``stopped``, ``error`` otherwise (a missing status is neither).
+
+    Why two boolean ``all``s and not a function per group: a million records hold 231k
+    trainings, and a Python function per group took tens of seconds there."""
+    status = records["status"]
+    flags = pd.DataFrame(
+        {"ok": status == "ok", "stopped": status == "stopped"}, index=records.index
+    )
+    every = flags.groupby(records["trial_id"], observed=True).all()
+    names = np.where(every["ok"], "ok", np.where(every["stopped"], "stopped", "error"))
+    return dict(zip(every.index.tolist(), names.tolist(), strict=True))
 
 
 def headline(c: dict[str, Any]) -> str:

@@ -13,10 +13,11 @@ Never needed by the tests. On a machine with CUDA it runs, and prints as one JSO
 - ``attacks``: the model completions (PMC, MC) and BLI at the defaults (the heavy
   attacks, ``benchmarks.roofline``) after one digits training (VFLAIR's settings,
   ``--attack-epochs``) on ``cuda`` and on ``cpu`` from the same seed: per device the
-  training's and each attack's wall seconds and AP, and whether each AP agrees between
-  the devices to ``MP_TOL``. The attacks read the trained parties through the harness,
-  which copies every view to the CPU (``harness.make_view``): what this checks is that
-  they run on a CUDA training's parties and score the same, not a CUDA kernel of theirs.
+  training's and each attack's wall seconds and AP, and each AP's gap between the
+  devices and whether it is within ``MP_TOL``. The attacks read the trained parties
+  through the harness, which copies every view to the CPU (``harness.make_view``): this
+  checks that they run on a CUDA training's parties and score the same, not a CUDA
+  kernel of theirs (they have none).
 
 Without CUDA it prints ``{"cuda": false}`` and exits 0, so it can be run blind;
 ``--cpu`` runs the attack check on the CPU alone (the code path, here, without a GPU).
@@ -108,7 +109,8 @@ def attacks_check(devices: tuple[str, ...], epochs: int) -> dict[str, Any]:
     out: dict[str, Any] = {d: attacked(d, epochs) for d in devices}
     if len(devices) == 2:
         a, b = (out[d] for d in devices)
-        out["ap_agree"] = {n: abs(a[n]["ap"] - b[n]["ap"]) <= MP_TOL for n in HEAVY}
+        out["ap_gap"] = {n: round(abs(a[n]["ap"] - b[n]["ap"]), 4) for n in HEAVY}
+        out["ap_agree"] = {n: gap <= MP_TOL for n, gap in out["ap_gap"].items()}
     return out
 
 
@@ -120,7 +122,8 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="the attack check on the CPU only")
     args = parser.parse_args()
     if args.cpu:
-        print(json.dumps({"cuda": False, "attacks": attacks_check(("cpu",), args.attack_epochs)}))
+        checked = attacks_check(("cpu",), args.attack_epochs)
+        print(json.dumps({"cuda": torch.cuda.is_available(), "cpu_only": True, "attacks": checked}))
         return
     if not torch.cuda.is_available():
         print(json.dumps({"cuda": False}))

@@ -1,73 +1,98 @@
-"""Longest test files first, so that the two processes of ``make test`` finish together.
+"""How ``make test`` shares the suite between its two processes: by unit, longest first.
 
-``make test`` runs ``pytest -n 2 --dist loadfile``: each process takes one test file at a
-time, in collection order. Collected alphabetically, a long file that comes late runs alone
-at the end while the other process idles (the last ~8 of 25.8 minutes here). Sorted by the
-seconds each file took in a full run (``tests/durations.json``, longest first: the LPT rule),
-the two queues end within about one file of each other.
+``make test`` runs ``pytest -n 2 --dist loadfile``: each process takes one *unit* at a
+time, in collection order, and a unit's tests run in one process, in order. xdist's unit
+is a test file (its module fixtures are built once); this plugin's scheduler
+(``pytest_xdist_make_scheduler``) keeps that, but lets a test module split itself further
+(``REFINED``): the docs' commands (``tests/test_docs_commands.py``, a fifth of the suite)
+are one unit per sweep they run or read, so that they share the two processes too, each
+sweep's commands in their order.
 
-The table is refreshed by a full run with ``VFLSWEEP_WRITE_DURATIONS=1 make test``; a file
-missing from it (a new one) counts as the longest, so it cannot end a run alone.
+Collected alphabetically, a long unit that comes late runs alone at the end while the
+other process idles. Sorted by the seconds each unit took in a full run
+(``tests/durations.json``, longest first: the LPT rule), the two queues end within about
+one unit of each other. ``VFLSWEEP_WRITE_DURATIONS=1 make test`` refreshes the table; a
+unit missing from it (a new one) counts as the longest, so it cannot end a run alone.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
 TABLE = Path(__file__).with_name("durations.json")
+# test files that split themselves into units: the module's ``xdist_unit(nodeid)`` names a
+# test's unit, or None for the file's own
+REFINED = {"tests/test_docs_commands.py": "test_docs_commands"}
 T = TypeVar("T")
 
 
 def longest_first(
-    items: Sequence[T], file_of: dict[int, str], seconds: dict[str, float]
+    items: Sequence[T], unit_of: dict[int, str], seconds: dict[str, float]
 ) -> list[T]:
-    """``items`` grouped by file, files longest first, each file's own order kept.
+    """``items`` grouped by unit, units longest first, each unit's own order kept.
 
-    ``file_of`` maps ``id(item)`` to its file; a file without ``seconds`` counts as the
+    ``unit_of`` maps ``id(item)`` to its unit; a unit without ``seconds`` counts as the
     longest known one. Ties keep the collection order, so the result is the same in every
     process (xdist refuses processes that collected different orders)."""
     longest = max(seconds.values(), default=0.0)
     first_seen: dict[str, int] = {}
     for item in items:
-        first_seen.setdefault(file_of[id(item)], len(first_seen))
+        first_seen.setdefault(unit_of[id(item)], len(first_seen))
 
     def key(item: T) -> tuple[float, int]:
-        file = file_of[id(item)]
-        return (-seconds.get(file, longest), first_seen[file])
+        unit = unit_of[id(item)]
+        return (-seconds.get(unit, longest), first_seen[unit])
 
-    return sorted(items, key=key)  # stable: a file's tests keep their order
+    return sorted(items, key=key)  # stable: a unit's tests keep their order
 
 
-def file_seconds(reports: Iterable[tuple[str, float]]) -> dict[str, float]:
-    """Seconds per test file from ``(nodeid, duration)`` of every phase (setup, call,
-    teardown: a module fixture's cost is its first test's setup)."""
+def unit_of(nodeid: str) -> str:
+    """A test's unit: its file's stem (``tests/test_packs.py::t`` -> ``test_packs``), or
+    what the file's module says (``REFINED``)."""
+    file = nodeid.split("::", 1)[0]
+    module = REFINED.get(file)
+    if module is not None:
+        unit = importlib.import_module(module).xdist_unit(nodeid)
+        if unit is not None:
+            return str(unit)
+    return Path(file).stem
+
+
+def unit_seconds(reports: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """Seconds per unit from ``(nodeid, duration)`` of every phase (setup, call, teardown:
+    a module fixture's cost is its first test's setup)."""
     out: dict[str, float] = {}
     for nodeid, duration in reports:
-        file = nodeid.split("::", 1)[0]
-        out[file] = out.get(file, 0.0) + duration
+        unit = unit_of(nodeid)
+        out[unit] = out.get(unit, 0.0) + duration
     return out
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     seconds = json.loads(TABLE.read_text()) if TABLE.exists() else {}
-    if not seconds:
-        return
-    root = config.rootpath
-    file_of = {id(item): _relative(item.path, root) for item in items}
-    items[:] = longest_first(items, file_of, seconds)
+    if seconds:
+        units = {id(item): unit_of(item.nodeid) for item in items}
+        items[:] = longest_first(items, units, seconds)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with this plugin's units (None: xdist's own scheduler)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class UnitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return UnitScheduling(config, log)
 
 
 _phases: list[tuple[str, float]] = []
@@ -84,5 +109,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller writes
         return
-    table = {file: round(s, 1) for file, s in sorted(file_seconds(_phases).items())}
+    table = {unit: round(s, 1) for unit, s in sorted(unit_seconds(_phases).items())}
     TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")

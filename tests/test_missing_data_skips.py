@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 CONFTEST = Path(__file__).with_name("conftest.py")
+FILE_ORDER = Path(__file__).with_name("file_order.py")
 
 NEEDS_DATA = """
 import subprocess
@@ -62,6 +63,7 @@ def test_a_missing_dataset_is_a_skip_that_names_it(
     empty.mkdir()
     monkeypatch.setenv("VFLSWEEP_DATA", str(empty))
     pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(file_order=FILE_ORDER.read_text())  # a plugin the conftest loads
     pytester.makepyfile(test_needs_data=NEEDS_DATA)
     result = pytester.runpytest_subprocess("-rfs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=3, passed=1, failed=1)
