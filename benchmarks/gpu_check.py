@@ -96,7 +96,8 @@ def attacked(device: str, epochs: int) -> dict[str, Any]:
     ds = load_dataset("digits")
     spec = TrialSpec.build(dataset="digits", seed=0, epochs=epochs, device=device)
     start = time.perf_counter()
-    parties = train_local_parties(prepare_parties(spec, ds, [(a, {}) for a in HEAVY]), epochs)[1]
+    prepared = prepare_parties(spec, ds, [(a, {}) for a in HEAVY])
+    parties: list[Any] = train_local_parties(prepared, epochs)[1]
     out: dict[str, Any] = {"train_s": round(time.perf_counter() - start, 2)}
     for name in HEAVY:
         (got,) = run_attacks(parties, [(name, {})], 0)

@@ -45,7 +45,9 @@ from trainables.vfl.training import prepare_parties, train_local_parties
 
 DATASET = "digits"  # the multi-class attacks' dataset in defenses.yaml
 BOTTOM = (32, 32, 10)  # digits' MLP-2 bottom per party: 32 features -> 32 -> C = 10
-ATTACKED = [(name, {}) for name in ("pmc", "mc", "bli", "grn", "tbm")]
+ATTACKED: list[tuple[str, dict[str, Any]]] = [
+    (name, {}) for name in ("pmc", "mc", "bli", "grn", "tbm")
+]
 
 
 # --- FLOP counts from shapes ------------------------------------------------------------
@@ -275,12 +277,13 @@ def completion_piece(
         ATTACKS.create(name, epochs=1, steps_per_epoch=n).run(view)
 
     seconds = per_unit(run, *steps, repeats)
-    bs = int(completion.COMPLETION_DEFAULTS["batch_size"])
+    defaults: dict[str, Any] = completion.COMPLETION_DEFAULTS
+    bs = int(defaults["batch_size"])
     xl = torch.as_tensor(view.X_train[view.aux.label_rows], dtype=torch.float32)
     yl = torch.nn.functional.one_hot(torch.as_tensor(view.aux.labels), 10).float()
     xu = torch.as_tensor(view.X_train, dtype=torch.float32)
     gen, rng = torch.Generator().manual_seed(0), np.random.default_rng(0)
-    feat, noise = (xl.shape[1],), float(completion.COMPLETION_DEFAULTS["noise"])
+    feat, noise = (xl.shape[1],), float(defaults["noise"])
 
     def draws(n: int) -> completion_fast.Block:
         return completion_fast.draw_block(gen, rng, n, bs, len(xl), len(xu), feat, noise, 0.75)
@@ -426,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             pieces["train_none_b1024"] = training("none", 1024, (2, 12), repeats, peak)
         spec = TrialSpec.build(dataset=DATASET, seed=0, **({"epochs": 1} if quick else {}))
         prepared = prepare_parties(spec, load_dataset(DATASET), ATTACKED)
-        parties = train_local_parties(prepared, int(spec.epochs))[1]
+        parties = train_local_parties(prepared, int(spec.required("epochs")))[1]
         for name in ("pmc", "mc"):
             span = (64, 320) if quick else (256, 2304)
             pieces[name] = completion_piece(name, parties, span, repeats, peak)
