@@ -22,6 +22,9 @@ COLLAPSE = 0.99  # share of rows given one prediction above which an attack "col
 MAX_ATTACK_COLUMNS = 3  # more attacks in a scenario: one column per attack type instead
 MAX_ROWS = 20  # rows per scenario on screen (index.md has them all)
 CHANCE_COLUMNS = ("scenario", "attack", "adv", "adv_half", "n_seeds", "ap", "ap_chance")
+# what attack_table and cell_table read of a scored row, besides its cell and attack
+SCORED = ("adv", "ap_advantage_se", "ap", "ap_chance", "ap_collapse", "ca_dcs", "ca_dcs_se",
+          "dcs", "mp_star", "mp_dcs", "mp_se")  # fmt: skip
 
 
 @dataclass
@@ -36,7 +39,8 @@ class Answer:
 
 def build_answer(dcs: pd.DataFrame, ranking: pd.DataFrame) -> Answer:
     """From the prepared records (``report.prepare``) and ``ranking_table``'s output."""
-    scored = dcs[dcs["dcs"].notna()]
+    used = [*dict.fromkeys([*CELL, "attack", "attack_type", "seed", *SCORED])]
+    scored = dcs.loc[dcs["dcs"].notna(), used]  # not a copy of every column of every row
     notes = []
     missing = int((dcs["dcs"].notna() & dcs["adv"].isna()).sum())
     if missing:

@@ -45,7 +45,9 @@ def cap_units(dcs: pd.DataFrame, arms: Arms) -> pd.DataFrame:
     )
     if not is_li.any():
         return pd.DataFrame(columns=[*columns, "value", "se"])
-    rows = dcs[is_li]
+    used = ["mp_dcs", "ap", "mp_se", "ap_advantage_se", "defense", "attack", "defense_param",
+            "seed"]  # fmt: skip
+    rows = dcs.loc[is_li, [c for c in used if c in dcs.columns]]  # not a copy of every column
     u = rows["mp_dcs"].to_numpy(dtype=float)
     e = 1.0 - rows["ap"].to_numpy(dtype=float)
     se_u = np.nan_to_num(rows["mp_se"].to_numpy(dtype=float)) if "mp_se" in rows else 0.0

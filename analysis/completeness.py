@@ -14,7 +14,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from analysis.load import scenario_labels
+from analysis.load import SCENARIO_COLUMNS, scenario_labels
 from trainables.results.manifest import of_planned
 
 
@@ -88,7 +88,10 @@ def headline(c: dict[str, Any]) -> str:
 def cells_lacking_seeds(records: pd.DataFrame) -> list[dict[str, Any]]:
     """Cells (scenario, defense, strength) with fewer seeds than the most any cell of their
     scenario has: their means and groups rest on fewer replicates."""
-    clean = records[records["attack"].astype(str) == "none"]
+    # only the columns read (scenario_labels reads the scenario columns): not a str per
+    # row nor a copy of every column of a million records
+    used = [c for c in (*SCENARIO_COLUMNS, "defense", "defense_param", "seed") if c in records]
+    clean = records.loc[(records["attack"] == "none").to_numpy(), used]
     if clean.empty or "seed" not in clean:
         return []
     frame = pd.DataFrame(

@@ -18,6 +18,10 @@ from analysis.contrast import ALPHA, Contrasts
 from analysis.uncertainty import MIN_SEEDS
 
 HEAD = ["defense", "strength", "metric"]
+# the columns a row's text reads (``cell``, ``interval``, ``tail``): ``to_dict`` of the
+# table's other columns (labels, intervals, power) cost more than the text itself
+SHOWN = ["defense", "defense_param", "metric", "mean_a", "mean_b", "delta", "n", "lo", "hi",
+         "p_holm", "verdict", "not_a_baseline"]  # fmt: skip
 
 
 @dataclass
@@ -94,8 +98,9 @@ def _tables(c: Contrasts) -> list[ContrastTable]:
                 f"left out: {', '.join(gone)} (at chance undefended under both {a} and {b}: "
                 "nothing to compare)"
             )
-        contrast = rows[rows["kind"] == "contrast"]
-        inter = rows[rows["kind"] == "interaction"]
+        shown = rows[[c for c in SHOWN if c in rows.columns]]  # to_dict: only these
+        contrast = shown[rows["kind"] == "contrast"]
+        inter = shown[rows["kind"] == "interaction"]
         out.append(
             ContrastTable(
                 title=f"{axis}: {c.compare.label} | {context} (up to {n} paired seeds)",

@@ -43,7 +43,9 @@ def dcs_gaps(
     ``row_arms(dcs, compare)`` when the caller has it already."""
     side, context, labels = arms if arms is not None else row_arms(dcs, compare)
     scored = (dcs["dcs"].notna() & (dcs["status"] == "ok")).to_numpy()
-    rows, arms_of, contexts = dcs[scored], side[scored], context[scored]
+    used = [*CODED, "defense_param", "seed", "dcs", "ca_dcs"]  # not a copy of every column
+    rows = dcs.loc[scored, [c for c in used if c in dcs.columns]]
+    arms_of, contexts = side[scored], context[scored]
     if not (arms_of == 0).any() or not (arms_of == 1).any():
         missing = compare.a if not (arms_of == 0).any() else compare.b
         raise ConfigError(
@@ -102,13 +104,15 @@ def gap_summary(pairs: pd.DataFrame) -> pd.DataFrame:
     are not independent), its median and share > 0; VFLAIR's raw-AP gap beside it; the
     attacks left out as at chance in both arms."""
     kept = pairs[~pairs["at_chance_both"]]
-    parts = [(k, kept[kept["attack_type"] == k]) for k in type_order(set(kept["attack_type"]))]
+    kinds = set(pd.unique(kept["attack_type"]))  # not set(column): a str per row, 1 s at 1M
+    parts = [(k, kept[kept["attack_type"] == k]) for k in type_order(kinds)]
     parts.append(("all", kept))
     rows = []
     for kind, part in parts:
         out_of = pairs[pairs["at_chance_both"]]
         if kind != "all":
             out_of = out_of[out_of["attack_type"] == kind]
+        left_out = set(pd.unique(out_of["attack"].astype(str)))
         ca = part[part["ca_gap"].notna()]
         per_seed = ca.groupby("seed")["ca_gap"].mean()
         n = len(per_seed)
@@ -126,7 +130,7 @@ def gap_summary(pairs: pd.DataFrame) -> pd.DataFrame:
                 "share_positive_ca": float((ca["ca_gap"] > 0).mean()) if len(ca) else np.nan,
                 "mean_gap_vflair": float(part["gap"].mean()) if len(part) else np.nan,
                 "share_positive_vflair": float((part["gap"] > 0).mean()) if len(part) else np.nan,
-                "left_out_at_chance": ";".join(sorted(set(out_of["attack"].astype(str)))),
+                "left_out_at_chance": ";".join(sorted(left_out)),
             }
         )
     return pd.DataFrame(rows)

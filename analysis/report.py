@@ -103,26 +103,27 @@ def build(
     lap("answer")
     report.cap = cap_table(dcs)
     lap("cap")
+    summaries: dict[str, dict[str, object]] = {}  # summary.json's "contrasts": one each
     for c in compares:  # MP contrasts need no attack; gaps need scored attack rows
         arms = row_arms(dcs, c)  # each spec parsed once for both
         by = family if family != "analysis" else "comparison"  # joint: after the loop
         found = report.contrasts[c.key] = contrasts(dcs, c, arms, by, effect)
-        report.summary.setdefault("contrasts", {})  # one entry per comparison
-        report.summary["contrasts"][c.key] = contrast_summary(found)  # type: ignore[index]
+        report.summary["contrasts"] = summaries
+        summaries[c.key] = contrast_summary(found)
         if report.has_attacks:
             try:
                 report.gaps[c.key] = dcs_gaps(dcs, c, found.left_out, arms)
             except ConfigError as err:  # attacks in one arm only: the contrasts still hold
-                report.summary["contrasts"][c.key]["gaps"] = f"skipped: {err}"  # type: ignore[index]
+                summaries[c.key]["gaps"] = f"skipped: {err}"
                 continue
             tell("gaps", (c.key, report.gaps[c.key]))
     if family == "analysis" and report.contrasts:
         joint_holm(list(report.contrasts.values()))
         for key, found in report.contrasts.items():  # the verdicts changed with the family
-            gaps = report.summary["contrasts"][key].get("gaps")  # type: ignore[index]
-            report.summary["contrasts"][key] = contrast_summary(found)  # type: ignore[index]
+            gaps = summaries[key].get("gaps")
+            summaries[key] = contrast_summary(found)
             if gaps is not None:
-                report.summary["contrasts"][key]["gaps"] = gaps  # type: ignore[index]
+                summaries[key]["gaps"] = gaps
     lap("contrasts")
     return report
 

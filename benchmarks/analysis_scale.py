@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -137,10 +138,15 @@ def one_report(folder: Path, code: Path) -> dict[str, float]:
 
 
 def report_files(folder: Path) -> dict[str, str]:
-    """sha256 of every file the report wrote (tables, JSON, Parquet and figures)."""
+    """sha256 of every file the report wrote (tables, JSON, Parquet and figures);
+    ``comparisons.json`` without its ``analyzed_at`` times, which differ between any two
+    runs (``analysis/kept_comparisons.py``)."""
     out = {}
     for path in sorted((folder / "report").iterdir()):
-        out[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        data = path.read_bytes()
+        if path.name == "comparisons.json":
+            data = re.sub(rb'"analyzed_at": "[^"]*"', b'"analyzed_at": ""', data)
+        out[path.name] = hashlib.sha256(data).hexdigest()
     return out
 
 
