@@ -154,8 +154,8 @@ def pm_text(mean: float, half: float, n: int, digits: int = 3) -> str:
     return text + (f"±{half:.{digits}f}" if np.isfinite(half) else f" (n={n})")
 
 
-def strength_text(value: object) -> str:
-    return "-" if value is None or pd.isna(value) else f"{float(value):g}"  # type: ignore[arg-type]
+def strength_text(value: float | None) -> str:
+    return "-" if value is None or pd.isna(value) else f"{float(value):g}"
 
 
 @dataclass

@@ -53,8 +53,8 @@ def metric_text(metric: str) -> str:
     return {"mp": "MP", "cap": "CAP"}.get(metric, f"{metric} adv")
 
 
-def strength(value: object) -> str:
-    return "-" if value is None or pd.isna(value) else f"{float(value):g}"  # type: ignore[arg-type]
+def strength(value: float | None) -> str:
+    return "-" if value is None or pd.isna(value) else f"{float(value):g}"
 
 
 def p_text(value: float) -> str:

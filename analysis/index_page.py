@@ -134,11 +134,10 @@ def contrast_sections(report: Report) -> tuple[list[str], list[str]]:
 def write_pages(report: Report, folder: Path) -> tuple[Path, Path]:
     """Both pages into ``folder`` (the report's staging folder, figures already drawn)."""
     answer = report.answer
-    scenarios = [] if answer is None else [str(s) for s in answer.cells["scenario"].unique()]
-    tables: list[tuple[ScenarioTable, list[list[str]]]] = [
-        (scenario_table(answer, s), detail_rows(answer, s))  # type: ignore[arg-type]
-        for s in scenarios
-    ]
+    tables: list[tuple[ScenarioTable, list[list[str]]]] = []
+    if answer is not None:
+        scenarios = [str(s) for s in answer.cells["scenario"].unique()]
+        tables = [(scenario_table(answer, s), detail_rows(answer, s)) for s in scenarios]
     figures = sorted(p.name for p in folder.glob("*.png"))
     files = sorted(p.name for p in folder.iterdir() if p.suffix in {".csv", ".json", ".parquet"})
     notes = [] if answer is None else answer.notes
