@@ -23,9 +23,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	RAY_USAGE_STATS_ENABLED=0 $(PY) sweep.py --space search_spaces/smoke.yaml
 
-# Two test processes, one unit each at a time (a test file, its module fixtures built once,
-# or a docs sweep's commands: tests/file_order.py's scheduler), longest first: the
-# suite is sized for 2 cores (tests/conftest.py: one torch thread per process).
+# Two test processes, one test file each at a time (its module fixtures built once),
+# longest first (tests/file_order.py): the suite is sized for 2 cores (tests/conftest.py:
+# one torch thread per process).
 test: $(STAMP)
 	RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -q -n 2 --dist loadfile
 

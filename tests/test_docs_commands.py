@@ -473,28 +473,6 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
         cluster.shutdown()
 
 
-def xdist_unit(nodeid: str) -> str | None:
-    """A test's unit under ``make test`` (``tests/file_order.py``): a command's is the
-    sweep it runs or reads (``docs-<name>``), so that a sweep's commands run in one
-    process in their order while the docs' sweeps share the two; ``docs-other`` for the
-    other commands and the summary (after them, in its process); None (the file's unit)
-    for the collector's tests."""
-    test, _, param = nodeid.partition("::")[2].partition("[")
-    if test == "test_summary_of_the_documented_commands":
-        return "docs-other"
-    if test != "test_documented_command_runs":
-        return None
-    command = param.removesuffix("]")
-    if re.search(r"\bmake demo\b", command):
-        return "docs-smoke"  # the Makefile's demo runs search_spaces/smoke.yaml
-    try:
-        arg, sweep = space_argument(command), sweep_folder(command)
-    except (ValueError, IndexError):  # an id pytest escaped past shlex's reading
-        return "docs-other"
-    name = space_name(arg) if arg else Path(sweep).name if sweep else "other"
-    return f"docs-{name}"
-
-
 def _param(command: Command) -> Any:
     reason = cannot_run(command.text)
     marks: list[Any] = []
@@ -618,7 +596,7 @@ def test_summary_of_the_documented_commands(
     lines = [
         f"docs commands: {len(COMMANDS)} distinct commands collected ({places} places in "
         f"README.md and docs/*.md); {len(runnable)} to run, {len(workspace.ran)} ran in "
-        f"this test process, as make test shares them between two "
+        f"this session "
         f"({sum(o.seconds for o in workspace.ran.values()):.0f} s, with "
         f"{len(workspace.setup)} sweeps made for them: "
         f"{sum(o.seconds for o in workspace.setup):.0f} s), {n_skipped} skipped:"

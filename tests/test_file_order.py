@@ -38,24 +38,13 @@ def test_unit_seconds_sum_every_phase_per_unit() -> None:
     assert unit_seconds(reports) == {"test_x": 3.5, "test_y": 0.25}
 
 
-def test_the_docs_commands_are_one_unit_per_sweep_in_their_order() -> None:
-    run = "tests/test_docs_commands.py::test_documented_command_runs"
-    assert unit_of(f"{run}[vflsweep run attacks]") == "docs-attacks"
-    assert unit_of(f"{run}[vflsweep plan search_spaces/attacks.yaml]") == "docs-attacks"
-    assert unit_of(f"{run}[vflsweep analyze results/attacks --json]") == "docs-attacks"
-    assert unit_of(f"{run}[python sweep.py --space trust]") == "docs-trust"
-    assert unit_of(f"{run}[make demo]") == unit_of(f"{run}[vflsweep status results/smoke]")
-    assert unit_of(f"{run}[vflsweep spaces]") == "docs-other"
-    summary = "tests/test_docs_commands.py::test_summary_of_the_documented_commands"
-    assert unit_of(summary) == "docs-other"  # after the other commands of its process
-    assert unit_of("tests/test_docs_commands.py::test_collector_reads") == "test_docs_commands"
+def test_a_units_name_is_its_files_stem() -> None:
     assert unit_of("tests/test_packs.py::test_a[1]") == "test_packs"
 
 
 def test_the_committed_table_names_existing_test_files() -> None:
     table = json.loads(TABLE.read_text())
     root = TABLE.parent.parent
-    files = [u for u in table if not u.startswith("docs-")]  # docs-*: a docs command's unit
-    missing = [f for f in files if not (root / "tests" / f"{f}.py").exists()]
+    missing = [f for f in table if not (root / "tests" / f"{f}.py").exists()]
     assert not missing, f"tests/durations.json names test files that are gone: {missing}"
     assert all(s >= 0 for s in table.values())
