@@ -26,10 +26,17 @@ def _jiffies(pid: int) -> int:
 
 
 def test_a_child_is_ours_and_a_detached_process_is_not() -> None:
-    code = BURN.format(s=0.6)
-    before = tree_jiffies(os.getpid())
-    subprocess.run([sys.executable, "-c", code], check=True)  # a child: reaped into cutime
-    ours = tree_jiffies(os.getpid()) - before
+    # measured in a fresh process: this one's own descendants (a Ray this test process
+    # started for another test) may end meanwhile and take their time out of its tree
+    counted = (
+        "import os, subprocess, sys\n"
+        "from sweep_engine.machine_load import tree_jiffies\n"
+        "before = tree_jiffies(os.getpid())\n"
+        f"subprocess.run([sys.executable, '-c', {BURN.format(s=0.6)!r}], check=True)\n"
+        "print(tree_jiffies(os.getpid()) - before)\n"
+    )  # the burner is a child: reaped into the fresh process's cutime
+    done = subprocess.run([sys.executable, "-c", counted], check=True, capture_output=True)
+    ours = int(done.stdout)
     tick = os.sysconf("SC_CLK_TCK")
     assert ours >= 0.5 * tick, ours  # its 0.6 CPU-s (and the interpreter's start) counted
     # a double fork: the burner's parent exits at once, so init (or a subreaper) adopts it
