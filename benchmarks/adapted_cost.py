@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from trainables.attacks import ATTACKS
-from trainables.attacks.harness import attacker_index, draw_aux, make_view, peer_index
+from trainables.attacks.harness import nn_view_of
 from trainables.attacks.tuning import Adapt, fold_scores, masked_view, plan_folds, tune
 from trainables.data import load_dataset
 from trainables.spec import TrialSpec
@@ -37,11 +37,8 @@ SPEC = TrialSpec.build(dataset="digits", epochs=3, seed=1)
 
 
 def _view(parties: list[Any], name: str) -> Any:
-    info = ATTACKS.get(name).info
-    who = attacker_index(info, len(parties))
-    y = parties[-1].y_train.cpu().numpy()
-    aux = draw_aux(info, y, parties[peer_index(who)].X_train.cpu().numpy(), SPEC.seed)
-    return make_view(parties[who], info, aux, None, SPEC.seed)
+    """The attacker's view, as the harness builds it for every evaluation."""
+    return nn_view_of(parties, SPEC.seed)(ATTACKS.get(name).info)[1]
 
 
 def _timed(fn: Any) -> tuple[float, Any]:
