@@ -12,6 +12,11 @@ The documented commands (``tests/test_docs_commands.py``, the longest file) stay
 unit: split over both processes (one unit per sweep, 2026-12-07) each process started its
 own Ray cluster for them, and sweeps on both failed with trials cancelled before they ran
 (``ActorDiedError``), so the split was taken back.
+
+xdist's ``loadfile`` reorders files by their number of tests unless told not to
+(``--loadscope-reorder`` is on by default); until 2026-12-07 that undid this order, so
+``pytest_configure`` turns the reorder off. ``VFLSWEEP_DURATIONS`` names another table (the
+test of this plugin uses one).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import TypeVar
 
 import pytest
 
-TABLE = Path(__file__).with_name("durations.json")
+TABLE = Path(os.environ.get("VFLSWEEP_DURATIONS") or Path(__file__).with_name("durations.json"))
 T = TypeVar("T")
 
 
@@ -61,6 +66,12 @@ def unit_seconds(reports: Iterable[tuple[str, float]]) -> dict[str, float]:
         unit = unit_of(nodeid)
         out[unit] = out.get(unit, 0.0) + duration
     return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the order below under ``--dist loadfile``: xdist would sort files by test count."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

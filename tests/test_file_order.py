@@ -4,8 +4,12 @@ their own order, the same order in every process."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from file_order import TABLE, longest_first, unit_of, unit_seconds
+
+FILE_ORDER = Path(__file__).with_name("file_order.py")
 
 
 def test_files_go_longest_first_and_keep_their_own_order() -> None:
@@ -48,3 +52,23 @@ def test_the_committed_table_names_existing_test_files() -> None:
     missing = [f for f in table if not (root / "tests" / f"{f}.py").exists()]
     assert not missing, f"tests/durations.json names test files that are gone: {missing}"
     assert all(s >= 0 for s in table.values())
+
+
+def test_xdist_runs_the_files_in_this_order_not_by_test_count(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``-n 1 --dist loadfile`` the one process runs the files as the controller
+    queues them: by the table (b, c, a), not xdist's default of most tests first (a, c, b)."""
+    log = pytester.path / "ran.txt"
+    for name, n in (("a", 3), ("b", 1), ("c", 2)):
+        body = "".join(
+            f"def test_{i}():\n    open({str(log)!r}, 'a').write('{name}')\n\n" for i in range(n)
+        )
+        pytester.makepyfile(**{f"test_{name}": body})
+    table = pytester.path / "durations.json"
+    table.write_text(json.dumps({"test_a": 1.0, "test_b": 30.0, "test_c": 5.0}))
+    monkeypatch.setenv("VFLSWEEP_DURATIONS", str(table))
+    pytester.makepyfile(file_order=FILE_ORDER.read_text())
+    result = pytester.runpytest_subprocess("-p", "file_order", "-n", "1", "--dist", "loadfile")
+    result.assert_outcomes(passed=6)
+    assert log.read_text() == "bccaaa"
