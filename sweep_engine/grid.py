@@ -35,6 +35,7 @@ from sweep_engine.runner import (
 )
 from sweep_engine.sink import RecordSink
 from sweep_engine.words import plural
+from trainables.spec import TrialSpec
 from trainables.trial import actor_count, prestart_count
 
 
@@ -65,6 +66,45 @@ def plan_packs(plan: Plan, todo: list[Training], data_dir: str | None) -> list[P
     n = max((actor_count(t.spec) for t in todo), default=2)
     fit = slots(plan, n, available.get("CPU", 1.0), available.get("GPU", 0.0))
     return packs_for(todo, run, fit, data_dir)
+
+
+def failures_of(
+    results: Iterable[tune.Result], packs: list[Pack], seen: set[str]
+) -> list[tuple[str, TrialSpec, str]]:
+    """The failed rows of a grid's packs: each errored Tune trial's pack from its config.
+
+    A trial that failed before its first report has no config (Ray reads it from the
+    metrics): its pack is any whose trainings are neither recorded nor named by another
+    failure, and its error is given to them (one of them, if several such trials failed)."""
+    by_id = {p.pack_id: p for p in packs}
+    failures: list[tuple[str, TrialSpec, str]] = []
+    unplaced: list[str] = []
+    for r in results:
+        if r.error is None:
+            continue
+        cell = (r.config or {}).get("cell")
+        if cell is None:
+            unplaced.append(error_text(r.error))
+            continue
+        failures += pack_failures(by_id[cell["pack_id"]].trainings, seen, error_text(r.error))
+    if unplaced:
+        named = seen | {f[0] for f in failures}
+        many = f"; one of {len(unplaced)} such trials" if len(unplaced) > 1 else ""
+        text = f"its Tune trial failed before its first report{many}: {unplaced[0]}"
+        for pack in packs:
+            failures += pack_failures(pack.trainings, named, text)
+    return failures
+
+
+def pack_failures(
+    trainings: Iterable[Training], done: set[str] | frozenset[str], error: str
+) -> list[tuple[str, TrialSpec, str]]:
+    """A failed pack's rows: its first unrecorded training failed with ``error``, the ones
+    after it did not run (a pack runs its trainings in order)."""
+    left = [t for t in trainings if t.trial_id not in done]
+    first = left[0].trial_id if left else ""
+    later = f"not run: its pack failed on training {first} ({error})"
+    return [(t.trial_id, t.spec, error if k == 0 else later) for k, t in enumerate(left)]
 
 
 def _trainable(plan: Plan, ctx: SweepContext, packs: list[Pack]) -> Any:
@@ -131,20 +171,7 @@ def run_grid(
     )
     # a ResultGrid iterates through __getitem__ (no __iter__), which mypy does not see
     results = cast("Iterable[tune.Result]", tuner.fit())
-    failures = []
-    seen = callback.seen
-    by_id = {p.pack_id: p for p in packs}
-    for r in results:
-        if r.error is None:
-            continue
-        config = cast("dict[str, Any]", r.config)  # Optional in Ray: assumed present here
-        pack = by_id[config["cell"]["pack_id"]]
-        left = [t for t in pack.trainings if t.trial_id not in seen]
-        for k, training in enumerate(left):
-            text = error_text(r.error)
-            if k > 0:
-                text = f"not run: its pack failed on training {left[0].trial_id} ({text})"
-            failures.append((training.trial_id, training.spec, text))
+    failures = failures_of(results, packs, callback.seen)
     failed = len(callback.failed) + record_failures(sink, failures, plan.space.name)
     if callback.repeats:
         say(f"{plural(callback.repeats, 'training')} ran twice (a retried pack); each written once")

@@ -262,11 +262,17 @@ def _run_study(
     # a ResultGrid iterates through __getitem__ (no __iter__), which mypy does not see
     results = cast("Iterable[tune.Result]", tuner.fit())
     failures: list[tuple[str, TrialSpec, str]] = []
+    unplaced = 0  # failed before its first report: Ray has no config for it (no record)
     for r in results:
-        if r.error is not None:
-            config = cast("dict[str, Any]", r.config)  # Optional in Ray: assumed present here
-            params = {k: v for k, v in config.items() if k in search.params}
+        if r.error is None:
+            continue
+        if not r.config:
+            unplaced += 1
+            say(f"a search trial failed before its first report: {runner.error_text(r.error)}")
+        else:
+            params = {k: v for k, v in r.config.items() if k in search.params}
             spec = runner.spec_of(params, ctx)
             failures.append((spec.config_hash, spec, runner.error_text(r.error)))
     failed = len(callback.failed) + runner.record_failures(sink, failures, plan.space.name)
+    failed += unplaced
     return len(callback.written) + len(callback.stopped), failed  # stopped: recorded too

@@ -190,3 +190,35 @@ def test_the_packs_line_is_printed_for_every_grid_and_says_why_trainings_run_alo
     shapes = [t for t in todo if t.spec.seed == 0]  # one training of each shape
     single = make_packs(shapes, "auto", slots=1, target_s=1e6)
     assert "every training a shape of its own" in packs_line(plan, shapes, single)
+
+
+def test_a_pack_that_failed_before_its_first_report_is_recorded_failed(tmp_path: Path) -> None:
+    """Ray reads a result's config from its metrics: a Tune trial that failed before its
+    first report has none. Its pack's trainings are still recorded as failed, with the
+    error (until 2026-12-07 the sweep crashed with a TypeError here)."""
+    from ray.tune import Result
+
+    from sweep_engine.grid import failures_of, pack_config
+
+    space = tmp_path / "fail.yaml"
+    space.write_text("name: fail\nbase: {dataset: digits, epochs: 2}\ngrid: {seed: [0, 1, 2]}\n")
+    trainings = expand(load_space(str(space))).trainings
+    one, two, three = make_packs(trainings, 1, slots=1, target_s=5.0)
+    seen = {one.trainings[0].trial_id}  # pack one recorded; two reported then failed
+    results = [
+        Result(
+            metrics={"config": {"cell": pack_config(one)}}, checkpoint=None, error=None, path=""
+        ),
+        Result(
+            metrics={"config": {"cell": pack_config(two)}},
+            checkpoint=None,
+            error=RuntimeError("boom in two"),
+            path="",
+        ),
+        Result(metrics={}, checkpoint=None, error=RuntimeError("actor died"), path=""),
+    ]
+    rows = {trial_id: text for trial_id, _, text in failures_of(results, [one, two, three], seen)}
+    assert set(rows) == {two.trainings[0].trial_id, three.trainings[0].trial_id}
+    assert "boom in two" in rows[two.trainings[0].trial_id]
+    text = rows[three.trainings[0].trial_id]
+    assert "failed before its first report" in text and "actor died" in text
