@@ -103,6 +103,9 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # as `vflsweep ui` starts it: without MLflow's GenAI job workers (six more Python
+        # processes importing MLflow, which a sweep never uses)
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     try:
         deadline = time.time() + 120

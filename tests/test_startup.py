@@ -155,3 +155,33 @@ def test_exit_process_leaves_no_ray_process_behind() -> None:
     assert kids  # the probe can see Ray's processes (gcs, raylet, monitor, ...)
     alive = [pid for pid in kids if Path(f"/proc/{pid}").exists()]
     assert not alive, alive
+
+
+def test_tune_trial_actors_and_their_actors_start_without_a_runtime_env(
+    ray_session: None, tmp_path: Path
+) -> None:
+    """Tune's own default (``PL_DISABLE_FORK``) made every trial actor and each party actor
+    it started go through Ray's runtime-env set-up, ~0.6 CPU-s an actor
+    (``runner.plain_trial_actors``); this checks the patch still takes in this Ray."""
+    from ray import tune
+
+    from sweep_engine.runner import plain_trial_actors
+
+    @ray.remote(num_cpus=0)
+    class Child:
+        def env(self) -> str:
+            return ray.get_runtime_context().get_runtime_env_string()
+
+    def trainable(config: dict) -> None:
+        child = Child.remote()  # type: ignore[attr-defined]
+        own = ray.get_runtime_context().get_runtime_env_string()
+        tune.report({"own": own, "child": ray.get(child.env.remote())})
+
+    plain_trial_actors()
+    grid = tune.Tuner(
+        trainable, run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0)
+    ).fit()
+    (result,) = list(grid)  # type: ignore[call-overload]
+    assert result.error is None, result.error
+    assert result.metrics["own"] in ("{}", ""), result.metrics["own"]
+    assert result.metrics["child"] in ("{}", ""), result.metrics["child"]
