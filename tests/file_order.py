@@ -82,18 +82,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _phases: list[tuple[str, float]] = []
+_spans: list[tuple[str, str, float, float]] = []  # (process, nodeid, start, stop)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _phases.append((report.nodeid, report.duration))
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    _spans.append((getattr(worker, "id", "main"), report.nodeid, report.start, report.stop))
+
+
+def timeline(spans: Iterable[tuple[str, str, float, float]]) -> list[dict[str, object]]:
+    """Per process, its files in the order they ran: first start, last stop (seconds from
+    the run's first start), so a run shows which file ended it and what each process did."""
+    spans = list(spans)
+    t0 = min((s[2] for s in spans), default=0.0)
+    files: dict[tuple[str, str], list[float]] = {}
+    for process, nodeid, start, stop in spans:
+        span = files.setdefault((process, unit_of(nodeid)), [start, stop])
+        span[0], span[1] = min(span[0], start), max(span[1], stop)
+    ordered = sorted(files.items(), key=lambda kv: (kv[0][0], kv[1][0]))
+    return [
+        {"process": p, "file": f, "start": round(a - t0, 1), "stop": round(b - t0, 1)}
+        for (p, f), (a, b) in ordered
+    ]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """With ``VFLSWEEP_WRITE_DURATIONS=1``, the controlling process of a full run writes
     the table (xdist forwards every worker's reports to it)."""
-    if os.environ.get("VFLSWEEP_WRITE_DURATIONS") != "1":
-        return
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller writes
+        return
+    if os.environ.get("VFLSWEEP_TIMELINE"):  # which process ran which file when
+        Path(os.environ["VFLSWEEP_TIMELINE"]).write_text(json.dumps(timeline(_spans), indent=1))
+    if os.environ.get("VFLSWEEP_WRITE_DURATIONS") != "1":
         return
     table = {unit: round(s, 1) for unit, s in sorted(unit_seconds(_phases).items())}
     TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")

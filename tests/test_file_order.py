@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from file_order import TABLE, longest_first, unit_of, unit_seconds
+from file_order import TABLE, longest_first, timeline, unit_of, unit_seconds
 
 FILE_ORDER = Path(__file__).with_name("file_order.py")
 
@@ -72,3 +72,17 @@ def test_xdist_runs_the_files_in_this_order_not_by_test_count(
     result = pytester.runpytest_subprocess("-p", "file_order", "-n", "1", "--dist", "loadfile")
     result.assert_outcomes(passed=6)
     assert log.read_text() == "bccaaa"
+
+
+def test_the_timeline_gives_each_process_its_files_first_start_to_last_stop() -> None:
+    spans = [
+        ("gw0", "tests/test_a.py::t1", 100.0, 101.0),
+        ("gw0", "tests/test_a.py::t2", 101.0, 103.5),
+        ("gw1", "tests/test_b.py::t", 100.5, 102.0),
+        ("gw0", "tests/test_c.py::t", 103.5, 104.0),
+    ]
+    assert timeline(spans) == [
+        {"process": "gw0", "file": "test_a", "start": 0.0, "stop": 3.5},
+        {"process": "gw0", "file": "test_c", "start": 3.5, "stop": 4.0},
+        {"process": "gw1", "file": "test_b", "start": 0.5, "stop": 2.0},
+    ]
