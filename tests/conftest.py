@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainables.data.cache import cache_root
 from trainables.data.catalog import default_data_dir
 from trainables.errors import MissingDataError
 
@@ -22,6 +23,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # The machine's cost cache (sweep_engine/costs.py) is not the suite's to fill or read: a
 # test's tiny trainings would teach it wrong seconds. Dry runs do not probe unless a test
 # asks (tests/test_estimate.py does, with its own cache).
+# mypy's cache is the machine's, though (tests/test_types.py): mypy checks each file against
+# its cache by content, and the per-run folder below made every run check all 224 cold
+# (48 s against 4 s warm, 2026-12-07).
+os.environ.setdefault("VFLSWEEP_MYPY_CACHE", str(cache_root() / "mypy"))
 os.environ["VFLSWEEP_CACHE"] = os.path.join(
     os.environ.get("TMPDIR", "/tmp"), f"vflsweep-test-cache-{os.getpid()}"
 )
@@ -32,15 +37,21 @@ os.environ["VFLSWEEP_PROBE_S"] = "0"
 torch.set_num_threads(1)
 
 
+# The session Ray's logical CPUs: the cores of the machine the suite is sized for. With 6 on
+# 2 cores, a sweep ran up to 6 trials at once, each starting its own party actors (about
+# 3 CPU-s each, for torch) where 2 at a time reuse warm ones: a 4-trial search took 36 s
+# against 22 s (2026-12-07).
+RAY_CPUS = 2
+
+
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     """A real local Ray, started once (about 4 s here) and reused by every Ray test."""
     import ray
 
     if not ray.is_initialized():
-        # logical CPUs, not cores: a trial's placement group needs one bundle per party
         # address="local": always a fresh instance, never a cluster another process left up
-        ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -8,6 +8,7 @@ errors. The core's ignores are few, and each says why on its own line.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -24,7 +25,8 @@ def test_mypy_reports_no_error() -> None:
     """mypy keeps its cache in the project's cache folder, outside the checkout: a fresh
     clone on a machine that ran it before checks only what changed (mypy re-reads any
     file whose contents differ from its cache's: the cache never hides an error)."""
-    cache = cache_root() / f"mypy-{sys.version_info.major}.{sys.version_info.minor}"
+    machine = os.environ.get("VFLSWEEP_MYPY_CACHE") or str(cache_root() / "mypy")  # conftest
+    cache = Path(f"{machine}-{sys.version_info.major}.{sys.version_info.minor}")
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--cache-dir", str(cache)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
