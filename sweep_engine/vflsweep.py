@@ -177,13 +177,13 @@ BROKEN_PIPE_EXIT = 141
 
 
 def console() -> None:
-    """The ``vflsweep`` console script: ``main``, then a quick exit (``cli.exit_process``).
+    """The ``vflsweep`` console script: ``main``, then a quick exit (``process_exit.exit_process``).
 
     A reader that stops early (``vflsweep spaces | head -1``) closes our stdout: Python
     ignores SIGPIPE and raises ``BrokenPipeError`` instead, whose traceback told the user
     of a failure where there was none. Every subcommand ends quietly there, as ``ls``
     does; its ``finally`` blocks (a sweep's lock, the UI's server) still run on the way."""
-    from sweep_engine.cli import exit_process
+    from sweep_engine.process_exit import exit_process  # not cli: it imports torch
 
     try:
         code = main()

@@ -185,3 +185,22 @@ def test_tune_trial_actors_and_their_actors_start_without_a_runtime_env(
     assert result.error is None, result.error
     assert result.metrics["own"] in ("{}", ""), result.metrics["own"]
     assert result.metrics["child"] in ("{}", ""), result.metrics["child"]
+
+
+@pytest.mark.parametrize("command", [["spaces"], ["status", "nowhere"], ["verify", "nowhere"]])
+def test_the_vflsweep_commands_that_run_no_training_never_import_torch(
+    command: list[str],
+) -> None:
+    """``vflsweep spaces`` / ``status`` / ``verify`` (and ``analyze``: tests/test_analysis*)
+    read files: torch is ~2.2 CPU-s of start-up they do not need. Until 2026-12-07 every
+    ``vflsweep`` command imported it through the console script's exit. Here any import of
+    torch raises, so the command would fail with it."""
+    out = _fresh(
+        "import sys\n"
+        "sys.modules['torch'] = None  # import torch now raises ImportError\n"
+        f"sys.argv = ['vflsweep', *{command!r}]\n"
+        "from sweep_engine.vflsweep import console\n"
+        "console()\n"
+    )
+    assert "torch" not in out.stderr, out.stderr[-3000:]
+    assert out.returncode in (0, 2), out.stderr[-3000:]  # 2: no such sweep folder
