@@ -37,11 +37,12 @@ os.environ["VFLSWEEP_PROBE_S"] = "0"
 torch.set_num_threads(1)
 
 
-# The session Ray's logical CPUs: the cores of the machine the suite is sized for. With 6 on
-# 2 cores, a sweep ran up to 6 trials at once, each starting its own party actors (about
-# 3 CPU-s each, for torch) where 2 at a time reuse warm ones: a 4-trial search took 36 s
-# against 22 s (2026-12-07).
-RAY_CPUS = 2
+# The session Ray's logical CPUs, more than this machine's 2 cores: a trial's placement
+# group needs a bundle per party. Tried with 2 (2026-12-07): a sweep then runs fewer trials
+# at once, each starting its own party actors (a 4-trial search took 22 s against 36 s), but
+# a full run hung in tests/test_early_stopping.py, its first trial never started, after
+# another file's sweeps in the same process: 6 is kept until that is understood.
+RAY_CPUS = 6
 
 
 @pytest.fixture(scope="session")
