@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -102,7 +103,10 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
 
     The ``attack`` column becomes each row's attack label (``attack_labels``).
     """
-    table = with_setting(with_procedure(attack_labels(table)))
+    table = attack_labels(table)
+    if "spec_json" in table.column_names:
+        parsed = parsed_specs(table.column("spec_json"))
+        table = with_setting(with_procedure(table, parsed), parsed)
     arrays = []
     for name in table.column_names:
         column = table.column(name)
@@ -112,27 +116,31 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
     return pa.table(arrays, names=table.column_names).to_pandas()
 
 
-def with_procedure(table: pa.Table) -> pa.Table:
-    """A ``procedure`` column from ``spec_json`` when some record ran ``procedure: vflair``
-    (older records, written before the field, ran the standard one): a defense's numbers
-    under VFLAIR's procedure form a scenario of their own, not a pair with the standard's.
+def with_procedure(table: pa.Table, parsed: dict[str, dict[str, Any]] | None = None) -> pa.Table:
+    """A ``procedure`` column, each row's ``spec.procedure`` (the planner expanded the preset
+    into the spec the record stores; older records, written before the field, ran the
+    standard one), when some record ran ``procedure: vflair``: a defense's numbers under
+    VFLAIR's procedure form a scenario of their own, not a pair with the standard's.
     Without such a record the table is left as it is."""
     if "spec_json" not in table.column_names or "procedure" in table.column_names:
         return table
     specs = table.column("spec_json")
-    if not pc.any(pc.fill_null(pc.match_substring(specs, '"procedure":"vflair"'), False)).as_py():
+    parsed = parsed_specs(specs) if parsed is None else parsed
+    names = {text: str(spec.get("procedure", "standard")) for text, spec in parsed.items()}
+    if "vflair" not in names.values():
         return table
-    names = {
-        text: str(json.loads(text).get("procedure", "standard"))
-        for text in pc.unique(specs).to_pylist()
-        if text
-    }
     keys, values = pa.array(list(names), pa.string()), pa.array(list(names.values()), pa.string())
     picked = pc.coalesce(pc.take(values, pc.index_in(specs, value_set=keys)), "standard")
     return table.append_column("procedure", picked)
 
 
-def with_setting(table: pa.Table) -> pa.Table:
+def parsed_specs(specs: pa.ChunkedArray) -> dict[str, dict[str, Any]]:
+    """Each distinct non-empty ``spec_json`` and its parsed spec: the one place the analysis
+    reads spec fields (a pack's thousands of rows share a few specs)."""
+    return {text: json.loads(text) for text in pc.unique(specs).to_pylist() if text}
+
+
+def with_setting(table: pa.Table, parsed: dict[str, dict[str, Any]] | None = None) -> pa.Table:
     """A ``setting`` column naming the spec fields, other than the scenario columns, the
     defense and the seed, that differ between the records (``epochs=3 lr=0.1``), when some
     do; the table as it is otherwise.
@@ -146,12 +154,12 @@ def with_setting(table: pa.Table) -> pa.Table:
     from trainables.results.manifest import flat_spec
 
     specs = table.column("spec_json")
-    texts = [t for t in pc.unique(specs).to_pylist() if t]
-    if len(texts) < 2:
+    parsed = parsed_specs(specs) if parsed is None else parsed
+    if len(parsed) < 2:
         return table
     flats = {}
-    for text in texts:
-        flat = flat_spec(json.loads(text))
+    for text, spec in parsed.items():
+        flat = flat_spec(spec)
         flats[text] = {
             k: v if isinstance(v, str) else json.dumps(v, sort_keys=True)
             for k, v in flat.items()
