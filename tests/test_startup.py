@@ -191,10 +191,10 @@ def test_tune_trial_actors_and_their_actors_start_without_a_runtime_env(
 def test_the_vflsweep_commands_that_run_no_training_never_import_torch(
     command: list[str],
 ) -> None:
-    """``vflsweep spaces`` / ``status`` / ``verify`` (and ``analyze``: tests/test_analysis*)
-    read files: torch is ~2.2 CPU-s of start-up they do not need. Until 2026-12-07 every
-    ``vflsweep`` command imported it through the console script's exit. Here any import of
-    torch raises, so the command would fail with it."""
+    """``vflsweep spaces`` / ``status`` / ``verify`` read files: torch is ~2.2 CPU-s of
+    start-up they do not need. Until 2026-12-07 every ``vflsweep`` command imported it
+    through the console script's exit. Here any import of torch raises, so the command
+    would fail with it."""
     out = _fresh(
         "import sys\n"
         "sys.modules['torch'] = None  # import torch now raises ImportError\n"
@@ -204,3 +204,34 @@ def test_the_vflsweep_commands_that_run_no_training_never_import_torch(
     )
     assert "torch" not in out.stderr, out.stderr[-3000:]
     assert out.returncode in (0, 2), out.stderr[-3000:]  # 2: no such sweep folder
+
+
+def test_vflsweep_analyze_answers_a_sweep_without_importing_torch(tmp_path: Path) -> None:
+    """``vflsweep analyze`` reads records, ranks and draws: the whole analysis of a real
+    (synthetic, two defenses over three seeds) sweep folder runs with torch unimportable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from analysis.synthetic import training
+    from trainables.records import RECORD_SCHEMA
+
+    rows = []
+    for seed in range(3):
+        rows += training(0.9, {"ns": ("LI", 0.9, None)}, seed=seed)
+        rows += training(
+            0.8, {"ns": ("LI", 0.6, None)}, seed=seed, defense="gdp", defense_param=0.1
+        )
+    (tmp_path / "records").mkdir()
+    table = pa.Table.from_pylist(rows, schema=RECORD_SCHEMA)
+    pq.write_table(table, tmp_path / "records" / "all.parquet")
+    out = _fresh(
+        "import sys\n"
+        "sys.modules['torch'] = None  # import torch now raises ImportError\n"
+        f"sys.argv = ['vflsweep', 'analyze', {str(tmp_path)!r}]\n"
+        "from sweep_engine.vflsweep import console\n"
+        "console()\n"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "torch" not in out.stderr, out.stderr[-3000:]
+    assert "gdp" in out.stdout, out.stdout[-2000:]  # the ranking table
+    assert (tmp_path / "report" / "index.html").is_file()  # the report, figures included
