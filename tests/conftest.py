@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 
@@ -37,12 +39,15 @@ os.environ["VFLSWEEP_PROBE_S"] = "0"
 torch.set_num_threads(1)
 
 
-# The session Ray's logical CPUs, more than this machine's 2 cores: a trial's placement
-# group needs a bundle per party. Tried with 2 (2026-12-07): a sweep then runs fewer trials
-# at once, each starting its own party actors (a 4-trial search took 22 s against 36 s), but
-# a full run hung in tests/test_early_stopping.py, its first trial never started, after
-# another file's sweeps in the same process: 6 is kept until that is understood.
-RAY_CPUS = 6
+# The session Ray's logical CPUs: this machine's 2 cores. With 6 (until 2026-12-07) a sweep
+# in a test ran up to 6 trials at once, each starting its own party actors on 2 cores (a
+# 4-trial search took 36 s against 22 s). 2 first hung a full run: warm actors a file had
+# pooled in this process held a CPU, and a later file's trial waited for it
+# (``session_ray_left_free`` below now stops them when their file ends).
+RAY_CPUS = 2
+
+
+SESSION_RAY: dict[str, str] = {}  # the session Ray's GCS address, once started
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +58,45 @@ def ray_session() -> Iterator[None]:
     if not ray.is_initialized():
         # address="local": always a fresh instance, never a cluster another process left up
         ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False)
+    SESSION_RAY["address"] = ray.get_runtime_context().gcs_address
     yield
     ray.shutdown()
+
+
+# How long a file's released actors and placement groups may take to give their CPUs back
+FREE_WAIT_S = 15.0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def session_ray_left_free() -> Iterator[None]:
+    """Each test file leaves the session Ray's CPUs as it found them: all free.
+
+    Warm party actors that a file's tests pooled in this process (``pool.POOL``) are stopped
+    when the file ends. They hold CPUs between trainings, and the next file's sweep runs its
+    trials in other processes, which cannot release them: with few CPUs its placement group
+    waited forever (a full run hung in tests/test_early_stopping.py, 2026-12-07). Anything
+    else still holding CPUs then fails this file's last test, naming the file, instead of
+    hanging a later one.
+    """
+    yield
+    pool = sys.modules.get("trainables.transport.ray_actors.pool")
+    if pool is not None and pool.POOL:
+        pool.release_warm_actors()
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
+    if ray.get_runtime_context().gcs_address != SESSION_RAY.get("address"):
+        return  # a file's own cluster: not the session's to check
+    total = ray.cluster_resources().get("CPU", 0.0)
+    deadline = time.monotonic() + FREE_WAIT_S
+    while (free := ray.available_resources().get("CPU", 0.0)) < total:
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"this file left {total - free:g} of the session Ray's {total:g} CPUs held "
+                f"{FREE_WAIT_S:g} s after its last test (an actor or placement group not "
+                "stopped): a later file's sweep would wait for them"
+            )
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

@@ -137,7 +137,7 @@ def test_ray_actors_hold_only_their_own_rows(ray_session: None) -> None:
     spec = spec_of("fedssl_dp", epochs=1, model_params={"epsilon": 50.0})
     ds = load_dataset("digits")
     prepared = prepare(spec, ds)
-    with open_parties(prepared.inits, Placement(transport="ray", cpu_per_party=1)) as group:
+    with open_parties(prepared.inits, Placement(transport="ray", cpu_per_party=0.4)) as group:
         result = run_rounds(group, prepared.plan, Evaluator(ds))
         states = ray.get([a.reachable_arrays.remote() for a in group.actors])  # type: ignore[attr-defined]
     _check_holdings(states, prepared.inits)

@@ -154,7 +154,7 @@ def _comparable(records: list[Record]) -> list[dict[str, Any]]:
 
 @pytest.mark.ray
 def test_ray_records_equal_local_and_key_only_in_key_holder_actor(ray_session: None) -> None:
-    ray = Placement("ray")
+    ray = Placement("ray", cpu_per_party=0.5)  # three parties in the session Ray's 2 CPUs
     for name in ("plain2", "enc2"):
         spec = TrialSpec.build(**SPECS[name])
         local = run_trial(spec, attacks=[("tree_grad_li", {})])

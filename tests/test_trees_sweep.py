@@ -33,7 +33,7 @@ def test_tiny_tree_sweep_records_every_model(tmp_path: Path, ray_session: None) 
         "name: tiny_trees\nbase: {dataset: breast_cancer}\n"
         "grid:\n  model:\n    - rf\n    - {model: secureboost, key_length: 512}\n"
         "    - {model: paillier_lr, key_length: 512, epochs: 1, batch_size: 128, lr: 0.5}\n"
-        "resources: {cpu_per_party: 1, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 1}\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\nrun: {max_concurrent_trials: 1}\n"
     )
     results = tmp_path / "results"
     assert main(["--space", str(space), "--results", str(results), "--no-mlflow"]) == 0

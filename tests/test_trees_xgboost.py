@@ -34,7 +34,8 @@ def _federated_vs_central(dataset: str, n_parties: int, rows: int | None) -> Non
         for r, p in enumerate(ranks)
     ]
     params, rounds = xgb_params(PARAMS, data.n_classes, 0)
-    results = run_federated(inits, params, rounds, Placement("ray"))
+    # up to 3 parties in the session Ray's 2 CPUs (tests/conftest.py)
+    results = run_federated(inits, params, rounds, Placement("ray", cpu_per_party=0.5))
     central = xgb.train(params, xgb.DMatrix(np.hstack(X_train), label=y), rounds)
     expected = central.predict(xgb.DMatrix(np.hstack([data.X_test[p] for p in ranks])))
     assert len({r["pid"] for r in results}) == k  # one process per party
