@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweep_engine.inbox import Inbox
 from trainables.schedule import STACKED, Schedule
 from trainables.transport.placement import Placement
 
@@ -26,3 +27,4 @@ class SweepContext:
     attacks: tuple[tuple[str, dict[str, Any]], ...] = ()  # a search cell's shared attacks
     prestart: int = 0  # a search cell's party actors to start first (``entry.start_one``)
     early_stop: bool = False  # epoch ends reported to Tune (a scheduler or a pruner decides)
+    inbox: Inbox = field(default_factory=Inbox)  # where trials post records (``inbox.py``)

@@ -150,15 +150,16 @@ def run_grid(
     sink = RecordSink(sweep_dir)
     packs = plan_packs(plan, todo, data_dir)
     say(packs_line(plan, todo, packs))
+    ctx = context(plan, data_dir)
     callback = Progress(
         sink,
+        ctx.inbox,
         len(todo),
         labels=progress.cell_labels(plan, extra=todo),
         tracker=tracker,
         packs={p.pack_id: tuple(t.trial_id for t in p.trainings) for p in packs},
     )
     configs = [pack_config(p) for p in packs]
-    ctx = context(plan, data_dir)
     tuner = tune.Tuner(
         _trainable(plan, ctx, packs),
         param_space={"cell": tune.grid_search(configs)},
@@ -171,6 +172,7 @@ def run_grid(
     )
     # a ResultGrid iterates through __getitem__ (no __iter__), which mypy does not see
     results = cast("Iterable[tune.Result]", tuner.fit())
+    callback.take_rest()
     failures = failures_of(results, packs, callback.seen)
     failed = len(callback.failed) + record_failures(sink, failures, plan.space.name)
     if callback.repeats:

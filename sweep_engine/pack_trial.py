@@ -24,6 +24,7 @@ import ray
 from ray import tune
 
 from sweep_engine.context import SweepContext
+from sweep_engine.inbox import Inbox
 from sweep_engine.runner import error_record, error_text
 from trainables.errors import MissingDataError
 from trainables.jobs import Job
@@ -71,22 +72,21 @@ def _reported_before() -> set[str]:
         return set(json.loads((Path(folder) / DONE_FILE).read_text()))
 
 
-def _report(outbox: list[tuple[str, list[Record]]], reported: set[str], checkpoint: bool) -> None:
-    """Send finished trainings to the driver; with ``checkpoint``, also a checkpoint naming
-    every training reported so far (a retried pack skips them). Not on every report: each
-    checkpoint costs Tune a snapshot; a retry re-runs at most ``CHECKPOINT_EVERY_S`` of
-    work, whose second report the driver ignores."""
+def _report(
+    inbox: Inbox, outbox: list[tuple[str, list[Record]]], reported: set[str], checkpoint: bool
+) -> None:
+    """Send finished trainings to the driver (their records into ``inbox``, the key in a
+    Tune report); with ``checkpoint``, also a checkpoint naming every training reported so
+    far (a retried pack skips them). Not on every report: each checkpoint costs Tune a
+    snapshot; a retry re-runs at most ``CHECKPOINT_EVERY_S`` of work, whose second report
+    the driver ignores."""
+    metrics: dict[str, Any] = {"records_key": inbox.post(outbox)} if outbox else {}
     reported.update(tid for tid, _ in outbox)
-    metrics = {
-        "pack_json": json.dumps([[t, [r.to_json() for r in recs]] for t, recs in outbox]),
-        "n_reported": len(reported),
-    }
-    tune.report(metrics)
+    tune.report(metrics | {"n_reported": len(reported)})
     if not checkpoint:
         return
     # The checkpoint goes in a report of its own: Tune keeps the metrics reported with a
-    # trial's latest checkpoint to the end of the run, and the records must not ride there
-    # (the driver pops them from results, not from the checkpoint's copy).
+    # trial's latest checkpoint to the end of the run (a key there names a batch long taken).
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / DONE_FILE).write_text(json.dumps(sorted(reported)))
         tune.report(
@@ -122,7 +122,7 @@ def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.O
             now = time.perf_counter()
             if now - last >= REPORT_EVERY_S:
                 checkpoint = now - last_checkpoint >= CHECKPOINT_EVERY_S
-                _report(outbox, reported, checkpoint)
+                _report(ctx.inbox, outbox, reported, checkpoint)
                 outbox, last = [], now
                 last_checkpoint = now if checkpoint else last_checkpoint
     except MissingDataError:
@@ -132,18 +132,18 @@ def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.O
         raise
     finally:
         if outbox or failing:
-            _final_report(outbox, reported, failing)
+            _final_report(ctx.inbox, outbox, reported, failing)
 
 
 def _final_report(
-    outbox: list[tuple[str, list[Record]]], reported: set[str], failing: bool
+    inbox: Inbox, outbox: list[tuple[str, list[Record]]], reported: set[str], failing: bool
 ) -> None:
     """The last report: what finished, and with a fault a checkpoint. Best effort while
     failing: a trial Tune is stopping may refuse it, and the fault is what must surface."""
     if not failing:
-        _report(outbox, reported, checkpoint=False)
+        _report(inbox, outbox, reported, checkpoint=False)
         return
     try:
-        _report(outbox, reported, checkpoint=True)
+        _report(inbox, outbox, reported, checkpoint=True)
     except Exception:  # the original fault propagates; a retry re-runs these trainings
         pass

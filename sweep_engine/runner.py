@@ -2,7 +2,8 @@
 one per training), records written once by the driver.
 
 The trainable runs its trainings (their parties as actors inside the trial's placement
-group) and reports each training's records; a driver-side callback writes them atomically, so
+group), posts each batch of finished trainings' records to the run's inbox (``inbox.py``)
+and reports its key; a driver-side callback takes the batch and writes it atomically, so
 results land on the driver's disk whichever node trained. Grid cells go through Tune's
 grid; a ``search:`` block runs one Optuna study per cell (``search.py``).
 
@@ -44,6 +45,7 @@ if os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1":
 from sweep_engine import memtrace, progress, quiet, tune_state
 from sweep_engine.context import SweepContext
 from sweep_engine.heartbeat import Tracker, say
+from sweep_engine.inbox import Inbox
 from sweep_engine.plan import Plan
 from sweep_engine.sink import RecordSink
 from sweep_engine.space import apply_value
@@ -121,7 +123,8 @@ def train_one(config: dict[str, Any], ctx: SweepContext) -> None:
         raise  # this node lacks a data file: a fault of the node, retried (maybe elsewhere)
     except (ConfigError, DefenseNeverApplied) as err:  # deterministic: same spec, same error
         records = [error_record(spec, trial_id, ctx.sweep, error_text(err))]
-    tune.report(_result(trial_id, records, [name for name, _ in attacks]))
+    result = _result(trial_id, records, [name for name, _ in attacks])
+    tune.report(result | {"records_key": ctx.inbox.post([(trial_id, records)])})
 
 
 # the metrics a search may select on (with each attack's ``ap:<name>``), NaN in every
@@ -156,7 +159,6 @@ def _result(trial_id: str, records: list[Record], attacks: list[str]) -> dict[st
         "rounds": clean.rounds if ok else nan,
         "comm_bytes": clean.comm_bytes if ok else nan,
         "train_seconds": clean.train_seconds if ok else nan,
-        "records_json": json.dumps([r.to_json() for r in records]),
         **{f"ap:{name}": nan for name in attacks},
         **{f"ap:{r.label}": r.ap for r in records if r.attack != "none"},
     }
@@ -175,6 +177,7 @@ class Progress(tune.Callback):
     def __init__(
         self,
         sink: RecordSink,
+        inbox: Inbox,
         total: int,
         label: str = "",
         labels: dict[str, str] | None = None,
@@ -182,6 +185,7 @@ class Progress(tune.Callback):
         packs: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.sink, self.total, self.label = sink, total, label
+        self.inbox = inbox
         self.labels = labels or {}
         self.tracker = tracker or Tracker(total)
         self.tracker.labels.update(self.labels)
@@ -202,18 +206,20 @@ class Progress(tune.Callback):
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **_: Any
     ) -> None:
-        if "pack_json" in result:  # a pack: several trainings at once
-            items = [
-                (trial_id, [Record.from_json(r) for r in rows])
-                for trial_id, rows in json.loads(result.pop("pack_json"))
-            ]
+        key = result.get("records_key")
+        if key is None:  # an epoch end, or a checkpoint's own report
+            return
+        items = self.inbox.take(key)
+        if "cell" in trial.config:  # a pack: several trainings at once
             self.finished(items, [self.labels.get(t, t[:8]) for t, _ in items])
-        elif "records_json" in result:  # a search trial: one training
-            records = [Record.from_json(r) for r in json.loads(result.pop("records_json"))]
-            self.finished([(result["config_hash"], records)], [self.describe(trial.config)])
-        # Popped above, in place (Tune lets callbacks edit the result): Tune keeps each
-        # trial's last result, and its JSON, to the end of the run; written, the records
-        # are the sink's.
+        else:  # a search trial: one training
+            self.finished(items, [self.describe(trial.config)] * len(items))
+
+    def take_rest(self) -> None:
+        """Write what trials posted but never reported (they died after posting): when Tune
+        has ended, so nothing is posted meanwhile."""
+        items = self.inbox.rest()
+        self.finished(items, [self.labels.get(t, t[:8]) for t, _ in items])
 
     def finished(self, items: list[tuple[str, list[Record]]], names: list[str]) -> None:
         """Write trainings' records in one batch and print a line for each; once only: a

@@ -243,7 +243,7 @@ def _run_study(
         prestart=prestart_count(cell.spec),
     )
     sink = RecordSink(sweep_dir)
-    callback = runner.Progress(sink, n, label, tracker=tracker)
+    callback = runner.Progress(sink, ctx.inbox, n, label, tracker=tracker)
     stopper = early_stop.scheduler(plan.space, searcher, epochs)
     if ctx.early_stop:
         callback.stopped_by = early_stop.stopped_by(plan.space)
@@ -261,6 +261,7 @@ def _run_study(
     )
     # a ResultGrid iterates through __getitem__ (no __iter__), which mypy does not see
     results = cast("Iterable[tune.Result]", tuner.fit())
+    callback.take_rest()
     failures: list[tuple[str, TrialSpec, str]] = []
     unplaced = 0  # failed before its first report: Ray has no config for it (no record)
     for r in results:

@@ -3,9 +3,10 @@
 Tune keeps every trial it ran to the end of the run: its config, its last result, its
 newest checkpoints' metrics and a JSON snapshot of each. So what the driver passes
 through Tune per trial must not grow with the trainings a trial (a pack) runs: the
-config names the pack (its specs travel in the object store), and the records of a
-report leave the result once the sink wrote them. ``benchmarks.sweep_cluster`` measures
-the RSS; these tests hold the structures that made it grow.
+config names the pack (its specs travel in the object store), and a report carries the key
+of its records in the run's inbox (``sweep_engine/inbox.py``), never the records.
+``benchmarks.sweep_cluster`` measures the RSS; these tests hold the structures that made it
+grow.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from sweep_engine.grid import pack_config, pack_text
+from sweep_engine.inbox import Inbox
 from sweep_engine.packs import make_packs
 from sweep_engine.plan import expand
 from sweep_engine.runner import COMPACT_AT, Progress
@@ -61,41 +63,61 @@ class _Trial:
         self.config = {"cell": {"pack_id": pack_id, "n_parties": "2"}}
 
 
-def _report(specs: list[TrialSpec], sweep: str) -> dict[str, Any]:
-    rows = []
+def _report(inbox: Inbox, specs: list[TrialSpec], sweep: str) -> dict[str, Any]:
+    """What a pack reports of these trainings (``pack_trial._report``): their records
+    posted to the inbox, its key in the result."""
+    batch = []
     for spec in specs:
         record = Record.clean(
             spec, 0, mp=0.9, rounds=3, comm_bytes=10, train_seconds=0.01, sweep=sweep,
             trial_id=spec.config_hash,
         )  # fmt: skip
-        rows.append([spec.config_hash, [record.to_json()]])
-    return {"pack_json": json.dumps(rows), "n_reported": len(rows)}
+        batch.append((spec.config_hash, [record]))
+    return {"records_key": inbox.post(batch), "n_reported": len(batch)}
 
 
-def test_progress_keeps_no_records_in_what_tune_keeps(tmp_path: Path) -> None:
-    """2,500 trainings in reports of 5: every record written once; what Tune would keep
-    of each result (its last result per trial) carries none; the sink's cache of rows
-    for compaction stays below ``COMPACT_AT`` trainings."""
+def test_progress_keeps_no_records_in_what_tune_keeps(tmp_path: Path, ray_session: None) -> None:
+    """2,500 trainings in reports of 5: every record written once; what Tune keeps of each
+    result (its last result per trial) is a key, not records; the inbox is left empty; the
+    sink's cache of rows for compaction stays below ``COMPACT_AT`` trainings."""
     specs = [TrialSpec.build(dataset="breast_cancer", epochs=1, seed=s) for s in range(2500)]
-    sink = RecordSink(tmp_path / "many")
-    progress = Progress(sink, len(specs))
+    sink, inbox = RecordSink(tmp_path / "many"), Inbox()
+    progress = Progress(sink, inbox, len(specs))
     kept: dict[str, dict[str, Any]] = {}  # Tune's last_result per trial
     cache_peak = 0
     for start in range(0, len(specs), 5):
         trial = _Trial(f"pack{start // 100}")
-        result = _report(specs[start : start + 5], "many")
+        result = _report(inbox, specs[start : start + 5], "many")
         progress.on_trial_result(0, [], trial, result)
-        assert "pack_json" not in result and result["n_reported"] == 5
         kept[trial.config["cell"]["pack_id"]] = result
         cache_peak = max(cache_peak, len(sink._written))
     # a retried pack reports trainings again: written once, counted as repeats
-    progress.on_trial_result(0, [], _Trial("pack0"), _report(specs[:5], "many"))
+    progress.on_trial_result(0, [], _Trial("pack0"), _report(inbox, specs[:5], "many"))
     assert progress.repeats == 5
     assert len(progress.written) == len(specs)
     ids = sink.read().column("trial_id").to_pylist()
     assert len(ids) == len(set(ids)) == len(specs)
-    assert max(len(json.dumps(r)) for r in kept.values()) < 100
+    assert max(len(json.dumps(r)) for r in kept.values()) < 200  # a record is ~2 KB
     assert cache_peak < COMPACT_AT <= CACHE_ROWS
+    assert inbox.rest() == []  # every batch taken when its key was reported
+
+
+def test_a_batch_posted_by_a_trial_that_died_before_its_report_is_written_at_the_end(
+    tmp_path: Path, ray_session: None
+) -> None:
+    """A trial that posted a batch, then died before its report: the batch is still in the
+    inbox, and ``take_rest`` (after Tune ends) writes it; taken twice, it is written once."""
+    specs = [TrialSpec.build(dataset="breast_cancer", epochs=1, seed=s) for s in range(4)]
+    sink, inbox = RecordSink(tmp_path / "died"), Inbox()
+    progress = Progress(sink, inbox, len(specs))
+    progress.on_trial_result(0, [], _Trial("pack0"), _report(inbox, specs[:2], "died"))
+    _report(inbox, specs[2:], "died")  # posted; no report followed
+    _report(Inbox(), specs[3:], "other")  # another run's inbox: not this run's to take
+    assert len(progress.written) == 2
+    progress.take_rest()
+    assert sorted(progress.written) == sorted(s.config_hash for s in specs)
+    assert inbox.rest() == [] and progress.repeats == 0
+    assert sorted(sink.read().column("trial_id").to_pylist()) == sorted(progress.written)
 
 
 def test_tune_keeps_as_much_of_a_big_pack_as_of_a_small_one(tmp_path: Path) -> None:
@@ -141,23 +163,32 @@ def test_memtrace_writes_a_checkpoint_per_n_trainings(tmp_path: Path) -> None:
     assert lines[-1]["VmRSS"] > 0 and lines[-1]["grew"][0]["kib"] >= 390
 
 
-def test_records_never_ride_with_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tune keeps the metrics reported with a trial's latest checkpoint to the end of the
-    run. A slow one-training pack that checkpointed once left a trial state 6 KB larger
-    than a 20-training pack's (its records in Tune's checkpoint manager), so a checkpoint
-    goes in a report of its own, after the records."""
+def test_records_never_ride_in_a_report(monkeypatch: pytest.MonkeyPatch, ray_session: None) -> None:
+    """Records go to the inbox, a report carries their key only; and the checkpoint goes in a
+    report of its own: Tune keeps the metrics reported with a trial's latest checkpoint to
+    the end of the run (a slow one-training pack that checkpointed with its records once
+    left a trial state 6 KB larger than a 20-training pack's)."""
     from sweep_engine import pack_trial
 
-    calls: list[tuple[list[str], bool]] = []
+    calls: list[tuple[dict[str, Any], bool]] = []
 
     def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
-        calls.append((sorted(metrics), checkpoint is not None))
+        calls.append((metrics, checkpoint is not None))
 
     monkeypatch.setattr(pack_trial.tune, "report", report)
-    pack_trial._report([("t1", [])], set(), checkpoint=True)
-    pack_trial._report([("t2", [])], {"t1"}, checkpoint=False)
-    assert calls == [
-        (["n_reported", "pack_json"], False),
+    spec = TrialSpec.build(dataset="breast_cancer", epochs=1)
+    record = Record.clean(spec, 0, mp=0.9, rounds=1, comm_bytes=1, train_seconds=0.0, sweep="s")
+    inbox = Inbox()
+    pack_trial._report(inbox, [("t1", [record])], set(), checkpoint=True)
+    pack_trial._report(inbox, [("t2", [record])], {"t1"}, checkpoint=False)
+    assert [(sorted(m), c) for m, c in calls] == [
+        (["n_reported", "records_key"], False),
         (["n_reported"], True),
-        (["n_reported", "pack_json"], False),
+        (["n_reported", "records_key"], False),
+    ]
+    assert all(len(json.dumps(m)) < 200 < len(record.to_json()) for m, _ in calls)  # a key
+    taken = [inbox.take(m["records_key"]) for m, _ in calls if "records_key" in m]
+    assert [[(tid, [r.mp for r in recs]) for tid, recs in b] for b in taken] == [
+        [("t1", [0.9])],
+        [("t2", [0.9])],
     ]
