@@ -21,6 +21,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
+import ray
 from ray.experimental import internal_kv
 
 from trainables.records import Record
@@ -29,6 +30,15 @@ NAMESPACE = "vflsweep-records"
 
 # trainings and their records: what a pack reports at once
 Batch = list[tuple[str, list[Record]]]
+
+
+def _connected() -> None:
+    """The store's client of this process, set again where something reset it while Ray
+    stays connected (``ray.cluster_utils.Cluster.shutdown`` resets it in every process
+    that used one, whichever Ray that process is connected to: tests do)."""
+    if not internal_kv._internal_kv_initialized():
+        # set by ray.init on the worker object (an attribute its class does not declare)
+        internal_kv._initialize_internal_kv(vars(ray._private.worker.global_worker)["gcs_client"])
 
 
 def _encode(batch: Batch) -> str:
@@ -48,12 +58,14 @@ class Inbox:
     def post(self, batch: Batch) -> str:
         """Store ``batch`` (in a trial); returns the key its report carries."""
         key = f"{self.run}/{uuid.uuid4().hex}"
+        _connected()
         internal_kv._internal_kv_put(key, _encode(batch), namespace=NAMESPACE)
         return key
 
     def take(self, key: str) -> Batch:
         """The batch under ``key``, removed from the store (in the driver); empty if it
         was taken already."""
+        _connected()
         text = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
         if text is None:
             return []
@@ -62,5 +74,6 @@ class Inbox:
 
     def rest(self) -> Batch:
         """Every batch still here (posted by a trial that died before its report), taken."""
+        _connected()
         keys = internal_kv._internal_kv_list(f"{self.run}/", namespace=NAMESPACE)
         return [item for key in sorted(keys) for item in self.take(key.decode())]

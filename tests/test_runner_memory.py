@@ -192,3 +192,20 @@ def test_records_never_ride_in_a_report(monkeypatch: pytest.MonkeyPatch, ray_ses
         [("t1", [0.9])],
         [("t2", [0.9])],
     ]
+
+
+def test_the_inbox_works_after_a_cluster_in_this_process_shut_down(ray_session: None) -> None:
+    """``ray.cluster_utils.Cluster.shutdown`` resets the key-value client of the process
+    that used it, though that process stays connected to its own Ray (a full suite run
+    failed 29 tests that way): the inbox sets it again."""
+    from ray.cluster_utils import Cluster
+    from ray.experimental import internal_kv
+
+    other = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    other.shutdown()
+    assert not internal_kv._internal_kv_initialized()  # what Ray's Cluster does
+    spec = TrialSpec.build(dataset="breast_cancer", epochs=1)
+    record = Record.clean(spec, 0, mp=0.5, rounds=1, comm_bytes=1, train_seconds=0.0, sweep="s")
+    inbox = Inbox()
+    ((tid, (got,)),) = inbox.take(inbox.post([("t", [record])]))
+    assert tid == "t" and got.mp == 0.5
