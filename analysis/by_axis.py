@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.load import as_str
 from analysis.uncertainty import TIE, half_width
 
 SCALARS = (
@@ -94,7 +95,7 @@ def per_training(frame: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
             continue
         rows = attacked.loc[has, keys].copy()
         names = attack[has].cat.rename_categories(lambda a, p=prefix: f"{p}:{a}")
-        rows["metric"] = names.astype(str)
+        rows["metric"] = as_str(names)
         rows["value"] = attacked.loc[has, column].astype(float)
         rows["se"] = attacked.loc[has, se].astype(float) if se else 0.0
         parts.append(rows)

