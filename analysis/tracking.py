@@ -33,7 +33,7 @@ from analysis.completeness import completeness
 from analysis.load import attack_labels
 from analysis.mlflow_store import create_store
 from trainables.records import RECORD_SCHEMA
-from trainables.results.checks import read_verified
+from trainables.results.checks import Verified, read_verified
 from trainables.results.layout import training_status
 from trainables.results.manifest import flat_spec, read_manifest
 
@@ -221,8 +221,9 @@ def log_child(
     return run_id
 
 
-def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
-    """Make MLflow hold one child per recorded training under the sweep's parent run."""
+def sync_sweep(sweep_dir: Path, uri: str, verified: Verified | None = None) -> SyncResult:
+    """Make MLflow hold one child per recorded training under the sweep's parent run.
+    ``verified``: the sweep's records, already read and verified by the caller."""
     from mlflow.entities import Metric
 
     client = client_for(uri)
@@ -231,12 +232,13 @@ def sync_sweep(sweep_dir: Path, uri: str) -> SyncResult:
     existing = children(client, exp_id, parent)
     result = SyncResult(exp_id, parent, children={t: k[0] for t, k in existing.items()})
     # each attack by its label: ``pmc`` and ``pmc@adapted`` are two metrics of one training
-    with warnings.catch_warnings():  # the analysis and status name damaged files
-        warnings.simplefilter("ignore")
-        # every column but ``spec`` (a struct per row; ``spec_json`` holds the same)
-        columns = [name for name in RECORD_SCHEMA.names if name != "spec"]
-        verified = read_verified(sweep_dir / "records", columns)
-    records = attack_labels(verified.table).to_pandas()
+    # every column but ``spec`` (a struct per row; ``spec_json`` holds the same)
+    columns = [name for name in RECORD_SCHEMA.names if name != "spec"]
+    if verified is None:
+        with warnings.catch_warnings():  # the analysis and status name damaged files
+            warnings.simplefilter("ignore")
+            verified = read_verified(sweep_dir / "records", columns)
+    records = attack_labels(verified.table.select(columns)).to_pandas()
     records.attrs["damaged"] = {str(p): why for p, why in verified.damaged.items()}
     statuses = {}
     manifest = read_manifest(sweep_dir)
@@ -272,11 +274,13 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
-def sync_after_sweep(sweep_dir: Path, uri: str | None, results: Path) -> None:
+def sync_after_sweep(
+    sweep_dir: Path, uri: str | None, results: Path, verified: Verified | None = None
+) -> None:
     """The sweep CLI's hook: sync, print one line; a tracking failure never fails a sweep."""
     target = uri or default_uri(results)
     try:
-        result = sync_sweep(sweep_dir, target)
+        result = sync_sweep(sweep_dir, target, verified)
     except Exception as err:  # the records are safe; the next run syncs again
         print(f"warning: MLflow sync to {target} failed ({err}); re-run to sync", file=sys.stderr)
         return

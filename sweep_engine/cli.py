@@ -36,9 +36,12 @@ from sweep_engine.space import load_space
 from sweep_engine.validate import check_local_fit
 from sweep_engine.words import plural
 from trainables.errors import ConfigError
+from trainables.results.checks import Verified, read_verified
 from trainables.trial import actor_count
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from sweep_engine.heartbeat import Tracker
 
 
@@ -292,38 +295,52 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
         print(f"interrupted: {n} of {plan.n_trainings} recorded; re-run to resume", flush=True)
         return EXIT_INTERRUPTED
     wall = time.perf_counter() - start
-    learn_costs(sweep_dir)
+    verified = read_once(sink)
+    learn_costs(sweep_dir, None if verified is None else verified.table)
     if not args.no_mlflow:
         from analysis.tracking import sync_after_sweep
 
-        sync_after_sweep(sweep_dir, args.mlflow_uri, Path(args.results))
+        sync_after_sweep(sweep_dir, args.mlflow_uri, Path(args.results), verified)
     print(
         f"done: {plural(written, 'training')} recorded, {failed} failed, {skipped} skipped "
         f"(already recorded); wall {wall:.1f}s; records in {sink.records_dir}",
         flush=True,
     )
-    print_end_summary(plan, args, sweep_dir)
+    print_end_summary(plan, args, sweep_dir, None if verified is None else verified.table)
     return 1 if failed else 0
 
 
-def learn_costs(sweep_dir: Path) -> None:
+def read_once(sink: RecordSink) -> Verified | None:
+    """Every record of the finished sweep, verified, for the cost cache, the MLflow sync
+    and the summary: one read where each read all files again (three reads were ~5 s
+    after 500 tiny trainings, one file each). A damaged file is named once, here. None
+    when the folder cannot be read: each then reads, and says why, on its own."""
+    try:
+        return read_verified(sink.records_dir, stacklevel=3)
+    except OSError:
+        return None
+
+
+def learn_costs(sweep_dir: Path, table: pa.Table | None = None) -> None:
     """What this sweep's trainings and attacks took here, for the next plan's estimate
     (``sweep_engine/costs.py``); a cache that cannot be written costs only that."""
     from sweep_engine.costs import learn
 
     try:
-        learn(sweep_dir)
+        learn(sweep_dir, table=table)
     except Exception as err:  # an estimate aid must never fail a finished sweep
         print(f"note: the cost cache was not updated ({type(err).__name__}: {err})")
 
 
-def print_end_summary(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> None:
+def print_end_summary(
+    plan: Plan, args: argparse.Namespace, sweep_dir: Path, table: pa.Table | None = None
+) -> None:
     """Best cells from the records, then the commands that open the report and MLflow."""
     from analysis.tracking import default_uri
     from sweep_engine.progress import end_summary
 
     uri = None if args.no_mlflow else (args.mlflow_uri or default_uri(Path(args.results)))
-    for line in end_summary(plan, sweep_dir, uri, explicit=bool(args.mlflow_uri)):
+    for line in end_summary(plan, sweep_dir, uri, bool(args.mlflow_uri), table):
         print(f"  {line}", flush=True)
 
 

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 from trainables.data.cache import cache_root
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from trainables.spec import TrialSpec
 
 KEEP = 25  # observations kept per key (the newest): the median of these is the value
@@ -203,9 +205,11 @@ def _drop_probed_pretraining(data: dict[str, Any]) -> None:
             source.pop(f"train:{key}", None)
 
 
-def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
+def learn(sweep_dir: Path, costs: Costs | None = None, table: pa.Table | None = None) -> int:
     """Add what the records of ``sweep_dir`` say each training and evaluation cost on the
-    actors; returns how many trainings were read. Error records are skipped."""
+    actors; returns how many trainings were read. Error records are skipped. ``table``:
+    the sweep's verified records when the caller has read them already (the CLI reads
+    them once for this, the MLflow sync and the summary)."""
     from sweep_engine.sink import RecordSink
     from trainables.results.labels import adapted_label
     from trainables.spec import TrialSpec
@@ -213,7 +217,8 @@ def learn(sweep_dir: Path, costs: Costs | None = None) -> int:
     cols = ["trial_id", "attack", "train_seconds", "attack_seconds", "status", "spec_json"]
     cols += ["extra"]
     try:
-        df = RecordSink(sweep_dir).read().select(cols).to_pandas()
+        table = RecordSink(sweep_dir).read() if table is None else table
+        df = table.select(cols).to_pandas()
     except (OSError, ValueError, KeyError):
         return 0
     if df.empty:

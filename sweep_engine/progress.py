@@ -400,8 +400,11 @@ def open_commands(sweep_dir: str, uri: str | None, explicit: bool) -> list[str]:
     return lines
 
 
-def end_summary(plan: Plan, sweep_dir: Path, uri: str | None, explicit: bool) -> list[str]:
-    """The lines after ``done:``: best cells from the records on disk, then the commands."""
+def end_summary(
+    plan: Plan, sweep_dir: Path, uri: str | None, explicit: bool, table: pa.Table | None = None
+) -> list[str]:
+    """The lines after ``done:``: best cells from the records on disk (``table``: already
+    read and verified by the caller), then the commands."""
     from sweep_engine.sink import RecordSink
 
     if plan.space.search is not None:
@@ -414,5 +417,5 @@ def end_summary(plan: Plan, sweep_dir: Path, uri: str | None, explicit: bool) ->
             study.setdefault("objectives", plan.space.search.model_dump()["objectives"])
         lines = search_lines(plan, studies)
     else:
-        lines = record_lines(plan, RecordSink(sweep_dir).read())
+        lines = record_lines(plan, RecordSink(sweep_dir).read() if table is None else table)
     return lines + open_commands(str(sweep_dir), uri, explicit)

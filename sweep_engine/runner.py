@@ -424,6 +424,8 @@ def record_failures(
     sink: RecordSink, failures: list[tuple[str, TrialSpec, str]], sweep: str
 ) -> int:
     """Write a ``status='error'`` record for each training that kept failing."""
+    if not failures:  # most sweeps: no need to read every record file back
+        return 0
     done = sink.done()
     count = 0
     for trial_id, spec, error in failures:

@@ -10,10 +10,13 @@ processes skip Python's finalization (``cli.exit_process``). Timings themselves 
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import ray
 
@@ -235,3 +238,44 @@ def test_vflsweep_analyze_answers_a_sweep_without_importing_torch(tmp_path: Path
     assert "torch" not in out.stderr, out.stderr[-3000:]
     assert "gdp" in out.stdout, out.stdout[-2000:]  # the ranking table
     assert (tmp_path / "report" / "index.html").is_file()  # the report, figures included
+
+
+def test_builtin_datasets_load_from_the_cache_without_scikit_learn(tmp_path: Path) -> None:
+    """breast_cancer and digits: the first load in a machine's cache stores the arrays;
+    a later process loads the same Dataset from them without importing scikit-learn
+    (~1.2 CPU-s in the planner, each trial and each actor)."""
+    code = (
+        "import pickle, sys\n"
+        "from trainables.data import load_dataset\n"
+        "out = {n: load_dataset(n) for n in ('breast_cancer', 'digits')}\n"
+        "print('sklearn' in sys.modules)\n"
+        "sys.stdout.flush()\n"
+        "pickle.dump(out, open(sys.argv[1], 'wb'))\n"
+    )
+
+    def load(name: str) -> tuple[bool, dict[str, object]]:
+        path = tmp_path / name
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "VFLSWEEP_CACHE": str(tmp_path / "cache")},
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip() == "True", pickle.loads(path.read_bytes())
+
+    imported_first, first = load("first.pkl")
+    imported_later, later = load("later.pkl")
+    assert imported_first and not imported_later
+    assert sorted((tmp_path / "cache" / "data").iterdir())  # what the later one read
+    for name in ("breast_cancer", "digits"):
+        direct = load_dataset(name)  # this process: built from scikit-learn or the cache
+        for dataset in (first[name], later[name]):
+            for field in dataclasses.fields(direct):
+                a, b = getattr(direct, field.name), getattr(dataset, field.name)
+                if isinstance(a, np.ndarray):
+                    assert a.dtype == b.dtype and np.array_equal(a, b), (name, field.name)
+                else:
+                    assert a == b, (name, field.name)

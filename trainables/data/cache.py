@@ -1,8 +1,9 @@
 """The engine's per-machine cache folder, and small JSON files kept in it.
 
-Why one place: the cost cache (``sweep_engine/costs.py``) and the per-dataset measurements
-of VertiBench splits (``trainables/data/vertibench_split.py``) both keep results that are
-slow to compute and the same on every run; ``$VFLSWEEP_CACHE`` moves all of them (the test
+Why one place: the cost cache (``sweep_engine/costs.py``), the per-dataset measurements
+of VertiBench splits (``trainables/data/vertibench_split.py``) and the scikit-learn
+datasets (``trainables/data/builtin.py``) all keep results that are slow to compute and
+the same on every run; ``$VFLSWEEP_CACHE`` moves all of them (the test
 suite points it at a temporary folder).
 """
 
@@ -11,9 +12,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
+
+import numpy as np
 
 CACHE_ENV = "VFLSWEEP_CACHE"
 J = TypeVar("J")  # a JSON value: what ``compute`` returns, and the file holds
@@ -26,6 +30,28 @@ def cache_root() -> Path:
         return Path(root)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "vflsweep"
+
+
+def cached_arrays(name: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The arrays stored as ``<cache>/<name>.npz``, computing and storing them if absent
+    (atomically, as ``cached_json``; an unreadable file is computed again). No pickles:
+    numbers and strings only."""
+    path = cache_root() / f"{name}.npz"
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return {key: stored[key] for key in stored.files}
+    except (OSError, ValueError, zipfile.BadZipFile):
+        pass
+    value = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **cast(dict[str, Any], value))  # arrays only: no keyword clash
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home still computes; it only computes again next time
+    return value
 
 
 def cached_json(name: str, compute: Callable[[], J]) -> J:

@@ -15,6 +15,7 @@ import the engine that writes them (``trainables/results/__init__.py``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import warnings
@@ -66,8 +67,9 @@ _RECORD_TYPES = [f"{f.name}:{f.type}" for f in RECORD_SCHEMA]
 
 def checked(path: Path) -> tuple[pa.Table | None, str | None]:
     """(table, None) for a valid single record file, (None, why not) otherwise."""
-    try:
-        table = pq.read_table(path, page_checksum_verification=True)
+    try:  # ParquetFile, not read_table: no dataset discovery per file (~0.6 ms of ~3)
+        with pq.ParquetFile(path, page_checksum_verification=True) as parquet:
+            table = parquet.read()
         stored = (table.schema.metadata or {}).get(DIGEST_KEY)
         actual = digest(table).encode()
     except Exception as err:  # a damaged footer can fail anywhere in the decoding
@@ -170,7 +172,14 @@ def _read_once(
 
 def conform(table: pa.Table, columns: list[str]) -> pa.Table:
     """``table`` with exactly ``columns`` of RECORD_SCHEMA, in its types and order; a column
-    an older engine did not write is null (as ``pyarrow.dataset`` fills it)."""
+    an older engine did not write is null (as ``pyarrow.dataset`` fills it).
+
+    A file this engine wrote has those columns in those types already: it is only
+    selected (a cast per column of ~110 was 1.6 ms a file, half of reading it)."""
+    if set(columns) <= set(table.column_names):
+        picked = table.select(columns).replace_schema_metadata(None)
+        if picked.schema.equals(_conformed(tuple(columns))):
+            return picked
     arrays = []
     for name in columns:
         kind = RECORD_SCHEMA.field(name).type
@@ -179,6 +188,12 @@ def conform(table: pa.Table, columns: list[str]) -> pa.Table:
         else:
             arrays.append(pa.nulls(table.num_rows, kind))
     return pa.table(arrays, names=columns)
+
+
+@functools.cache
+def _conformed(columns: tuple[str, ...]) -> pa.Schema:
+    """The schema ``conform`` gives ``columns``: RECORD_SCHEMA's types, nullable fields."""
+    return pa.schema([pa.field(name, RECORD_SCHEMA.field(name).type) for name in columns])
 
 
 def _ok(
