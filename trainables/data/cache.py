@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
 import numpy as np
 
@@ -43,14 +43,7 @@ def cached_arrays(name: str, compute: Callable[[], dict[str, np.ndarray]]) -> di
     except (OSError, ValueError, zipfile.BadZipFile):
         pass
     value = compute()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **cast(dict[str, Any], value))  # arrays only: no keyword clash
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home still computes; it only computes again next time
+    _store(path, lambda fh: np.savez(fh, **cast(dict[str, Any], value)))  # arrays only
     return value
 
 
@@ -66,12 +59,18 @@ def cached_json(name: str, compute: Callable[[], J]) -> J:
     except (OSError, ValueError):
         pass
     value = compute()
+    _store(path, lambda fh: fh.write(json.dumps(value).encode()))
+    return value
+
+
+def _store(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write`` into a temporary file beside ``path``, renamed over it (atomic); nothing
+    when the folder cannot be written: a read-only home still computes, only again."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(value, fh)
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
         os.replace(tmp, path)
     except OSError:
-        pass  # a read-only home still computes; it only computes again next time
-    return value
+        pass
