@@ -42,7 +42,7 @@ if os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1":
     # found no result.json: nothing reads them (records are the sink's)
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
-from sweep_engine import memtrace, progress, quiet, tune_state
+from sweep_engine import memtrace, progress, quiet, tune_state, tune_usage
 from sweep_engine.context import SweepContext
 from sweep_engine.heartbeat import Tracker, say
 from sweep_engine.inbox import Inbox
@@ -61,6 +61,7 @@ from trainables.vfl.halving import Halving
 
 quiet.configure(quiet.VERBOSE)  # what Ray, Tune and MLflow print: quiet.py (--verbose: all)
 tune_state.install()  # Tune's state snapshots wait for their upload: tune_state.py
+tune_usage.install()  # no mlflow import to count callbacks for usage stats that are off
 
 # Single record files at which the driver folds them into part files (``RecordSink.
 # maybe_compact``): small sweeps keep one readable file per training.

@@ -279,3 +279,22 @@ def test_builtin_datasets_load_from_the_cache_without_scikit_learn(tmp_path: Pat
                     assert a.dtype == b.dtype and np.array_equal(a, b), (name, field.name)
                 else:
                     assert a == b, (name, field.name)
+
+
+def test_tune_does_not_import_mlflow_to_count_callbacks_for_usage_stats_that_are_off() -> None:
+    """Tune counts a run's callbacks for Ray's usage report by importing MLflow's
+    integration (0.7 CPU-s before the first trial); the engine turns that report off."""
+    code = (
+        "import sys\n"
+        "import sweep_engine.runner\n"
+        "from ray import tune\n"
+        "from ray.air._internal import usage\n"
+        "usage.tag_callbacks([tune.Callback()])\n"
+        "print('mlflow' in sys.modules)\n"
+    )
+    skipped = _fresh(code)
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stdout.strip() == "False"
+    control = _fresh(code.replace("usage.tag_callbacks(", "usage._count_callbacks("))
+    assert control.returncode == 0, control.stderr
+    assert control.stdout.strip() == "True"  # the probe can tell: Tune's count imports it
