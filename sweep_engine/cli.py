@@ -36,7 +36,7 @@ from sweep_engine.space import load_space
 from sweep_engine.validate import check_local_fit
 from sweep_engine.words import plural
 from trainables.errors import ConfigError
-from trainables.results.checks import Verified, read_verified
+from trainables.results.checks import Verified
 from trainables.trial import actor_count
 
 if TYPE_CHECKING:
@@ -221,8 +221,11 @@ def recorded(plan: Plan, sweep_dir: Path) -> int:
     return sum(1 for t in plan.trainings if t.trial_id in done)
 
 
-def run_plan(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> tuple[int, int, int]:
+def run_plan(
+    plan: Plan, args: argparse.Namespace, sweep_dir: Path, sink: RecordSink | None = None
+) -> tuple[int, int, int]:
     """Run what is not recorded yet; returns (recorded now, failed, skipped as done).
+    ``sink``: the caller's (a grid writes through it, and it remembers what it wrote).
 
     A heartbeat (``heartbeat.py``) runs from before Ray starts to the last trial's end: a
     line whenever no training finished for a while, and ``progress.json`` for ``status``.
@@ -258,7 +261,7 @@ def run_plan(plan: Plan, args: argparse.Namespace, sweep_dir: Path) -> tuple[int
         start_run(plan, args, sweep_dir, tracker)
         if runner.INTERRUPT.is_set():  # Ctrl-C while Ray started: no trial starts
             return 0, 0, skipped
-        written, failed = run_grid(plan, sweep_dir, todo, args.data_dir, tracker)
+        written, failed = run_grid(plan, sweep_dir, todo, args.data_dir, tracker, sink)
     return written, failed, skipped
 
 
@@ -284,7 +287,7 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
     written = failed = skipped = 0
     try:
         with sigint_stops_tune():
-            written, failed, skipped = run_plan(plan, args, sweep_dir)
+            written, failed, skipped = run_plan(plan, args, sweep_dir, sink)
     except KeyboardInterrupt:  # the second Ctrl-C, or one before the handler was in place
         runner.INTERRUPT.set()
     # the space and its axes, for the analysis; after the run started (bad input: none)
@@ -313,10 +316,11 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
 def read_once(sink: RecordSink) -> Verified | None:
     """Every record of the finished sweep, verified, for the cost cache, the MLflow sync
     and the summary: one read where each read all files again (three reads were ~5 s
-    after 500 tiny trainings, one file each). A damaged file is named once, here. None
+    after 500 tiny trainings, one file each; what this run wrote comes from the sink's
+    memory, ``RecordSink.verified``). A damaged file is named once, here. None
     when the folder cannot be read: each then reads, and says why, on its own."""
     try:
-        return read_verified(sink.records_dir, stacklevel=3)
+        return sink.verified(stacklevel=3)
     except OSError:
         return None
 

@@ -144,10 +144,12 @@ def run_grid(
     todo: list[Training],
     data_dir: str | None,
     tracker: Tracker | None = None,
+    sink: RecordSink | None = None,
 ) -> tuple[int, int]:
     """Run the grid trainings in ``todo`` in packs; returns (written, failed).
-    ``tracker``: the run's (heartbeat, progress.json), told what runs and finishes."""
-    sink = RecordSink(sweep_dir)
+    ``tracker``: the run's (heartbeat, progress.json), told what runs and finishes;
+    ``sink``: the caller's, so it can read back what this run wrote from memory."""
+    sink = RecordSink(sweep_dir) if sink is None else sink
     packs = plan_packs(plan, todo, data_dir)
     say(packs_line(plan, todo, packs))
     ctx = context(plan, data_dir)

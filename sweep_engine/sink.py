@@ -44,6 +44,7 @@ from trainables.records import RECORD_FIELDS, RECORD_SCHEMA, Record, spec_array
 from trainables.results import faults
 from trainables.results.checks import (
     DIGEST_KEY,
+    Verified,
     checked,
     digest,
     read_checked,
@@ -293,6 +294,17 @@ class RecordSink:
                 orphan.unlink(missing_ok=True)
                 removed += 1
         return removed
+
+    def verified(self, stacklevel: int = 2) -> Verified:
+        """Every record of the sweep as ``read_verified`` gives it, with a file this sink
+        wrote and that is unchanged since (same inode, size and modification time, as
+        compaction checks) taken from memory instead of read back: after a sweep of 500
+        tiny trainings that read was ~1 s. A file changed since is read and checked."""
+        return read_verified(self.records_dir, stacklevel=stacklevel + 1, known=self._known)
+
+    def _known(self, trial_id: str, path: Path) -> pa.Table | None:
+        hit = self._written.get(trial_id)
+        return hit[0] if hit is not None and _stat_key(path) == hit[1] else None
 
     def read(self) -> pa.Table:
         """All valid records of the sweep as one table with RECORD_SCHEMA; a bad file is

@@ -130,3 +130,31 @@ def test_a_flipped_data_page_byte_is_named_by_every_reader_and_never_used(
     assert "verified: every page checksum and digest matches" in capsys.readouterr().out
     assert analyze(argv) == 0  # and the answer still says what it lacks
     assert capsys.readouterr().out.startswith("incomplete: 5 of 6 trainings (1 not recorded)\n")
+
+
+def test_the_sink_reads_back_what_it_wrote_from_memory_and_a_file_changed_since_from_disk(
+    tmp_path: Path,
+) -> None:
+    """``RecordSink.verified`` (the sweep's end: costs, MLflow, summary) equals a verified
+    read of the folder; a file flipped after writing is read from disk, found damaged and
+    left out, as every reader does, not taken from memory."""
+    space = tmp_path / "flip.yaml"
+    space.write_text(SPACE)
+    plan = expand(load_space(str(space)))
+    sink = RecordSink(tmp_path / "r" / plan.space.name)
+    for t in plan.trainings:
+        rows = run_trial(t.spec, sweep=plan.space.name, trial_id=t.trial_id, attacks=t.attacks)
+        sink.write(t.trial_id, rows)
+    disk = read_verified(sink.records_dir)
+    mine = sink.verified()
+    assert mine.table.num_rows == disk.table.num_rows > 0 and not mine.damaged
+    key = ["trial_id", "attack"]
+    assert mine.table.sort_by([(k, "ascending") for k in key]).equals(
+        disk.table.sort_by([(k, "ascending") for k in key])
+    )
+    victim = sink.path(plan.trainings[0].trial_id)
+    flip_silently(victim)
+    with pytest.warns(UserWarning, match="skipping corrupt record file"):
+        after = sink.verified()
+    assert set(after.damaged) == {victim}
+    assert plan.trainings[0].trial_id not in set(after.table.column("trial_id").to_pylist())
