@@ -81,6 +81,13 @@ STACK_MIN = 4
 # than one after another (``benchmarks.vectorized``, 2026-12-02: 2.4-5.1x over lockstep,
 # 2.5-3.5x over the in-process loop at K = 4-64): ``auto`` sizes such packs by it.
 STACKED_SPEEDUP = 3.0
+# What a stacked training costs its trial beyond its share of the stack's arithmetic: its
+# records and its MP (250 tiny breast_cancer trainings stacked in
+# one process took 3.8 ms each, of which the cost model's arithmetic over the speedup is
+# 2.3 ms; 2026-12-07). ``TRAINING_S`` over the speedup counted 10 ms: a group of 500 such
+# trainings looked like 6 s, was cut into two packs, and the second pack's start (a Tune
+# trial and two party actors importing torch, ~5 CPU-s) cost more than its ~1 s saved.
+STACKED_TRAINING_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -328,9 +335,11 @@ def _auto_size(
     ~4 CPU-s per process, than it saves); else packs of ``target_s``, spread over slots;
     NN packs on actors no smaller than ``STACK_MIN`` where the spread allows it."""
     stacked = vectorize and plain_nn([t.spec for t in group])
-    total = sum(cost(t, remote, data_dir).total for t in group)
-    if stacked:
-        total /= STACKED_SPEEDUP
+    costs = [cost(t, remote, data_dir) for t in group]
+    total = sum(c.total for c in costs)
+    if stacked:  # the arithmetic stacks; each training's records stay its own
+        total = sum(c.total - c.fixed for c in costs) / STACKED_SPEEDUP
+        total += len(group) * STACKED_TRAINING_S
     if total <= target_s:
         return len(group)
     per = max(1e-3, total / len(group))
