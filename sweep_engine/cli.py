@@ -299,7 +299,8 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     wall = time.perf_counter() - start
     verified = read_once(sink)
-    learn_costs(sweep_dir, None if verified is None else verified.table)
+    table = None if verified is None else verified.table
+    learn_costs(sweep_dir, table)
     if not args.no_mlflow:
         from analysis.tracking import sync_after_sweep
 
@@ -309,7 +310,7 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
         f"(already recorded); wall {wall:.1f}s; records in {sink.records_dir}",
         flush=True,
     )
-    print_end_summary(plan, args, sweep_dir, None if verified is None else verified.table)
+    print_end_summary(plan, args, sweep_dir, table)
     return 1 if failed else 0
 
 

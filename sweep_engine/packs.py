@@ -82,11 +82,11 @@ STACK_MIN = 4
 # 2.5-3.5x over the in-process loop at K = 4-64): ``auto`` sizes such packs by it.
 STACKED_SPEEDUP = 3.0
 # What a stacked training costs its trial beyond its share of the stack's arithmetic: its
-# records and its MP (250 tiny breast_cancer trainings stacked in
-# one process took 3.8 ms each, of which the cost model's arithmetic over the speedup is
-# 2.3 ms; 2026-12-07). ``TRAINING_S`` over the speedup counted 10 ms: a group of 500 such
-# trainings looked like 6 s, was cut into two packs, and the second pack's start (a Tune
-# trial and two party actors importing torch, ~5 CPU-s) cost more than its ~1 s saved.
+# records and its MP (250 tiny breast_cancer trainings stacked in one process took 3.8 ms
+# each, of which the cost model's arithmetic over the speedup is 2.3 ms; 2026-12-07).
+# ``TRAINING_S`` over the speedup counted 10 ms: a group of 500 such trainings looked like
+# 6 s, was cut into two packs, and the second pack's start (a Tune trial and two party
+# actors importing torch, ~5 CPU-s) cost more than the ~1 s it saved.
 STACKED_TRAINING_S = 0.002
 
 

@@ -25,8 +25,11 @@ def _split_dataset(
     n_classes: int,
     feature_names: tuple[str, ...],
     image_shape: tuple[int, int] | None = None,
+    split: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Dataset:
-    train, test = stratified_split(y)
+    """``X``, ``y`` as a Dataset, split 80/20 stratified (``split``: those rows, computed
+    once already)."""
+    train, test = stratified_split(y) if split is None else split
     return build_dataset(
         name, X[train], y[train], X[test], y[test], n_classes, feature_names, image_shape
     )
@@ -39,10 +42,7 @@ def breast_cancer(data_dir: Path | None = None, **params: object) -> Dataset:
     reject_params("breast_cancer", params)
     a = _sklearn_split("load_breast_cancer")
     names = tuple(str(n) for n in a["names"])
-    return build_dataset(
-        "breast_cancer", a["X"][a["train"]], a["y"][a["train"]], a["X"][a["test"]],
-        a["y"][a["test"]], 2, names,
-    )  # fmt: skip
+    return _split_dataset("breast_cancer", a["X"], a["y"], 2, names, split=(a["train"], a["test"]))
 
 
 @DATASETS.register("digits")
@@ -51,10 +51,8 @@ def digits(data_dir: Path | None = None, **params: object) -> Dataset:
     """8x8 handwritten digits: 1797 x 64 pixels valued 0..16, 10 classes, row-major."""
     reject_params("digits", params)
     a, shape = _sklearn_split("load_digits"), (8, 8)
-    return build_dataset(
-        "digits", a["X"][a["train"]], a["y"][a["train"]], a["X"][a["test"]],
-        a["y"][a["test"]], 10, pixel_names(shape), shape,
-    )  # fmt: skip
+    split = (a["train"], a["test"])
+    return _split_dataset("digits", a["X"], a["y"], 10, pixel_names(shape), shape, split)
 
 
 def _sklearn_split(loader: str) -> dict[str, np.ndarray]:

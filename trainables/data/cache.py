@@ -1,4 +1,4 @@
-"""The engine's per-machine cache folder, and small JSON files kept in it.
+"""The engine's per-machine cache folder, and the small JSON and npz files kept in it.
 
 Why one place: the cost cache (``sweep_engine/costs.py``), the per-dataset measurements
 of VertiBench splits (``trainables/data/vertibench_split.py``) and the scikit-learn
