@@ -35,10 +35,24 @@ from trainables.trial import prepare_parties
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _fresh(code: str) -> subprocess.CompletedProcess[str]:
+def _fresh(
+    code: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
+
+
+def _printed(code: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """What ``code`` prints in a fresh interpreter, which must exit 0."""
+    done = _fresh(code, *args, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def test_what_a_trial_imports_before_its_actors_start_has_no_torch() -> None:
@@ -71,16 +85,13 @@ def test_a_stacked_pack_in_process_never_imports_dynamo() -> None:
         "assert not isinstance(out[0][1], Exception), out\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
-    stacked = _fresh(code)
-    assert stacked.returncode == 0, stacked.stderr
-    assert stacked.stdout.strip() == "False"
-    control = _fresh(
+    assert _printed(code) == "False"
+    control = _printed(
         "import sys, torch\n"
         "torch.optim.Adam([torch.zeros(2, requires_grad=True)])\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
-    assert control.returncode == 0, control.stderr
-    assert control.stdout.strip() == "True"  # the probe can tell: a torch optimizer imports it
+    assert control == "True"  # the probe can tell: a torch optimizer imports it
 
 
 def _pack(**fields: object) -> Pack:
@@ -255,16 +266,9 @@ def test_builtin_datasets_load_from_the_cache_without_scikit_learn(tmp_path: Pat
 
     def load(name: str) -> tuple[bool, dict[str, object]]:
         path = tmp_path / name
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(path)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "VFLSWEEP_CACHE": str(tmp_path / "cache")},
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip() == "True", pickle.loads(path.read_bytes())
+        env = {**os.environ, "VFLSWEEP_CACHE": str(tmp_path / "cache")}
+        imported = _printed(code, str(path), env=env) == "True"
+        return imported, pickle.loads(path.read_bytes())
 
     imported_first, first = load("first.pkl")
     imported_later, later = load("later.pkl")
@@ -292,9 +296,6 @@ def test_tune_does_not_import_mlflow_to_count_callbacks_for_usage_stats_that_are
         "usage.tag_callbacks([tune.Callback()])\n"
         "print('mlflow' in sys.modules)\n"
     )
-    skipped = _fresh(code)
-    assert skipped.returncode == 0, skipped.stderr
-    assert skipped.stdout.strip() == "False"
-    control = _fresh(code.replace("usage.tag_callbacks(", "usage._count_callbacks("))
-    assert control.returncode == 0, control.stderr
-    assert control.stdout.strip() == "True"  # the probe can tell: Tune's count imports it
+    assert _printed(code) == "False"
+    control = _printed(code.replace("usage.tag_callbacks(", "usage._count_callbacks("))
+    assert control == "True"  # the probe can tell: Tune's count imports it
