@@ -1,5 +1,5 @@
 """The model completion's fast path (``completion_fast.py``) computes what the generic
-autograd loop computes: same draws, same head gradient, same Adam and EMA, to float
+autograd loop computes: the same draws (by blocks), same head gradient, same Adam and EMA, to float
 rounding; it runs at the defaults and nowhere else."""
 
 from __future__ import annotations
@@ -30,17 +30,36 @@ def _draw(seed: int) -> cf.Block:
     return cf.draw_block(gen, rng, 3, B, 7, 11, (W,), 0.05, 0.75)
 
 
-def test_draw_block_draws_the_generic_loops_numbers() -> None:
+def test_draw_block_draws_each_kind_in_one_call_in_its_order() -> None:
+    """A block's draws are one call per kind, in a fixed order, so a completion's numbers
+    depend only on its seed and the block schedule (``block_steps``), which both paths share."""
     got = _draw(3)
     gen, rng = torch.Generator().manual_seed(3), np.random.default_rng(3)
-    for s in range(3):  # the generic loop's calls, in its order
-        assert torch.equal(got.il[s], torch.randint(7, (B,), generator=gen))
-        assert torch.equal(got.eps_l[s], torch.randn((B, W), generator=gen))
-        assert torch.equal(got.iu[s], torch.randint(11, (B,), generator=gen))
-        assert torch.equal(got.eps_u[s], torch.randn((B, W), generator=gen))
-        lam = float(rng.beta(0.75, 0.75))
-        assert got.lam[s] == max(lam, 1.0 - lam)
-        assert torch.equal(got.perm[s], torch.randperm(2 * B, generator=gen))
+    assert torch.equal(got.il, torch.randint(7, (3, B), generator=gen))
+    assert torch.equal(got.eps_l, torch.randn((3, B, W), generator=gen))
+    assert torch.equal(got.iu, torch.randint(11, (3, B), generator=gen))
+    assert torch.equal(got.eps_u, torch.randn((3, B, W), generator=gen))
+    keys = torch.rand((3, 2 * B), generator=gen, dtype=torch.float64)
+    assert torch.equal(got.perm, torch.argsort(keys, dim=1, stable=True))
+    assert all(sorted(row.tolist()) == list(range(2 * B)) for row in got.perm)
+    lam = rng.beta(0.75, 0.75, size=3)
+    assert np.array_equal(got.lam, np.maximum(lam, 1.0 - lam)) and (got.lam >= 0.5).all()
+    # supervised (no unlabeled rows): the labeled rows and their jitter only
+    gen = torch.Generator().manual_seed(3)
+    only = cf.draw_block(gen, np.random.default_rng(3), 3, B, 7, 0, (W,), 0.05, 0.75)
+    assert torch.equal(only.il, got.il) and torch.equal(only.eps_l, got.eps_l)
+    assert only.iu.numel() == 0 and only.perm.numel() == 0
+    assert torch.equal(torch.randint(11, (3, B), generator=gen), got.iu)  # nothing else drawn
+
+
+def test_blocks_end_at_each_epoch_and_cover_every_step() -> None:
+    for total, epoch, per_step in ((25 * 1024, 1024, 3 * 16 * 32), (120, 40, 10), (7, 0, 5)):
+        done, sizes = 0, []
+        while done < total:
+            sizes.append(cf.block_steps(done, total, epoch, per_step))
+            done += sizes[-1]
+            assert epoch == 0 or done % epoch == 0 or sizes[-1] == cf.BLOCK_STEPS
+        assert done == total and max(sizes) <= cf.BLOCK_STEPS
 
 
 def _generic_loss(
@@ -160,7 +179,7 @@ def test_stacked_completions_with_a_convergence_stop_each_stop_as_alone() -> Non
     own draws and checks), is frozen there while the others go on, and ends with the
     weights it has alone."""
     bottom, X, y = _data()
-    p = {"epochs": 10, "steps_per_epoch": 40, "stop_patience": 2, "stop_tol": 0.1}
+    p = {"epochs": 10, "steps_per_epoch": 40, "stop_patience": 2, "stop_tol": 0.2}
     jobs = [(bottom, X[:12], y[:12], X, seed) for seed in (0, 1, 2)]
     together = complete_models(jobs, 3, p)
     alone = [complete_model(b, xl, yl, xu, 3, p, seed) for b, xl, yl, xu, seed in jobs]

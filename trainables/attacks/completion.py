@@ -228,20 +228,27 @@ def _train_autograd(
     model.bottom.train(bottom_lr > 0)
     stop = Convergence(ema, xu if len(xu) else xl, int(p["stop_patience"]), float(p["stop_tol"]))
     epoch, done = int(p["steps_per_epoch"]), 0
+    feat = tuple(xl.shape[1:])
+    per_step = 3 * bs * max(1, int(np.prod(feat)))
+    block, first = None, 0  # the draws of the steps from ``first`` on (the fast path's blocks)
     for step in range(total):
-        il = torch.randint(len(xl), (bs,), generator=gen)
-        x_l, t_l = _jitter(xl[il], noise, gen), yl[il]  # (B, d), (B, C)
+        if block is None or step - first == len(block.il):
+            first, n = step, completion_fast.block_steps(step, total, epoch, per_step)
+            n_u = len(xu) if mixmatch else 0
+            block = completion_fast.draw_block(gen, rng, n, bs, len(xl), n_u, feat, noise, alpha)
+        s = step - first
+        il = block.il[s]
+        x_l, t_l = xl[il] + noise * block.eps_l[s], yl[il]  # (B, d), (B, C)
         if not mixmatch:
             loss = _soft_ce(model(x_l), t_l)
         else:
-            x_u = _jitter(xu[torch.randint(len(xu), (bs,), generator=gen)], noise, gen)
+            x_u = xu[block.iu[s]] + noise * block.eps_u[s]  # (B, d)
             with torch.no_grad():
                 sharp = torch.softmax(model(x_u), dim=1) ** inv_t
                 t_u = sharp / sharp.sum(dim=1, keepdim=True)  # guessed labels (B, C)
-            lam = float(rng.beta(alpha, alpha))
-            lam = max(lam, 1.0 - lam)
+            lam = float(block.lam[s])  # max(lam, 1 - lam), lam ~ Beta(alpha, alpha)
             x_all, t_all = torch.cat([x_l, x_u]), torch.cat([t_l, t_u])  # (2B, d), (2B, C)
-            perm = torch.randperm(len(x_all), generator=gen)
+            perm = block.perm[s]
             out = model(lam * x_all + (1 - lam) * x_all[perm])  # one batch: shared BN stats
             t_mix = lam * t_all + (1 - lam) * t_all[perm]
             l_u = ((torch.softmax(out[bs:], dim=1) - t_mix[bs:]) ** 2).mean()
@@ -259,10 +266,6 @@ def _train_autograd(
 
 def _soft_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return -(F.log_softmax(logits, dim=1) * targets).sum(dim=1).mean()
-
-
-def _jitter(x: torch.Tensor, noise: float, gen: torch.Generator) -> torch.Tensor:
-    return x + noise * torch.randn(x.shape, generator=gen) if noise > 0 else x
 
 
 def _ema_updater(ema: nn.Module, model: nn.Module, decay: float) -> Callable[[], None]:

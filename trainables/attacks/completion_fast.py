@@ -1,7 +1,7 @@
 """The model completion at its defaults, without autograd: a linear head on a frozen bottom,
 trained with MixMatch, Adam and an EMA copy (``completion.py`` holds the algorithm).
 
-Why: the generic loop (``completion._train``) is dispatch-bound: ~70 small torch ops,
+Why: the generic loop (``completion._train_autograd``) is dispatch-bound: ~70 small torch ops,
 autograd and Adam per step of 16 rows, ~0.8 ms a step, 25 x 1024 steps, and PMC, MC and
 AMC were 94% of the defense benchmark's compute (issue 17). At the defaults
 (``head="linear"``, ``bottom_lr_scale=0``, ``method="mixmatch"``) the same steps need far
@@ -14,12 +14,13 @@ less work:
   Adam (torch's defaults and formulas) and the EMA on one array theta = [W | b] (C, w+1),
   in numpy float32: ~35 ops of ~1 us instead of ~70 torch ops, autograd and optimizer.
 K completions of one shape train as one (``train_fast``: the K heads stacked; K = 1 is
-one completion, the same code). Random numbers: each completion's generators draw the
-same numbers in the same order as its generic loop would (``draw_block``); a block's
-draws are made before its steps run, which is allowed because no draw depends on the
-head. The float operations differ (order of
-sums, numpy's exp), so the weights agree with the generic path's to float rounding,
-not bit for bit.
+one completion, the same code). Random numbers: a completion draws by blocks of steps
+(``block_steps``: at most 256, never across an epoch's end), each kind of draw of a block in
+one call (``draw_block``); the generic loop draws by the same blocks, so both paths see the
+same numbers, and no draw depends on the head. Until issue 67 the draws were one call per
+step (5 generator calls a step, ~0.6 s of a 2.6 s completion): the numbers changed then,
+the algorithm did not. The float operations differ (order of sums, numpy's exp), so the
+weights agree with the generic path's to float rounding, not bit for bit.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def applies(p: dict[str, Any], n_unlabeled: int) -> bool:
 
 @dataclass
 class Block:
-    """The draws of ``S`` consecutive steps, in the generic loop's order (B: batch size)."""
+    """The draws of ``S`` consecutive steps (B: batch size), for both paths."""
 
     il: torch.Tensor  # (S, B) labeled rows
     eps_l: torch.Tensor  # (S, B, *feat) their jitter (zeros without noise)
@@ -83,6 +84,15 @@ class Block:
     eps_u: torch.Tensor  # (S, B, *feat)
     lam: np.ndarray  # (S,) float64, max(lam, 1 - lam)
     perm: torch.Tensor  # (S, 2B) the MixUp partner of each of the 2B rows
+
+
+def block_steps(done: int, total: int, epoch: int, per_step: int) -> int:
+    """How many steps the block starting after ``done`` of ``total`` runs: at most
+    ``BLOCK_STEPS`` and ``BLOCK_ELEMENTS`` inputs, never across an epoch's end (the
+    convergence check). The generic loop draws by the same blocks, so the draws of a
+    completion do not depend on which path trains it, nor on what it is stacked with."""
+    left_in_epoch = epoch - done % epoch if epoch > 0 else total - done
+    return min(BLOCK_STEPS, max(1, BLOCK_ELEMENTS // per_step), left_in_epoch, total - done)
 
 
 def draw_block(
@@ -96,21 +106,22 @@ def draw_block(
     noise: float,
     alpha: float,
 ) -> Block:
-    """The draws of ``steps`` steps, each made as the generic loop makes it (same
-    generator, same call, same order), so they are the same numbers."""
-    il = torch.empty(steps, bs, dtype=torch.int64)
-    iu = torch.empty(steps, bs, dtype=torch.int64)
-    eps_l, eps_u = torch.zeros(steps, bs, *feat), torch.zeros(steps, bs, *feat)
-    perm = torch.empty(steps, 2 * bs, dtype=torch.int64)
-    for s in range(steps):
-        torch.randint(n_l, (bs,), generator=gen, out=il[s])
-        if noise > 0:
-            torch.randn((bs, *feat), generator=gen, out=eps_l[s])
-        torch.randint(n_u, (bs,), generator=gen, out=iu[s])
-        if noise > 0:
-            torch.randn((bs, *feat), generator=gen, out=eps_u[s])
-        torch.randperm(2 * bs, generator=gen, out=perm[s])
-    lam = rng.beta(alpha, alpha, size=steps)  # the same numbers as `steps` scalar draws
+    """The draws of ``steps`` steps, each kind in one call (a call per step cost more than
+    a step's arithmetic: issue 67): labeled rows, their jitter, unlabeled rows, their
+    jitter, the MixUp partners (a permutation per step, by sorting float64 uniforms:
+    ties have probability ~2^-43 a step) from ``gen``; lam from ``rng``. ``n_u = 0``
+    (no MixMatch: supervised) draws the labeled rows and their jitter only."""
+    zeros = torch.zeros(steps, bs, *feat)
+    il = torch.randint(n_l, (steps, bs), generator=gen)  # (S, B)
+    eps_l = torch.randn((steps, bs, *feat), generator=gen) if noise > 0 else zeros
+    if n_u == 0:
+        none = torch.zeros(steps, 0, dtype=torch.int64)
+        return Block(il, eps_l, none, zeros[:, :0], np.ones(steps), none)
+    iu = torch.randint(n_u, (steps, bs), generator=gen)  # (S, B)
+    eps_u = torch.randn((steps, bs, *feat), generator=gen) if noise > 0 else zeros
+    keys = torch.rand((steps, 2 * bs), generator=gen, dtype=torch.float64)
+    perm = torch.argsort(keys, dim=1, stable=True)  # (S, 2B)
+    lam = rng.beta(alpha, alpha, size=steps)  # (S,)
     return Block(il, eps_l, iu, eps_u, np.maximum(lam, 1.0 - lam), perm)
 
 
@@ -141,19 +152,26 @@ def block_inputs(
     shape = (steps, 1) + (1,) * (x_all.dim() - 2)
     lam = torch.as_tensor(b.lam, dtype=torch.float32).view(shape)
     rest = torch.as_tensor(1.0 - b.lam, dtype=torch.float32).view(shape)
-    rows = torch.arange(steps).unsqueeze(1)  # (S, 1)
-    mixed = lam * x_all + rest * x_all[rows, b.perm]  # (S, 2B, *feat)
+    flat = (b.perm + 2 * bs * torch.arange(steps).unsqueeze(1)).flatten()  # (S * 2B,)
+    partner = x_all.flatten(0, 1).index_select(0, flat).view_as(x_all)  # x_all[s, perm[s]]
+    mixed = lam * x_all + rest * partner  # (S, 2B, *feat)
     x = torch.cat([x_u, mixed], dim=1).flatten(0, 1)  # (S * 3B, *feat)
     out = bottom(x).reshape(steps, 3 * bs, -1)  # (S, 3B, w)
     feats = torch.cat([out, torch.ones(steps, 3 * bs, 1)], dim=2)  # (S, 3B, w+1)
-    # t_mix = lam * t_all + (1 - lam) * t_all[perm] = M @ t_all, M (S, 2B, 2B)
-    eye = torch.eye(2 * bs).expand(steps, -1, -1)
-    partner = torch.nn.functional.one_hot(b.perm, 2 * bs).to(torch.float64)  # (S, 2B, 2B)
-    mix = torch.as_tensor(b.lam).view(steps, 1, 1) * eye
-    mix = mix + torch.as_tensor(1.0 - b.lam).view(steps, 1, 1) * partner
-    t0 = mix[:, :, :bs] @ yl[b.il].to(torch.float64)  # (S, 2B, C)
-    f32 = np.float32
-    return Inputs(feats.numpy(), t0.numpy().astype(f32), mix[:, :, bs:].numpy().astype(f32))
+    # t_mix = lam * t_all + (1 - lam) * t_all[perm], t_all = [labels; guesses] (2B, C):
+    # t0 holds the labels' part, mix_u (2B, B) the guesses' weights (lam on a guess row's
+    # own guess, 1 - lam on its partner's where that is a guess row)
+    lam32, rest32 = b.lam.astype(np.float32)[:, None], (1.0 - b.lam).astype(np.float32)[:, None]
+    perm = b.perm.numpy()  # (S, 2B)
+    t_l = yl.numpy()[b.il.numpy()]  # (S, B, C)
+    padded = np.concatenate([t_l, np.zeros_like(t_l)], axis=1)  # (S, 2B, C)
+    t0 = lam32[:, :, None] * padded  # (S, 2B, C)
+    t0 += rest32[:, :, None] * np.take_along_axis(padded, perm[:, :, None], axis=1)
+    mix_u = np.zeros((steps, 2 * bs, bs), np.float32)
+    mix_u[:, np.arange(bs, 2 * bs), np.arange(bs)] = lam32
+    at, row = np.nonzero(perm >= bs)
+    mix_u[at, row, perm[at, row] - bs] += rest32[at, 0]
+    return Inputs(feats.numpy(), t0, mix_u)
 
 
 class AdamEma:
@@ -264,8 +282,7 @@ def train_fast(
     steps_of = [0] * len(models)  # updates each head ran
     done = 0
     while done < total and going:
-        left_in_epoch = epoch - done % epoch if epoch > 0 else total - done
-        steps = min(BLOCK_STEPS, max(1, BLOCK_ELEMENTS // per_step), left_in_epoch, total - done)
+        steps = block_steps(done, total, epoch, per_step)
         inps = []
         for k in going:
             (xl, yl, xu), gen, rng = datas[k], gens[k], rngs[k]
