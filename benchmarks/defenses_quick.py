@@ -14,7 +14,12 @@ and reads their records:
 - ``ranking``: whether the analysis ranks the defenses the same (Kendall's tau of the two
   C-DCS columns, the top cell of each, the largest C-DCS change).
 
-``--spaces defenses_converge`` runs one of them only (no pairs then).
+``--spaces defenses_converge`` runs one of them only (no pairs then). ``--against DIR``
+runs ``defenses.yaml`` with the code of another checkout (``DIR``, e.g. a clone of the
+commit before a change) and then with this one, back to back, and pairs every attack's AP
+on the same cells (``ap_change``: this tree less ``DIR``'s; ``identical``: the cells whose
+AP did not move) and the rankings: what a change that alters random streams must show to
+leave the records "identical in distribution".
 Prints one JSON object. The machine must be otherwise idle.
 """
 
@@ -38,12 +43,12 @@ SPACES = ("defenses", "defenses_converge")
 CELL = ["dataset", "defense", "defense_param", "seed"]
 
 
-def run_space(space: str, work: Path) -> tuple[float, pd.DataFrame]:
-    """(wall seconds of ``vflsweep run SPACE``, its records with ``base``: the attack's
-    name without its preset)."""
+def run_space(space: str, work: Path, root: Path | None = None) -> tuple[float, pd.DataFrame]:
+    """(wall seconds of ``vflsweep run SPACE``, with the code of checkout ``root`` (None:
+    this one), its records with ``base``: the attack's name without its preset)."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "VFLSWEEP_CACHE": str(work / "cache")}
     results = work / "results"
-    wall, _ = _vflsweep(["run", space, "--results", str(results)], env)
+    wall, _ = _vflsweep(["run", space, "--results", str(results)], env, root)
     df = read_records(results / space, with_spec=False)
     df["attack"] = df["attack"].astype(str)
     df["base"] = df["attack"].str.split("@").str[0]
@@ -109,8 +114,48 @@ def paired(default: pd.DataFrame, preset: pd.DataFrame) -> dict[str, dict[str, f
     return out
 
 
+def against(root: Path) -> dict[str, object]:
+    """``defenses.yaml`` with ``root``'s code, then with this tree's, and every attack's AP
+    paired on the same cells (this tree less ``root``'s), with the rankings compared."""
+    frames, out = {}, {}
+    for name, code in (("against", root), ("this", None)):
+        with tempfile.TemporaryDirectory(prefix=f"quick-{name}-") as work:
+            wall, df = run_space(SPACES[0], Path(work), code)
+        frames[name] = df
+        out[name] = {"wall_s": round(wall, 1), "records": len(df), "cpu_s": cpu_of(df)}
+        print(f"{name}: {out[name]}", file=sys.stderr, flush=True)
+    a, b = frames["against"], frames["this"]
+    changes: dict[str, object] = {}
+    for attack in sorted(set(a["attack"]) - {"none"}):
+        both = pd.concat(
+            [a[a["attack"] == attack].set_index(CELL)["ap"],
+             b[b["attack"] == attack].set_index(CELL)["ap"]],
+            axis=1, keys=["a", "b"],
+        ).dropna()  # fmt: skip
+        d = (both["b"] - both["a"]).to_numpy(dtype=float)
+        if len(d) < 2:
+            continue
+        half = 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d))
+        changes[str(attack)] = {
+            "cells": len(d),
+            "identical": int((d == 0).sum()),
+            "mean_diff": round(float(d.mean()), 4),
+            "ci95": [round(float(d.mean()) - half, 4), round(float(d.mean()) + half, 4)],
+            "max_abs_diff": round(float(np.abs(d).max()), 4),
+        }
+    out["ap_change"] = changes
+    out["ranking"] = same_answer(a, b)
+    out["wall_ratio"] = round(out["this"]["wall_s"] / out["against"]["wall_s"], 3)  # type: ignore[index]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--against" in args:
+        root = Path(args[args.index("--against") + 1]).resolve()
+        print(json.dumps({"benchmark": "defenses_quick", "cpus": os.cpu_count(),
+                          "against_root": str(root), **against(root)}))  # fmt: skip
+        return 0
     spaces = list(SPACES)
     if "--spaces" in args:
         spaces = args[args.index("--spaces") + 1].split(",")

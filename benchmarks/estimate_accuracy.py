@@ -36,10 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("lr_sweep", "attacks", "protocols", "ssl_iso")
 
 
-def _vflsweep(args: list[str], env: dict[str, str]) -> tuple[float, str]:
+def _vflsweep(args: list[str], env: dict[str, str], root: Path | None = None) -> tuple[float, str]:
+    """(wall seconds, stdout) of ``vflsweep ARGS`` run with the code of checkout ``root``
+    (its folder first on the path; None: this one)."""
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "sweep_engine.vflsweep", *args]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=root or ROOT, env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
     return time.perf_counter() - start, done.stdout
