@@ -10,6 +10,10 @@ aggVFL FedSGD, seeds 0..K-1, ``--epochs``), then per attack, interleaved ``--rep
 times: the K evaluations one at a time (``run_attacks``) and together
 (``run_attacks_many``), CPU seconds of this thread per evaluation (median over repeats),
 and whether every training's AP is the same both ways.
+
+``--pair pmc,mc``: two attacks that share a stack key (``Attack.stack_key``: PMC and MC, one
+model completion at the same settings) run on the same trainings as one stack and as two,
+both for one training at a time and for the K together (``pair`` in the output).
 """
 
 from __future__ import annotations
@@ -60,13 +64,54 @@ def measure(trained: list[Any], attack: tuple[str, dict[str, Any]], repeats: int
     return row
 
 
+def measure_pair(trained: list[Any], pair: list[str], repeats: int) -> dict[str, Any]:
+    """CPU seconds per evaluation of the ``pair``'s attacks on ``trained``: each attack's
+    evaluations as their own stack (``apart``) and both attacks' as one (``joined``), one
+    training at a time (``_k1``) and the K trainings together (``_k``); same APs both ways."""
+    attacks = [(name, {}) for name in pair]
+    items = [(parties, attacks, seed) for parties, seed in trained]
+    n = len(trained) * len(attacks)
+    runs: dict[str, list[float]] = {}
+    same = True
+
+    def timed(key: str, fn: Any) -> list[float]:
+        start = time.thread_time()
+        out = fn()
+        runs.setdefault(key, []).append((time.thread_time() - start) / n)
+        return [o.ap for per in out for o in per]
+
+    for _ in range(repeats):
+        apart = timed("apart_k1", lambda: [[run_attacks(p, [a], s)[0] for a in attacks]
+                                           for p, _, s in items])  # fmt: skip
+        joined = timed("joined_k1", lambda: [run_attacks(p, a, s) for p, a, s in items])
+        apart_k = timed("apart_k", lambda: [
+            [run_attacks_many([(p, [a], s) for p, _, s in items])[k][0] for a in attacks]
+            for k in range(len(items))
+        ])  # fmt: skip
+        joined_k = timed("joined_k", lambda: run_attacks_many(items))
+        same = same and apart == joined == apart_k == joined_k
+    row: dict[str, Any] = {k: round(statistics.median(v), 3) for k, v in runs.items()}
+    row["speedup_k1"] = round(row["apart_k1"] / row["joined_k1"], 2)
+    row["speedup_k"] = round(row["apart_k"] / row["joined_k"], 2)
+    row["same_ap"] = same
+    print(json.dumps({"pair": pair, **row}), file=sys.stderr, flush=True)  # progress
+    return row
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--attacks", default="pmc,mc,bli,dli,grn,tbm,nsb,mf")
     parser.add_argument("--k", type=int, default=9, help="trainings in the stack")
     parser.add_argument("--epochs", type=int, default=30, help="VFLAIR's digits setting")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--pair", default="", help="two attacks of one stack key: pmc,mc")
     args = parser.parse_args(argv)
+    if args.pair:
+        pair = args.pair.split(",")
+        trained = trainings(args.k, args.epochs, [(name, {}) for name in pair])
+        row = measure_pair(trained, pair, args.repeats)
+        print(json.dumps({"benchmark": "stacked_attacks", "k": args.k, "pair": row}))
+        return
     attacks = [(name, {}) for name in args.attacks.split(",") if name]
     trained = trainings(args.k, args.epochs, attacks)
     rows = {name: measure(trained, (name, params), args.repeats) for name, params in attacks}

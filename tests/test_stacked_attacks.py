@@ -45,10 +45,17 @@ def trained() -> list[Any]:
     return out
 
 
+def _one_by_one(parties: Any, attacks: list[tuple[str, Any]], seed: int) -> list[Any]:
+    """Each attack evaluated alone: nothing else in its stack."""
+    return [run_attacks(parties, [attack], seed)[0] for attack in attacks]
+
+
 def test_a_stacks_evaluations_equal_the_one_at_a_time_ones(trained: list[Any]) -> None:
+    """PMC and MC (one stack key) train their 3 + 3 heads as one stack, DLI runs alone;
+    every guess is the one it is alone."""
     attacks = [("pmc", FAST), ("dli", {}), ("mc", FAST)]
     items = [(parties, attacks, seed) for seed, parties in enumerate(trained)]
-    alone = [run_attacks(parties, attacks, seed) for parties, attacks, seed in items]
+    alone = [_one_by_one(parties, attacks, seed) for parties, attacks, seed in items]
     together = run_attacks_many(items)
     for one, many in zip(alone, together, strict=True):
         assert [o.name for o in many] == ["pmc", "dli", "mc"]
@@ -56,8 +63,19 @@ def test_a_stacks_evaluations_equal_the_one_at_a_time_ones(trained: list[Any]) -
             assert a.ap == b.ap and a.attacker == b.attacker  # the same guesses, exactly
             assert b.seconds > 0
         assert many[0].extra["attack_stacked"] == 3 and many[2].extra["attack_stacked"] == 3
+        assert many[0].seconds == many[2].seconds  # shares of one run_many
         assert "attack_stacked" not in many[1].extra  # DLI has no stacked form: its own run
     assert len({o[0].ap for o in together}) > 1  # three trainings, not one copied
+
+
+def test_pmc_and_mc_of_one_training_run_as_one_stack(trained: list[Any]) -> None:
+    attacks = [("pmc", FAST), ("dli", {}), ("mc", FAST), ("mc", {**FAST, "lr": 1e-2})]
+    got = run_attacks(trained[0], attacks, 0)
+    want = _one_by_one(trained[0], attacks, 0)
+    assert [o.ap for o in got] == [o.ap for o in want]
+    assert got[0].seconds == got[2].seconds != got[3].seconds  # other settings: its own
+    assert got[0].ap != got[2].ap  # 40 labelled rows against 80: two completions
+    assert all("attack_stacked" not in o.extra for o in got)  # one training
 
 
 def test_attack_lists_that_differ_run_one_training_at_a_time(trained: list[Any]) -> None:

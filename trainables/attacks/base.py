@@ -11,7 +11,7 @@ it returns a *guess* (labels, features, or a tampered inference), and the trial'
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args
 
@@ -294,6 +294,13 @@ class Attack:
         training, each its own party's alone). An attack whose arithmetic stacks computes
         them together (model completion); each guess must be the one ``run`` gives."""
         return [self.run(view) for view in views]
+
+    def stack_key(self) -> Hashable | None:
+        """Attacks (this one and others) whose keys are equal compute the same thing on
+        their own views: the harness runs all their views of a training, or of a stack's
+        trainings, as one ``run_many`` of either (PMC and MC: one model completion at the
+        same settings, different labelled rows). None: only its own views stack."""
+        return None
 
 
 def check_attack(cls: Any, name: str) -> type[Attack]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -238,8 +238,9 @@ def run_attacks(
 ) -> list[AttackOutcome]:
     """Every attack in ``attacks`` on the trained NN ``parties`` (order: 0..K-1, active
     last): each attacker's view from its own party and its drawn auxiliary knowledge,
-    scored by the ``Judge``, who alone holds the ground truth."""
-    return evaluate(attacks, nn_view_of(parties, seed), _scorer(parties, Judge(parties)))
+    scored by the ``Judge``, who alone holds the ground truth. Attacks that stack with
+    each other (PMC and MC) run as one (``run_attacks_many``)."""
+    return run_attacks_many([(parties, attacks, seed)])[0]
 
 
 # parties, attacks, seed
@@ -247,43 +248,60 @@ Trained = tuple[Sequence[AttackedParty], Sequence[tuple[str, dict[str, Any]]], i
 
 
 def run_attacks_many(trainings: Sequence[Trained]) -> list[list[AttackOutcome]]:
-    """``run_attacks`` of each of a stack's trainings, each attack's evaluations run
-    together (``Attack.run_many``: model completion trains the K heads as one), each
-    on its own training's view and scored by its own judge. An evaluation's seconds are
-    its share of the attack's time over the stack. Adaptive attackers, and attacks not
-    every training asks for, and attacks without their own ``run_many`` run one training
-    at a time (``evaluate``: each its own seconds)."""
-    if len(trainings) < 2:
-        return [run_attacks(p, a, s) for p, a, s in trainings]
+    """``run_attacks`` of each of a stack's trainings (or of one), each attack's
+    evaluations run together (``Attack.run_many``: model completion trains the K heads as
+    one), each on its own training's view and scored by its own judge; attacks whose
+    ``stack_key``s are equal (PMC and MC at the same settings) join one ``run_many``, run
+    where the first of them is asked. An evaluation's seconds are its share of its stack's
+    time. Adaptive attackers, attacks not every training asks for, and attacks without
+    their own ``run_many`` run one training at a time (``evaluate``: each its own seconds)."""
     scorers = [_scorer(parties, Judge(parties)) for parties, _, _ in trainings]
     views = [nn_view_of(parties, seed) for parties, _, seed in trainings]
-    out: list[list[AttackOutcome]] = [[] for _ in trainings]
     asked = [list(attacks) for _, attacks, _ in trainings]
+    stacked: dict[int, Attack] = {}  # attack index -> the attack, where it stacks
     for j, (name, given) in enumerate(asked[0]):
         params, adapt = split_adapt(given)
-        stacks = ATTACKS.get(name).run_many is not Attack.run_many  # its own stacked form
-        if (
-            not stacks
-            or adapt is not None
-            or any(len(a) <= j or a[j] != (name, given) for a in asked)
-        ):
-            for k, (_, attacks, _) in enumerate(trainings):  # one at a time
+        own = ATTACKS.get(name).run_many is not Attack.run_many  # its own stacked form
+        if own and adapt is None and all(len(a) > j and a[j] == (name, given) for a in asked):
+            stacked[j] = ATTACKS.create(name, **params)
+    groups: dict[Hashable, list[int]] = {}
+    for j, attack in stacked.items():
+        groups.setdefault(attack.stack_key() or ("alone", j), []).append(j)
+    outcomes: list[dict[int, list[AttackOutcome]]] = [{} for _ in trainings]
+    for j in range(max(len(a) for a in asked)):
+        if j not in stacked:
+            for k, attacks in enumerate(asked):  # one at a time
                 if len(attacks) > j:
-                    out[k] += evaluate([attacks[j]], views[k], scorers[k])
-            continue
-        attack: Attack = ATTACKS.create(name, **params)
-        start = time.perf_counter()
-        seen = [view_of(attack.view_info()) for view_of in views]
-        guesses = attack.run_many([view for _, view in seen])
-        share = (time.perf_counter() - start) / len(trainings)
-        for k, ((who, _), guess) in enumerate(zip(seen, guesses, strict=True)):
-            score, judged = scorers[k](guess, who)
-            extra = {**attack.record_extra(), **judged, "attack_stacked": len(trainings)}
-            out[k].append(AttackOutcome(name, attack.info.type, who, score, share, extra))
-    for k, (_, attacks, _) in enumerate(trainings):  # a longer list than the first's
-        for spec_j in attacks[len(asked[0]) :]:
-            out[k] += evaluate([spec_j], views[k], scorers[k])
-    return out
+                    outcomes[k][j] = evaluate([attacks[j]], views[k], scorers[k])
+        elif j not in outcomes[0]:  # the first of its group: the whole group runs now
+            members = next(g for g in groups.values() if j in g)
+            _run_stacked([(i, stacked[i]) for i in members], views, scorers, outcomes)
+    return [[o for j in sorted(done) for o in done[j]] for done in outcomes]
+
+
+def _run_stacked(
+    members: Sequence[tuple[int, Attack]],
+    views: Sequence[ViewOf],
+    scorers: Sequence[ScoreOf],
+    outcomes: list[dict[int, list[AttackOutcome]]],
+) -> None:
+    """The ``members`` (attack index, attack) on every training's view as one
+    ``run_many`` of the first, each guess scored by its training's judge."""
+    start = time.perf_counter()
+    seen = [
+        (j, k, *views[k](attack.view_info())) for j, attack in members for k in range(len(views))
+    ]
+    guesses = members[0][1].run_many([view for *_, view in seen])
+    share = (time.perf_counter() - start) / len(seen)
+    attacks = dict(members)
+    for (j, k, who, _), guess in zip(seen, guesses, strict=True):
+        attack = attacks[j]
+        score, judged = scorers[k](guess, who)
+        extra = {**attack.record_extra(), **judged}
+        if len(views) > 1:
+            extra["attack_stacked"] = len(views)
+        outcome = AttackOutcome(attack.name, attack.info.type, who, score, share, extra)
+        outcomes[k][j] = [outcome]
 
 
 def _scorer(parties: Sequence[AttackedParty], judge: Judge) -> ScoreOf:

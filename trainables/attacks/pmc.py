@@ -10,7 +10,7 @@ AP: accuracy of the inferred test labels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -56,6 +56,10 @@ class PassiveModelCompletion(Attack):
 
     def run(self, view: PartyView) -> LabelGuess:
         return self.run_many([view])[0]
+
+    def stack_key(self) -> Hashable:
+        """MC's and PMC's views at the same completion settings train as one stack."""
+        return ("completion", tuple(sorted(self.completion_params().items())))
 
     def run_many(self, views: Sequence[PartyView]) -> list[LabelGuess]:
         """The completions of a stack's views trained together (``complete_models``)."""
