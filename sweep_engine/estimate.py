@@ -35,10 +35,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweep_engine.costs import Costs, load
-from sweep_engine.packs import attack_cost, cost, packs_for, pretrain_epochs, slots
+from sweep_engine.packs import (
+    STACKED_TRAINING_S,
+    Pack,
+    attack_cost,
+    cost,
+    packs_for,
+    pretrain_epochs,
+    slots,
+)
 from sweep_engine.probe import levels, parts, probe_in_child, to_probe
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
+from trainables.kinds.nn import plain_nn
 from trainables.trial import actor_count
 
 if TYPE_CHECKING:
@@ -177,6 +186,14 @@ def probe_budget() -> float:
         raise ConfigError(f"{PROBE_ENV}={text!r}: not a number of seconds") from None
 
 
+def _stacks(pack: Pack, plan: Plan) -> bool:
+    """Whether ``pack``'s trainings train as one stack (``run.vectorize``, plain NN, more
+    than one): each then costs its trial ``STACKED_TRAINING_S`` beyond its arithmetic, as
+    the pack sizer counts (``packs._auto_size``), not ``TRAINING_S``."""
+    specs = [t.spec for t in pack.trainings]
+    return bool(plan.space.run.vectorize) and len(specs) > 1 and plain_nn(specs)
+
+
 def estimate(
     plan: Plan,
     cpus: int | None = None,
@@ -230,6 +247,10 @@ def estimate(
     a_scale = {name: statistics.median(rs) for name, rs in attack_ratio.items()}
     every = [r for level, rs in train_ratio.items() if len(level) == 1 for r in rs]
     overall = statistics.median(every) if every else 1.0
+    search = plan.space.search is not None
+    packs = [] if search or not known else packs_for(known, plan.space.run, fit, data_dir)
+    stacked = {t.trial_id for p in packs if _stacks(p, plan) for t in p.trainings}
+    own: dict[str, float] = {}  # a training's seconds, its fixed cost included
     for t, (train, evals), model in known_parts:  # what is not measured: the scaled cost model
         measured += train is not None and all(s is not None for _, s in evals)
         if train is None:  # scaled as the nearest level with a measured class
@@ -240,8 +261,9 @@ def estimate(
                     name, a_scale.get("", 1.0)
                 )
             train += seconds
-        total += train + TRAINING_S
-    if plan.space.search is not None:  # each cell is a study of n_trials trainings
+        own[t.trial_id] = train + (STACKED_TRAINING_S if t.trial_id in stacked else TRAINING_S)
+        total += own[t.trial_id]
+    if search:  # each cell is a study of n_trials trainings
         trials = len(todo) * plan.space.search.n_trials
         left = max(0, trials - recorded)
         total = total * plan.space.search.n_trials * left / max(1, trials)
@@ -249,8 +271,14 @@ def estimate(
         studies = math.ceil(left / plan.space.search.n_trials)  # with trials left to run
         total += studies * concurrency * (1 + (n if remote else 0)) * IMPORT_S
     elif known:  # each pack starts its processes: the trial's, and its party actors on ray
-        packs = packs_for(known, plan.space.run, fit, data_dir)
-        total += sum(PROCESS_S * (1 + (p.n_parties if remote else 0)) for p in packs)
+        starts = [PROCESS_S * (1 + (p.n_parties if remote else 0)) for p in packs]
+        total += sum(starts)
+        # a pack runs in one trial: the sweep takes at least its longest pack
+        longest = max(
+            s + sum(own[t.trial_id] for t in p.trainings)
+            for p, s in zip(packs, starts, strict=True)
+        )
+        total = max(total, longest * concurrency)
     seconds = STARTUP_S + total / concurrency if known else 0.0
     per = plan.space.search.n_trials if plan.space.search is not None else 1  # per cell
     n_todo = len(todo) * per - (recorded if per > 1 else 0)

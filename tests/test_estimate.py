@@ -361,3 +361,28 @@ def test_a_probe_that_fails_unexpectedly_warns_in_one_line_and_goes_on(
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 2, err
     assert "the probe of a breast_cancer nn mlp2 training failed (KeyError" in err, err
+
+
+def test_a_stacked_pack_counts_its_trainings_cost_and_runs_in_one_slot(tmp_path: Path) -> None:
+    """40 tiny trainings that stack (``run.vectorize``, plain NN) are one pack: each costs
+    its trial ``STACKED_TRAINING_S`` beyond its measured seconds, not ``TRAINING_S``, and
+    the one pack runs in one trial, so the second slot does not halve it."""
+    from sweep_engine.estimate import PROCESS_S, STARTUP_S, TRAINING_S
+
+    text = (
+        "name: est\nbase: {dataset: breast_cancer, n_parties: 2, epochs: 4}\n"
+        "grid:\n  seed: [" + ", ".join(map(str, range(40))) + "]\n"
+        "resources: {cpu_per_party: 0.5, cpu_per_trial: 0}\n"
+    )
+    costs = Costs(path=tmp_path / "costs.json")
+    stacked = _plan(tmp_path, text)
+    costs.add_training(train_key(stacked.trainings[0].spec), 0.01, 0.001, "sweep")
+    got = estimate(stacked, cpus=2, probe=False, costs=costs)
+    assert got.slots == 2
+    assert len(packs.packs_for(stacked.trainings, stacked.space.run, 2, None)) == 1
+    one = 0.01 + 0.001 * 4  # a training's measured seconds (the ray transport's share: 0)
+    pack = PROCESS_S * 3 + 40 * (one + packs.STACKED_TRAINING_S)
+    assert got.seconds == pytest.approx(STARTUP_S + pack)
+    apart = _plan(tmp_path, text + "run: {vectorize: false}\n")
+    alone = estimate(apart, cpus=2, probe=False, costs=costs)
+    assert alone.seconds - STARTUP_S >= 40 * (one + TRAINING_S) / 2  # the unstacked fixed cost
