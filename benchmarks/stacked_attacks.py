@@ -84,10 +84,12 @@ def measure_pair(trained: list[Any], pair: list[str], repeats: int) -> dict[str,
         apart = timed("apart_k1", lambda: [[run_attacks(p, [a], s)[0] for a in attacks]
                                            for p, _, s in items])  # fmt: skip
         joined = timed("joined_k1", lambda: [run_attacks(p, a, s) for p, a, s in items])
-        apart_k = timed("apart_k", lambda: [
-            [run_attacks_many([(p, [a], s) for p, _, s in items])[k][0] for a in attacks]
-            for k in range(len(items))
-        ])  # fmt: skip
+
+        def each_stacked() -> list[list[Any]]:  # each attack's K evaluations as one stack
+            per = [run_attacks_many([(p, [a], s) for p, _, s in items]) for a in attacks]
+            return [[out[k][0] for out in per] for k in range(len(items))]
+
+        apart_k = timed("apart_k", each_stacked)
         joined_k = timed("joined_k", lambda: run_attacks_many(items))
         same = same and apart == joined == apart_k == joined_k
     row: dict[str, Any] = {k: round(statistics.median(v), 3) for k, v in runs.items()}
