@@ -202,3 +202,39 @@ def test_the_autograd_match_is_the_plain_mlps_closed_form() -> None:
     d_mlp, loss_mlp = PlainMLP(model, x.numpy(), grad.numpy())(g)
     assert np.isclose(loss_auto, loss_mlp, rtol=1e-4) and loss_auto > 1e-3
     assert np.allclose(d_auto, d_mlp, rtol=1e-3, atol=1e-6) and np.abs(d_auto).max() > 1e-3
+
+
+def test_the_first_inversion_of_a_process_runs_scipys_blas_on_one_thread() -> None:
+    """scipy's LAPACK is its own OpenBLAS: imported lazily inside ``threadpool_limits(1)``,
+    it was not limited, and a process's first eigh ran on every core (~4 s instead of
+    ~0.3 s on a loaded 2-core machine). A fresh interpreter, its first ``invert``: right
+    after the eigh, still inside the limit, every OpenBLAS loaded runs one thread."""
+    import os
+    import subprocess
+    import sys
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: OpenBLAS's default is one thread, nothing to tell apart")
+    code = """
+import sys, torch, threadpoolctl
+from trainables.attacks import bli
+from trainables.models import mlp
+assert "scipy.linalg" not in sys.modules  # the attack's own import is the first
+seen, real = [], bli.gram_basis
+def spy(*a, **k):
+    out = real(*a, **k)
+    seen.extend(i["num_threads"] for i in threadpoolctl.threadpool_info()
+                if i["internal_api"] == "openblas")
+    return out
+bli.gram_basis = spy
+torch.manual_seed(0)
+model = mlp(6, (5,), 3).eval()
+x, grad = torch.randn(8, 6), torch.randn(8, 3) / 8
+params = {**bli.BatchLabelInference.defaults, "steps": 50, "patience": 10}
+bli.invert(model, x, grad, params, seed=0)
+print(seen)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = eval(out.stdout.strip().splitlines()[-1])  # each OpenBLAS's threads after the eigh
+    assert len(seen) >= 2 and set(seen) == {1}, seen  # numpy's and scipy's: one each

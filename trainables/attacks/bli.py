@@ -141,6 +141,7 @@ def invert(
     memory (Gram-eigen basis, SVD if its rank is unclear), else plain; ``plain`` always
     (VFLAIR's). One inversion (``invert_dummies``) on the match: closed form where it
     can be (whitened; plain on a Linear-ReLU stack), else autograd's double backward."""
+    import scipy.linalg  # noqa: F401  # lazy, but loaded before the limit: its own OpenBLAS
     from threadpoolctl import threadpool_limits  # lazy: worker start-up imports every attack
 
     jac = jacobian(model, x) if params["match"] == "auto" else None
