@@ -423,3 +423,29 @@ def test_a_defense_without_a_stacked_form_trains_alone_through_its_own_hooks(
         weights.append(torch.cat([p.detach().flatten() for p in passive.bottom.parameters()]))
     on, off, plain = weights
     assert not torch.equal(on, plain) and torch.equal(off, plain)
+
+
+def test_a_packs_first_stack_is_small_so_its_records_come_first(
+    data: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without successive halving, a pack's first stack holds at most ``FIRST_STACK``
+    trainings: their records are yielded before the rest of the pack trains, and every
+    training's records are those of one whole stack."""
+    from trainables.vfl import vectorized
+
+    jobs = [_job(seed) for seed in range(5)]
+    whole = dict(NNKind().run_many(jobs, data, LOCAL))
+    sizes: list[int] = []
+    real = vectorized.train_stacked
+
+    def spy(ready: Sequence[Any], *args: Any, **kw: Any) -> Any:
+        sizes.append(len(ready))
+        return real(ready, *args, **kw)
+
+    monkeypatch.setattr(vectorized, "train_stacked", spy)
+    monkeypatch.setattr(vectorized, "FIRST_STACK", 2)
+    order = [i for i, _ in NNKind().run_many(jobs, data, LOCAL)]
+    assert sizes == [2, 3] and sorted(order[:2]) == [0, 1]
+    split = dict(NNKind().run_many(jobs, data, LOCAL))
+    assert all(_bare(split[i]) == _bare(whole[i]) for i in range(5))
+    assert all(_vectorized(split[i]) for i in range(5))
