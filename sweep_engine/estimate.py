@@ -263,7 +263,7 @@ def estimate(
             train += seconds
         own[t.trial_id] = train + (STACKED_TRAINING_S if t.trial_id in stacked else TRAINING_S)
         total += own[t.trial_id]
-    if search:  # each cell is a study of n_trials trainings
+    if plan.space.search is not None:  # each cell is a study of n_trials trainings
         trials = len(todo) * plan.space.search.n_trials
         left = max(0, trials - recorded)
         total = total * plan.space.search.n_trials * left / max(1, trials)
