@@ -61,7 +61,9 @@ STACK_BYTES = 256 * 2**20
 # The most trainings in a pack's first stack (without successive halving, which compares a
 # stack's cells): its records come out while the rest of the pack trains, instead of after
 # the whole stack (a MID pack of 250 tiny trainings: first record 17.1 s). A training's
-# numbers do not depend on its stack (``tests/test_vectorized.py``)
+# numbers do not depend on its stack, except to float rounding (~1e-5 in the weights)
+# where a stack mixes learning rates and so takes the optimizer's vector-rate path
+# (``tests/test_vectorized.py``)
 FIRST_STACK = 16
 
 
