@@ -88,29 +88,37 @@ def cpu_of(df: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def paired(default: pd.DataFrame, preset: pd.DataFrame) -> dict[str, dict[str, float]]:
+def ap_pairs(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, object] | None:
+    """AP(b) - AP(a) on the cells both ran (``CELL``; ``a``, ``b``: one attack's records):
+    cells, how many did not move, mean with its 95 % interval, the largest change, and
+    each side's mean AP; None without a common cell."""
+    both = pd.concat(
+        [a.set_index(CELL)["ap"], b.set_index(CELL)["ap"]], axis=1, keys=["a", "b"]
+    ).dropna()  # the cells both ran: the means below are of the same cells
+    d = (both["b"] - both["a"]).to_numpy(dtype=float)
+    if len(d) == 0:
+        return None
+    half = 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+    return {
+        "cells": len(d),
+        "identical": int((d == 0).sum()),
+        "mean_diff": round(float(d.mean()), 4),
+        "ci95": [round(float(d.mean()) - half, 4), round(float(d.mean()) + half, 4)],
+        "max_abs_diff": round(float(np.abs(d).max()), 4),
+        "ap_a": round(float(both["a"].mean()), 4),
+        "ap_b": round(float(both["b"].mean()), 4),
+    }
+
+
+def paired(default: pd.DataFrame, preset: pd.DataFrame) -> dict[str, dict[str, object]]:
     """Per attack run with a preset in ``preset``: AP(preset) - AP(default) on each cell."""
     out = {}
     presets = preset[preset["attack"].str.contains("@", regex=False)]
     for base, rows in presets.groupby("base"):
-        both = pd.concat(
-            [default[default["attack"] == base].set_index(CELL)["ap"], rows.set_index(CELL)["ap"]],
-            axis=1,
-            keys=["a", "b"],
-        ).dropna()  # the cells both ran: the means below are of the same cells
-        a, b = both["a"], both["b"]
-        d = (b - a).to_numpy(dtype=float)
-        if len(d) == 0:
-            continue
-        half = 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
-        out[str(base)] = {
-            "cells": len(d),
-            "mean_diff": round(float(d.mean()), 4),
-            "ci95": [round(float(d.mean()) - half, 4), round(float(d.mean()) + half, 4)],
-            "max_abs_diff": round(float(np.abs(d).max()), 4),
-            "ap_default": round(float(a.mean()), 4),
-            "ap_preset": round(float(b.mean()), 4),
-        }
+        pair = ap_pairs(default[default["attack"] == base], rows)
+        if pair is not None:
+            pair["ap_default"], pair["ap_preset"] = pair.pop("ap_a"), pair.pop("ap_b")
+            out[str(base)] = pair
     return out
 
 
@@ -127,22 +135,9 @@ def against(root: Path) -> dict[str, object]:
     a, b = frames["against"], frames["this"]
     changes: dict[str, object] = {}
     for attack in sorted(set(a["attack"]) - {"none"}):
-        both = pd.concat(
-            [a[a["attack"] == attack].set_index(CELL)["ap"],
-             b[b["attack"] == attack].set_index(CELL)["ap"]],
-            axis=1, keys=["a", "b"],
-        ).dropna()  # fmt: skip
-        d = (both["b"] - both["a"]).to_numpy(dtype=float)
-        if len(d) < 2:
-            continue
-        half = 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d))
-        changes[str(attack)] = {
-            "cells": len(d),
-            "identical": int((d == 0).sum()),
-            "mean_diff": round(float(d.mean()), 4),
-            "ci95": [round(float(d.mean()) - half, 4), round(float(d.mean()) + half, 4)],
-            "max_abs_diff": round(float(np.abs(d).max()), 4),
-        }
+        pair = ap_pairs(a[a["attack"] == attack], b[b["attack"] == attack])
+        if pair is not None:
+            changes[str(attack)] = pair
     out["ap_change"] = changes
     out["ranking"] = same_answer(a, b)
     out["wall_ratio"] = round(out["this"]["wall_s"] / out["against"]["wall_s"], 3)  # type: ignore[index]

@@ -37,17 +37,16 @@ from typing import TYPE_CHECKING
 from sweep_engine.costs import Costs, load
 from sweep_engine.packs import (
     STACKED_TRAINING_S,
-    Pack,
     attack_cost,
     cost,
     packs_for,
     pretrain_epochs,
     slots,
+    trains_stacked,
 )
 from sweep_engine.probe import levels, parts, probe_in_child, to_probe
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
-from trainables.kinds.nn import plain_nn
 from trainables.trial import actor_count
 
 if TYPE_CHECKING:
@@ -186,14 +185,6 @@ def probe_budget() -> float:
         raise ConfigError(f"{PROBE_ENV}={text!r}: not a number of seconds") from None
 
 
-def _stacks(pack: Pack, plan: Plan) -> bool:
-    """Whether ``pack``'s trainings train as one stack (``run.vectorize``, plain NN, more
-    than one): each then costs its trial ``STACKED_TRAINING_S`` beyond its arithmetic, as
-    the pack sizer counts (``packs._auto_size``), not ``TRAINING_S``."""
-    specs = [t.spec for t in pack.trainings]
-    return bool(plan.space.run.vectorize) and len(specs) > 1 and plain_nn(specs)
-
-
 def estimate(
     plan: Plan,
     cpus: int | None = None,
@@ -247,9 +238,15 @@ def estimate(
     a_scale = {name: statistics.median(rs) for name, rs in attack_ratio.items()}
     every = [r for level, rs in train_ratio.items() if len(level) == 1 for r in rs]
     overall = statistics.median(every) if every else 1.0
-    search = plan.space.search is not None
-    packs = [] if search or not known else packs_for(known, plan.space.run, fit, data_dir)
-    stacked = {t.trial_id for p in packs if _stacks(p, plan) for t in p.trainings}
+    grid = plan.space.search is None and bool(known)
+    packs = packs_for(known, plan.space.run, fit, data_dir) if grid else []
+    vectorize = bool(plan.space.run.vectorize)
+    stacked = {  # trainings that train as one stack with others: ``STACKED_TRAINING_S`` each
+        t.trial_id
+        for p in packs
+        if len(p.trainings) > 1 and trains_stacked(p.trainings, vectorize)
+        for t in p.trainings
+    }
     own: dict[str, float] = {}  # a training's seconds, its fixed cost included
     for t, (train, evals), model in known_parts:  # what is not measured: the scaled cost model
         measured += train is not None and all(s is not None for _, s in evals)

@@ -323,6 +323,12 @@ def _stack_order(training: Training) -> str:
     return stack_group(training.spec)
 
 
+def trains_stacked(trainings: Sequence[Training], vectorize: bool) -> bool:
+    """Whether ``trainings`` of one pack train as one stack (``run.vectorize``, plain NN):
+    what the pack sizer and the estimate count at ``STACKED_TRAINING_S`` a training."""
+    return vectorize and plain_nn([t.spec for t in trainings])
+
+
 def _auto_size(
     group: list[Training],
     slots: int,
@@ -334,7 +340,7 @@ def _auto_size(
     """One pack for a group that fits ``target_s`` (a second slot would cost more to start,
     ~4 CPU-s per process, than it saves); else packs of ``target_s``, spread over slots;
     NN packs on actors no smaller than ``STACK_MIN`` where the spread allows it."""
-    stacked = vectorize and plain_nn([t.spec for t in group])
+    stacked = trains_stacked(group, vectorize)
     costs = [cost(t, remote, data_dir) for t in group]
     total = sum(c.total for c in costs)
     if stacked:  # the arithmetic stacks; each training's records stay its own

@@ -53,10 +53,11 @@ def test_draw_block_draws_each_kind_in_one_call_in_its_order() -> None:
 
 
 def test_blocks_end_at_each_epoch_and_cover_every_step() -> None:
-    for total, epoch, per_step in ((25 * 1024, 1024, 3 * 16 * 32), (120, 40, 10), (7, 0, 5)):
+    cases = ((25 * 1024, 1024, 16, (32,)), (120, 40, 2, (5,)), (7, 0, 1, (5,)))
+    for total, epoch, bs, feat in cases:
         done, sizes = 0, []
         while done < total:
-            sizes.append(cf.block_steps(done, total, epoch, per_step))
+            sizes.append(cf.block_steps(done, total, epoch, bs, feat))
             done += sizes[-1]
             assert epoch == 0 or done % epoch == 0 or sizes[-1] == cf.BLOCK_STEPS
         assert done == total and max(sizes) <= cf.BLOCK_STEPS

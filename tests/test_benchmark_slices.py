@@ -51,6 +51,7 @@ def test_the_preset_is_paired_with_the_default_on_the_same_cell() -> None:
     assert got["cells"] == 3 and got["ap_default"] == pytest.approx(0.70)  # the paired cells'
     assert got["mean_diff"] == pytest.approx((0.01 - 0.02 + 0.0) / 3, abs=1e-4)
     assert got["max_abs_diff"] == pytest.approx(0.02)
+    assert got["identical"] == 1  # seed 2: 0.60 both ways
     assert got["ci95"][0] < got["mean_diff"] < got["ci95"][1]
     assert cpu_of(default) == {"training": 3.0, "pmc": 6.0}
 

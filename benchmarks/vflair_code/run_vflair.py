@@ -85,7 +85,7 @@ import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -244,7 +244,11 @@ class RowsMNIST:
 
     ``__getitem__`` mirrors torchvision's MNIST: ``Image.fromarray(img, mode "L")``, then the
     transform, label as int. ``root`` and ``download`` are ignored (nothing is read or fetched).
+    A subclass serves other rows (``rows``) as PIL images of another ``mode``.
     """
+
+    rows: ClassVar[dict[str, np.ndarray]] = ROWS
+    mode: ClassVar[str] = "L"
 
     def __init__(
         self,
@@ -255,8 +259,8 @@ class RowsMNIST:
         download: bool = False,
     ) -> None:
         part = "train" if train else "test"
-        self.data = ROWS[f"X_{part}"]
-        self.targets = ROWS[f"y_{part}"]
+        self.data = self.rows[f"X_{part}"]
+        self.targets = self.rows[f"y_{part}"]
         self.transform = transform
         self.target_transform = target_transform
 
@@ -266,8 +270,9 @@ class RowsMNIST:
     def __getitem__(self, index: int) -> tuple[Any, int]:
         from PIL import Image
 
-        img: Any = Image.fromarray(self.data[index])
-        assert img.mode == "L"
+        row = self.data[index]
+        img: Any = Image.fromarray(row) if self.mode == "L" else Image.fromarray(row, self.mode)
+        assert img.mode == self.mode
         target: Any = int(self.targets[index])
         if self.transform is not None:
             img = self.transform(img)

@@ -73,37 +73,12 @@ TRIGGER_8 = ("0, 3, 7]", "0, 2, 6]", "0, 1, 7]", "0, 3, 5]")
 DIGITS: dict[str, np.ndarray] = {}
 
 
-class DigitsRows:
+class DigitsRows(rv.RowsMNIST):
     """``torchvision.datasets.MNIST`` stand-in serving our digits rows (float32 N x 8 x 8 in
     [0, 1]) as mode-"F" PIL images through the transform, label as int."""
 
-    def __init__(
-        self,
-        root: str,
-        train: bool = True,
-        transform: Any = None,
-        target_transform: Any = None,
-        download: bool = False,
-    ) -> None:
-        part = "train" if train else "test"
-        self.data = DIGITS[f"X_{part}"]
-        self.targets = DIGITS[f"y_{part}"]
-        self.transform = transform
-        self.target_transform = target_transform
-
-    def __len__(self) -> int:
-        return int(self.data.shape[0])
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        from PIL import Image
-
-        img: Any = Image.fromarray(self.data[index], mode="F")
-        target: Any = int(self.targets[index])
-        if self.transform is not None:
-            img = self.transform(img)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return img, target
+    rows = DIGITS
+    mode = "F"
 
 
 def _recompile(module: Any, func: Any, replacements: list[tuple[str, str]]) -> Any:

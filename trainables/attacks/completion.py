@@ -229,11 +229,10 @@ def _train_autograd(
     stop = Convergence(ema, xu if len(xu) else xl, int(p["stop_patience"]), float(p["stop_tol"]))
     epoch, done = int(p["steps_per_epoch"]), 0
     feat = tuple(xl.shape[1:])
-    per_step = 3 * bs * max(1, int(np.prod(feat)))
     block, first = None, 0  # the draws of the steps from ``first`` on (the fast path's blocks)
     for step in range(total):
         if block is None or step - first == len(block.il):
-            first, n = step, completion_fast.block_steps(step, total, epoch, per_step)
+            first, n = step, completion_fast.block_steps(step, total, epoch, bs, feat)
             n_u = len(xu) if mixmatch else 0
             block = completion_fast.draw_block(gen, rng, n, bs, len(xl), n_u, feat, noise, alpha)
         s = step - first

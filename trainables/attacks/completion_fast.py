@@ -86,11 +86,13 @@ class Block:
     perm: torch.Tensor  # (S, 2B) the MixUp partner of each of the 2B rows
 
 
-def block_steps(done: int, total: int, epoch: int, per_step: int) -> int:
+def block_steps(done: int, total: int, epoch: int, bs: int, feat: tuple[int, ...]) -> int:
     """How many steps the block starting after ``done`` of ``total`` runs: at most
-    ``BLOCK_STEPS`` and ``BLOCK_ELEMENTS`` inputs, never across an epoch's end (the
-    convergence check). The generic loop draws by the same blocks, so the draws of a
-    completion do not depend on which path trains it, nor on what it is stacked with."""
+    ``BLOCK_STEPS`` and ``BLOCK_ELEMENTS`` inputs (3B rows of ``feat`` a step), never
+    across an epoch's end (the convergence check). The generic loop draws by the same
+    blocks, so the draws of a completion do not depend on which path trains it, nor on
+    what it is stacked with."""
+    per_step = 3 * bs * max(1, int(np.prod(feat)))
     left_in_epoch = epoch - done % epoch if epoch > 0 else total - done
     return min(BLOCK_STEPS, max(1, BLOCK_ELEMENTS // per_step), left_in_epoch, total - done)
 
@@ -277,12 +279,11 @@ def train_fast(
     total = max(1, int(p["epochs"]) * epoch)
     noise, lambda_u, inv_t = float(p["noise"]), float(p["lambda_u"]), 1.0 / float(p["T"])
     feat = tuple(datas[0][0].shape[1:])
-    per_step = 3 * bs * max(1, int(np.prod(feat)))
     going = list(range(len(models)))  # the heads not yet converged
     steps_of = [0] * len(models)  # updates each head ran
     done = 0
     while done < total and going:
-        steps = block_steps(done, total, epoch, per_step)
+        steps = block_steps(done, total, epoch, bs, feat)
         inps = []
         for k in going:
             (xl, yl, xu), gen, rng = datas[k], gens[k], rngs[k]
