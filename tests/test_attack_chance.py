@@ -16,9 +16,15 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from trainables.attacks.base import FeatureGuess, InferenceTamper, LabelGuess
-from trainables.attacks.chance import hanley_mcneil_se, score_labels
+from trainables.attacks.chance import (
+    hanley_mcneil_se,
+    score_labels,
+    targeted_score,
+    untargeted_score,
+)
 from trainables.attacks.judge import Judge
 from trainables.data import load_dataset
+from trainables.sampling import wilson_se
 from trainables.spec import TrialSpec
 from trainables.trial import prepare_parties, train_local_parties
 
@@ -165,3 +171,44 @@ def test_tamper_that_changes_nothing_is_no_advantage(digits: list[Any]) -> None:
     wiped = judge.score(InferenceTamper(rows, X_test=np.zeros_like(X_test)), attacker=0)
     assert wiped.advantage > 0.1 and wiped.advantage_se > 0.0
     assert wiped.mp < judge.clean_mp
+
+
+def test_wilson_interval_by_hand() -> None:
+    """0 of 3: Wilson's 95 % interval is [0, 0.5615] (z = 1.96); its centre plus z SEs
+    reaches that bound. 0 of 1,000 rows: ~1 / n."""
+    z, n = 1.96, 3
+    centre = (z * z / 2) / (n + z * z)
+    assert centre + z * wilson_se(0, n) == pytest.approx(0.5615, abs=5e-4)
+    assert wilson_se(0, 1000) == pytest.approx(0.00098, abs=2e-5)
+    assert wilson_se(1, 2) == pytest.approx(wilson_se(1, 2))  # symmetric at p = 1/2
+    assert math.isnan(wilson_se(0, 0))
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_tamper_on_a_few_rows_is_never_exact(n: int) -> None:
+    """VFLAIR's 1 % of digits' test rows is 3 or 4. When none (or all) of them go the
+    attack's way, the delta method alone says advantage 0 (or 1) with error 0; the error
+    must still say how little n rows tell (LRB on digits: 0 of 3 here, ~25 % of all
+    rows)."""
+    clean = np.full(n, 2)
+    for tampered, advantage in ((np.full(n, 2), 0.0), (np.full(n, 0), 1.0)):
+        ap = float((tampered == 0).mean())
+        s = targeted_score(clean, tampered, target=0, ap=ap)
+        assert s.advantage == advantage
+        assert s.advantage_se > 0.1, (advantage, s.advantage_se)
+    truth = np.full(n, 2)  # every clean prediction right; noise turns none (or all) wrong
+    for tampered, advantage in ((np.full(n, 2), 0.0), (np.full(n, 5), 1.0)):
+        s = untargeted_score(clean, tampered, truth, clean_mp=1.0, ap=0.0)
+        assert s.advantage == advantage
+        assert s.advantage_se > 0.1, (advantage, s.advantage_se)
+
+
+def test_tamper_on_many_rows_keeps_a_small_error() -> None:
+    """The floor shrinks as 1 / n at the edges: 0 of 1,000 rows is a small error, and an
+    interior rate keeps the delta method's (binomial) error."""
+    clean = np.full(1000, 2)
+    s = targeted_score(clean, np.full(1000, 2), target=0, ap=0.0)
+    assert 0.0 < s.advantage_se < 0.002
+    tampered = np.where(np.arange(1000) < 300, 0, 2)  # 30 % sent to the target
+    s = targeted_score(clean, tampered, target=0, ap=0.3)
+    assert s.advantage_se == pytest.approx(math.sqrt(0.3 * 0.7 / 1000), rel=0.02)

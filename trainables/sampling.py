@@ -22,6 +22,21 @@ def accuracy_se(acc: float, n: int) -> float:
     return math.sqrt(max(0.0, acc * (1.0 - acc)) / n)
 
 
+def wilson_se(hits: int, n: int, z: float = 1.96) -> float:
+    """SE of a proportion of ``hits`` in ``n`` rows from Wilson's score interval (its 95 %
+    half-width over z); NaN without rows.
+
+    Why not the binomial sqrt(p(1-p)/n): at 0 or n hits it is 0, so 0 of 3 triggered rows
+    would read "0, exactly". Wilson's interval for 0 of 3 reaches 0.56, an SE of 0.14; for
+    0 of 1,000 its SE is 0.001, and away from 0 and n it is the binomial SE to within
+    z^2 / n.
+    """
+    if n <= 0:
+        return NAN
+    p = hits / n
+    return math.sqrt(p * (1.0 - p) / n + z * z / (4.0 * n * n)) / (1.0 + z * z / n)
+
+
 def hanley_mcneil_se(auc: float, n1: int, n0: int) -> float:
     """Hanley & McNeil (1982) SE of an AUC over ``n1`` positives and ``n0`` negatives.
 

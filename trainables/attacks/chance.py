@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainables.sampling import NAN, accuracy_se, hanley_mcneil_se
+from trainables.sampling import NAN, accuracy_se, hanley_mcneil_se, wilson_se
 
 if TYPE_CHECKING:  # the guess types live with the attack interface (which imports torch)
     from trainables.attacks.base import LabelGuess
@@ -161,16 +161,30 @@ def feature_score(truth: np.ndarray, guess: np.ndarray, mean: np.ndarray, ap: fl
                  collapse=collapse)  # fmt: skip
 
 
+def at_least_wilson(se: float, hits: int, n: int) -> float:
+    """A tamper score's error, no smaller than that of its rate of ``hits`` in ``n`` rows
+    (``wilson_se``). Why: a backdoor or noise attack is scored on VFLAIR's 1 % of the test
+    rows, 3 or 4 on digits, and when all of them agree the delta method's error is 0 (LRB:
+    0 of 3 rows sent to the target read "advantage 0 ± 0", while the same attack sends
+    ~25 % of all rows there). Unlike a constant label guess, whose advantage is 0 on any
+    resampled test set, a tamper's effect on rows not drawn is unknown."""
+    floor = wilson_se(hits, n)
+    return se if math.isnan(floor) else max(se, floor)
+
+
 def targeted_score(clean: np.ndarray, tampered: np.ndarray, target: int, ap: float) -> Score:
     """Targeted backdoor on the scored rows (not of the target class). clean, tampered:
     (n,) predictions without and with the trigger. Chance: the share the untampered model
-    already sends to the target."""
+    already sends to the target; the error at least ``wilson_se`` of the rows the trigger
+    sent there, of those it could (``at_least_wilson``)."""
     n = len(tampered)
     if n == 0:
         return Score(ap)
     chance = float((clean == target).mean())
     base = (clean == target).astype(float)  # (n,)
     se = paired_se((tampered == target) - base, 1.0 - base)
+    room = base == 0  # (n,) rows the trigger could still send to the target
+    se = at_least_wilson(se, int((tampered[room] == target).sum()), int(room.sum()))
     return Score(ap, chance=chance, advantage=gain(ap, chance), advantage_se=se,
                  collapse=top_share(tampered))  # fmt: skip
 
@@ -181,7 +195,8 @@ def untargeted_score(
     """Non-targeted attack (VFLAIR Eq. 7: AP = max(0, clean_mp - hit_t)) on the attacked
     rows. clean, tampered, truth: (n,). Chance: the AP with no tampering,
     max(0, clean_mp - hit_0); advantage: the share of the rows' correct clean predictions
-    that tampering turned wrong, (hit_0 - hit_t) / hit_0."""
+    that tampering turned wrong, (hit_0 - hit_t) / hit_0; its error at least ``wilson_se``
+    of that share (``at_least_wilson``)."""
     n = len(tampered)
     if n == 0:
         return Score(ap)
@@ -190,6 +205,8 @@ def untargeted_score(
     advantage = 0.0 if hit_0 <= 0.0 else float(np.clip((hit_0 - hit_t) / hit_0, 0.0, 1.0))
     right = (clean == truth).astype(float)  # (n,)
     se = paired_se(right - (tampered == truth), right)
+    turned = int(((clean == truth) & (tampered != truth)).sum())  # correct rows made wrong
+    se = at_least_wilson(se, turned, int(right.sum()))
     return Score(ap, chance=max(0.0, clean_mp - hit_0), advantage=advantage, advantage_se=se,
                  collapse=top_share(tampered))  # fmt: skip
 
