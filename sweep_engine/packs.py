@@ -26,9 +26,11 @@ from trainables.attacks.tuning import fold_count, runs
 from trainables.attacks.tuning_trained import budget, trainings
 from trainables.data import load_dataset
 from trainables.errors import ConfigError, MissingDataError
+from trainables.jobs import Job
 from trainables.kinds import kind_of
 from trainables.kinds.nn import plain_nn
 from trainables.trial import actor_count
+from trainables.vfl.twins import baseline_attack, unattacked
 
 if TYPE_CHECKING:
     from sweep_engine.plan import Plan, Training
@@ -309,8 +311,27 @@ def make_packs(
             if size != "auto"
             else _auto_size(group, slots, target_s, remote, data_dir, vectorize)
         )
-        packs += [Pack(tuple(group[i : i + n])) for i in range(0, len(group), n)]
+        packs += [Pack(tuple(cut)) for cut in _cut(group, n)]
     return packs
+
+
+def _cut(group: list[Training], n: int) -> list[list[Training]]:
+    """``group`` in packs of ``n``; a pack whose last training is followed by the training
+    it is the unattacked twin of (``_stack_order``) takes that one too."""
+    cuts, i = [], 0
+    while i < len(group):
+        j = min(i + n, len(group))
+        if j < len(group) and _twin_hash(group[j]) == group[j - 1].spec.config_hash:
+            j += 1
+        cuts.append(group[i:j])
+        i = j
+    return cuts
+
+
+def _twin_hash(training: Training) -> str | None:
+    """The config hash of the training's unattacked twin, where its attack has one."""
+    spec = training.spec
+    return unattacked(spec).config_hash if baseline_attack(Job(spec)) is not None else None
 
 
 def _stack_order(training: Training) -> str:
@@ -319,8 +340,14 @@ def _stack_order(training: Training) -> str:
     at any strength and seed), so that a pack's stacks are large. In plan order they
     rarely were: defenses.yaml's packs of 4 held digits trainings without and with a
     training-time attack and of several defenses, which stack with nothing, and their
-    attack evaluations ran one at a time."""
-    return stack_group(training.spec)
+    attack evaluations ran one at a time. A training whose attack is scored against an
+    unattacked twin (``trainables/vfl/twins.py``: LRB) goes right after that twin, the
+    cell's clean training, so that the pack holding one holds the other and no twin
+    trains for it alone (vflair_mnist.yaml: 114 MNIST trainings otherwise)."""
+    spec = training.spec
+    twin = baseline_attack(Job(spec)) is not None
+    base = unattacked(spec) if twin else spec
+    return f"{stack_group(base)}|{base.config_hash}|{int(twin)}"
 
 
 def trains_stacked(trainings: Sequence[Training], vectorize: bool) -> bool:

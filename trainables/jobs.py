@@ -25,6 +25,9 @@ class Job:
     # a trial training of an adapted training-time attack (``tuning_trained``): its record
     # carries its attacker's own scores
     tuned: bool = False
+    # training-time attacks whose guess is scored on this (unattacked) training as another
+    # job's baseline (``vfl/twins.py``): never installed; their records are not its own
+    baselines: tuple[AttackSpec, ...] = ()
 
 
 # What ``run_many`` yields per job: its records, or the deterministic error (a ConfigError

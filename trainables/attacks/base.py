@@ -61,6 +61,11 @@ class AttackInfo:
     # reads the exchanged embeddings / gradients as per-class scores (aggVFL's bottoms
     # output C logits): meaningless where a kind exchanges wider representations
     logit_embeddings: bool = False
+    # its no-information baseline is its own guess scored on the same spec trained without
+    # it (an unattacked twin, ``vfl/twins.py``): a trigger can move a model that never
+    # learned it (LRB's on breast_cancer: 1.0, ``benchmarks.lrb_rows``). Where no twin
+    # trains, its chance, advantage and error are NaN: unknown
+    unattacked_baseline: bool = False
 
 
 @dataclass(frozen=True)

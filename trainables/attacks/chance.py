@@ -52,6 +52,11 @@ class Score:
             "ap_collapse": self.collapse,
         }
 
+    def without_baseline(self) -> Score:
+        """This score with its baseline unknown (``AttackInfo.unattacked_baseline``: the
+        baseline comes from another training, if one trains)."""
+        return dataclasses.replace(self, chance=NAN, advantage=NAN, advantage_se=NAN)
+
     def with_mp(self, mp: float, n_test: int) -> Score:
         """This score with the MP under attack, an accuracy over ``n_test`` rows."""
         return dataclasses.replace(self, mp=mp, mp_se=accuracy_se(mp, n_test))

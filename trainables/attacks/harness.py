@@ -13,7 +13,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainables.attacks.base import ATTACKS, Attack, AttackInfo, AuxData, Guess, PartyView
+from trainables.attacks.base import (
+    ATTACKS,
+    Attack,
+    AttackInfo,
+    AuxData,
+    Guess,
+    InferenceTamper,
+    PartyView,
+)
 from trainables.attacks.chance import Score, mean_score
 from trainables.attacks.judge import Judge, QueryModel, TrainedParty
 from trainables.attacks.tuning import Adapt, split_adapt, tune
@@ -181,7 +189,7 @@ def evaluate(
         score, judged = score_of(guess, who)
         seconds = time.perf_counter() - start
         extra = {**attack.record_extra(), **judged}
-        outcomes.append(AttackOutcome(name, attack.info.type, who, score, seconds, extra))
+        outcomes.append(outcome_of(attack, who, score, seconds, extra))
         if adapt is not None:
             outcomes.append(adapted(attack, adapt, view_of, score_of, outcomes[-1]))
     return outcomes
@@ -207,6 +215,17 @@ def adapted(
         "adapted": {**tuned.record(adapt), "default_label": attack.label()},
     }
     seconds = time.perf_counter() - start
+    return outcome_of(attack, who, score, seconds, extra)
+
+
+def outcome_of(
+    attack: Attack, who: int, score: Score, seconds: float, extra: dict[str, Any]
+) -> AttackOutcome:
+    """The outcome of ``attack``'s guess; an attack whose baseline is its guess on an
+    unattacked twin (``AttackInfo.unattacked_baseline``) leaves it unknown here: this
+    training learned the attack, so no score of its own models is that baseline."""
+    if attack.info.unattacked_baseline:
+        score = score.without_baseline()
     return AttackOutcome(attack.name, attack.info.type, who, score, seconds, extra)
 
 
@@ -300,7 +319,7 @@ def _run_stacked(
         extra = {**attack.record_extra(), **judged}
         if len(views) > 1:
             extra["attack_stacked"] = len(views)
-        outcome = AttackOutcome(attack.name, attack.info.type, who, score, share, extra)
+        outcome = outcome_of(attack, who, score, share, extra)
         outcomes[k][j] = [outcome]
 
 
@@ -310,11 +329,15 @@ def _scorer(parties: Sequence[AttackedParty], judge: Judge) -> ScoreOf:
     model's last (``Party.epoch_states``: the weights after each earlier epoch)."""
 
     def score(guess: Guess, who: int) -> tuple[Score, dict[str, object]]:
-        if not getattr(guess, "over_epochs", False):
-            return judge.score(guess, who), {}
+        tamper = guess if isinstance(guess, InferenceTamper) else None
+        judged: dict[str, object] = {}
+        if tamper is not None and tamper.target is not None:
+            judged["scored_rows"] = len(judge.tamper_rows(tamper))  # what its AP is over
+        if tamper is None or not tamper.over_epochs:
+            return judge.score(guess, who), judged
         scores = [Judge(at).score(guess, who) for at in epoch_parties(parties)]
         scores.append(judge.score(guess, who))
-        return mean_score(scores), {"scored_epochs": len(scores)}
+        return mean_score(scores), {**judged, "scored_epochs": len(scores)}
 
     return score
 

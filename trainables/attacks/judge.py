@@ -99,6 +99,14 @@ class Judge:
         mean = np.clip((train_mean - lo) / span, 0.0, 1.0)  # (d,)
         return chance.feature_score(truth, est, mean, ap)
 
+    def tamper_rows(self, guess: InferenceTamper) -> np.ndarray:
+        """(n,) the test rows a targeted tamper's AP is over: its triggered rows, of other
+        classes than the target unless it counts them all (``count_target_rows``)."""
+        rows = guess.rows
+        if guess.target is not None and not guess.count_target_rows:
+            rows = rows[self.y_test[rows] != guess.target]
+        return rows
+
     @torch.no_grad()
     def _tamper(self, guess: InferenceTamper, attacker: int) -> Score:
         hs = self.embeddings()
@@ -111,9 +119,7 @@ class Judge:
         preds = self.predict(hs)  # (n_test,)
         n_test = len(self.y_test)
         if guess.target is not None:
-            rows = guess.rows
-            if not guess.count_target_rows:  # rows of other classes only
-                rows = rows[self.y_test[rows] != guess.target]
+            rows = self.tamper_rows(guess)
             ap = float((preds[rows] == guess.target).mean()) if len(rows) else float("nan")
             score = chance.targeted_score(self.clean_preds[rows], preds[rows], guess.target, ap)
             return score.with_mp(self.clean_mp, n_test)

@@ -160,7 +160,7 @@ class LabelReplacementBackdoor(Attack):
     # VFLAIR gives the attacker 10 clean samples of the target class
     info = AttackInfo(
         type="TB", role="passive", training_time=True, aux_labels_per_class=10,
-        tampers_batches=True,
+        tampers_batches=True, unattacked_baseline=True,
     )  # fmt: skip
     defaults: ClassVar[dict[str, object]] = {
         "target": 0,  # the attacker-chosen label (VFLAIR draws one at random)

@@ -119,9 +119,13 @@ def party_config(spec: TrialSpec, n_classes: int, protocol: Protocol) -> PartyCo
 
 
 def prepare_parties(
-    spec: TrialSpec, ds: Dataset, attacks: Sequence[AttackSpec] = ()
+    spec: TrialSpec,
+    ds: Dataset,
+    attacks: Sequence[AttackSpec] = (),
+    baselines: Sequence[AttackSpec] = (),
 ) -> PreparedTrial:
-    """Split ``ds`` into party inits for ``spec``; raises ConfigError on impossible specs."""
+    """Split ``ds`` into party inits for ``spec``; raises ConfigError on impossible specs.
+    ``baselines``: attacks scored on it that it does not install (``Job.baselines``)."""
     protocol = PROTOCOLS.create(spec.protocol, **spec.protocol_params)
     defenses = SpecDefenses.compile(spec)
     split = split_for(spec, ds)
@@ -139,7 +143,8 @@ def prepare_parties(
     ]
     labels = Labels(ds.y_train[rows], ds.y_test, ds.y_train[val] if len(val) else None)
     config = party_config(spec, ds.n_classes, protocol)
-    if any(scored_over_epochs(name, params) for name, params in attacks_of(spec, attacks)):
+    scored = [*attacks_of(spec, attacks), *baselines]
+    if any(scored_over_epochs(name, params) for name, params in scored):
         config = dataclasses.replace(config, keep_epochs=True)  # every epoch's model judged
     inits = party_inits(
         spec, config, X_train, X_test, labels, columns,

@@ -54,6 +54,7 @@ from trainables.vfl.training import (
     train_stacked,
 )
 from trainables.vfl.training import records_of as nn_records_of
+from trainables.vfl.twins import Twins
 
 DETERMINISTIC = (ConfigError, DefenseNeverApplied)  # the same spec raises them every time
 # The most party data (features of every party) one stacked run holds
@@ -155,7 +156,8 @@ def run_vectorized(
     """``run_jobs``, where a job whose training-time attacker tunes (``tuning_trained``)
     is its ``trials`` trainings, trained with the others (as one stack where they can
     stack) and yielded as one outcome: its default and ``@adapted`` records, or the first
-    error of its trials."""
+    error of its trials; and where a training-time attack's baseline is its guess on an
+    unattacked twin (``twins.py``), that twin scores it."""
     expanded: list[Job] = []
     parent: list[int] = []  # expanded job -> the job it is a trial of (or itself)
     for i, job in enumerate(jobs):
@@ -163,12 +165,10 @@ def run_vectorized(
         specs = trial_specs(job.spec) if adapted else [job.spec]
         expanded += [Job(s, job.attacks, tuned=adapted) for s in specs]
         parent += [i] * len(specs)
-    if not any(job.tuned for job in expanded):
-        yield from run_jobs(jobs, ds, placement, schedule)
-        return
+    twins = Twins(expanded)
     waiting: dict[int, dict[int, Outcome]] = {}
     first = {i: parent.index(i) for i in set(parent)}
-    for k, outcome in run_jobs(expanded, ds, placement, schedule):
+    for k, outcome in twins.matched(run_jobs(twins.jobs, ds, placement, schedule)):
         i = parent[k]
         if not expanded[k].tuned:
             yield i, outcome
@@ -195,17 +195,17 @@ def run_jobs(
     for i, job in enumerate(jobs):
         evaluated = attacks_of(job.spec, job.attacks)
         try:
-            prepared = prepare_parties(job.spec, ds, evaluated)
+            prepared = prepare_parties(job.spec, ds, evaluated, job.baselines)
         except DETERMINISTIC as err:
             yield i, err
             continue
         together = schedule.vectorize and stacks(job.spec, evaluated)
         key = stack_key(job.spec, prepared) if together else None
+        item = _Prepared(i, prepared, [*evaluated, *job.baselines])  # baselines scored last
         if key is None:  # alone, a stack of one: trained now, so no other's data waits
-            alone = [_Prepared(i, prepared, evaluated)]
-            yield from _run_chunk(jobs, alone, placement, schedule, faults)
+            yield from _run_chunk(jobs, [item], placement, schedule, faults)
             continue
-        groups.setdefault(key, []).append(_Prepared(i, prepared, evaluated))
+        groups.setdefault(key, []).append(item)
     first = FIRST_STACK if schedule.halving is None else None
     for group in groups.values():  # a lone training too: K = 1 of the same code
         for chunk in _chunks(group, first):
