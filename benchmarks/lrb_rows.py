@@ -9,8 +9,9 @@ trigger's effect *without* the poisoning: stamping the trigger (a few columns at
 training maximum) may move a model that never learned it.
 
 Per dataset and seed (default settings, ``train_attack: lrb``): the record's ``ap``,
-``ap_advantage_se`` and how many rows it scored; the backdoored model with every test row
-triggered (``test_ratio: 1``); the same trigger on the same spec trained without LRB.
+its baseline (``ap_chance``: the twin's), advantage and error, and how many rows it scored; the backdoored model with every test row
+triggered (``test_ratio: 1``); the same trigger on the same spec trained without LRB;
+the record scored as VFLAIR counts (``count: all, over: epochs``).
 Prints one JSON object.
 """
 
@@ -29,6 +30,7 @@ from trainables.spec import TrialSpec
 from trainables.trial import prepare_parties, run_trial, train_local_parties
 
 EVERY_ROW = {"test_ratio": 1.0}
+VFLAIR_COUNT = {"count": "all", "over": "epochs"}  # VFLAIR's count: all rows, epochs' mean
 
 
 def scored_rows(y_test: np.ndarray, seed: int, ratio: float = 0.01, target: int = 0) -> int:
@@ -44,6 +46,8 @@ def one(dataset: str, seed: int) -> dict[str, Any]:
     ds = load_dataset(dataset)
     spec = TrialSpec.build(dataset=dataset, seed=seed, train_attack="lrb")
     record = run_trial(spec)[0]
+    vflair = TrialSpec.build(dataset=dataset, seed=seed, train_attack="lrb",
+                             train_attack_params=VFLAIR_COUNT)  # fmt: skip
     epochs = int(spec.required("epochs"))
     backdoored = train_local_parties(prepare_parties(spec, ds), epochs)[1]
     clean_spec = TrialSpec.build(dataset=dataset, seed=seed)
@@ -51,11 +55,14 @@ def one(dataset: str, seed: int) -> dict[str, Any]:
     return {
         "seed": seed,
         "record_ap": record.ap,
+        "record_chance": record.ap_chance,  # the same guess on the unattacked twin
+        "record_advantage": record.ap_advantage,
         "record_advantage_se": record.ap_advantage_se,
         "rows_scored": scored_rows(np.asarray(ds.y_test), seed),
         "every_row_ap": run_attacks(backdoored, [("lrb", EVERY_ROW)], seed)[0].ap,
         "without_attack_every_row_ap": run_attacks(clean, [("lrb", EVERY_ROW)], seed)[0].ap,
         "mp": record.mp,
+        "vflair_count_ap": run_trial(vflair)[0].ap,
     }
 
 
@@ -69,7 +76,7 @@ def main() -> None:
         runs = [one(dataset, s) for s in range(args.seeds)]
         means = {
             k: statistics.fmean(float(r[k]) for r in runs if not np.isnan(r[k]))
-            for k in ("record_ap", "every_row_ap", "without_attack_every_row_ap")
+            for k in ("record_ap", "every_row_ap", "without_attack_every_row_ap", "vflair_count_ap")
         }
         out[dataset] = {"runs": runs, "means": means}
     print(json.dumps(out, default=float))

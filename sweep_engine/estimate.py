@@ -39,6 +39,7 @@ from sweep_engine.packs import (
     STACKED_TRAINING_S,
     attack_cost,
     cost,
+    lone_twins,
     packs_for,
     pretrain_epochs,
     slots,
@@ -247,11 +248,14 @@ def estimate(
         if len(p.trainings) > 1 and trains_stacked(p.trainings, vectorize)
         for t in p.trainings
     }
+    lone = lone_twins(packs)  # each also trains its unattacked twin
     own: dict[str, float] = {}  # a training's seconds, its fixed cost included
     for t, (train, evals), model in known_parts:  # what is not measured: the scaled cost model
         measured += train is not None and all(s is not None for _, s in evals)
         if train is None:  # scaled as the nearest level with a measured class
             train = model.training(parallel) * _nearest(t, t_scale, overall)
+        if t.trial_id in lone:  # its twin: the same training without the attack
+            train *= 2
         for name, seconds in evals:
             if seconds is None:
                 seconds = attack_cost(name, t.spec, data_dir) * a_scale.get(

@@ -316,19 +316,23 @@ def make_packs(
 
 
 def _cut(group: list[Training], n: int) -> list[list[Training]]:
-    """``group`` in packs of ``n``; a pack whose last training is followed by the training
-    it is the unattacked twin of (``_stack_order``) takes that one too."""
-    cuts, i = [], 0
-    while i < len(group):
-        j = min(i + n, len(group))
-        if j < len(group) and _twin_hash(group[j]) == group[j - 1].spec.config_hash:
-            j += 1
-        cuts.append(group[i:j])
-        i = j
+    """``group`` in packs of ``n``, but a training whose attack is scored against an
+    unattacked twin (``trainables/vfl/twins.py``: LRB) joins the pack of that twin, the
+    cell's clean training, where the group holds it: then no twin trains for it alone
+    (vflair_mnist.yaml: 114 MNIST trainings otherwise), and the pack's clean and LRB
+    trainings stack as they would apart (each pack holds up to ``2 n``)."""
+    clean = {t.spec.config_hash for t in group if t.spec.train_attack == "none"}
+    joins = [t for t in group if twin_hash(t) in clean]
+    joining = {t.trial_id for t in joins}
+    rest = [t for t in group if t.trial_id not in joining]
+    cuts = [rest[i : i + n] for i in range(0, len(rest), n)]
+    pack_of = {t.spec.config_hash: k for k, cut in enumerate(cuts) for t in cut}
+    for t in joins:
+        cuts[pack_of[twin_hash(t) or ""]].append(t)
     return cuts
 
 
-def _twin_hash(training: Training) -> str | None:
+def twin_hash(training: Training) -> str | None:
     """The config hash of the training's unattacked twin, where its attack has one."""
     spec = training.spec
     return unattacked(spec).config_hash if baseline_attack(Job(spec)) is not None else None
@@ -340,14 +344,18 @@ def _stack_order(training: Training) -> str:
     at any strength and seed), so that a pack's stacks are large. In plan order they
     rarely were: defenses.yaml's packs of 4 held digits trainings without and with a
     training-time attack and of several defenses, which stack with nothing, and their
-    attack evaluations ran one at a time. A training whose attack is scored against an
-    unattacked twin (``trainables/vfl/twins.py``: LRB) goes right after that twin, the
-    cell's clean training, so that the pack holding one holds the other and no twin
-    trains for it alone (vflair_mnist.yaml: 114 MNIST trainings otherwise)."""
-    spec = training.spec
-    twin = baseline_attack(Job(spec)) is not None
-    base = unattacked(spec) if twin else spec
-    return f"{stack_group(base)}|{base.config_hash}|{int(twin)}"
+    attack evaluations ran one at a time."""
+    return stack_group(training.spec)
+
+
+def lone_twins(packs: Sequence[Pack]) -> set[str]:
+    """The trainings whose unattacked twin is not in their pack: each trains its twin too
+    (``trainables/vfl/twins.py``), so the estimate counts a second training for it."""
+    out = set()
+    for p in packs:
+        clean = {t.spec.config_hash for t in p.trainings if t.spec.train_attack == "none"}
+        out |= {t.trial_id for t in p.trainings if twin_hash(t) not in (None, *clean)}
+    return out
 
 
 def trains_stacked(trainings: Sequence[Training], vectorize: bool) -> bool:

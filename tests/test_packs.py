@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
-from sweep_engine.packs import STACK_MIN, cost, make_packs, shape_key
+from sweep_engine.packs import STACK_MIN, cost, lone_twins, make_packs, shape_key
 from sweep_engine.plan import expand
 from sweep_engine.space import load_space
 from trainables.results.faults import FAULT_ENV
@@ -90,9 +90,9 @@ def test_vectorized_packs_keep_trainings_that_stack_together(tmp_path: Path) -> 
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_a_backdoor_training_is_packed_with_its_unattacked_twin(tmp_path: Path, size: int) -> None:
     """LRB's baseline is its trigger on the cell's clean training (``vfl/twins.py``):
-    under ``run.vectorize`` each LRB training lands in the pack of that training, at any
-    pack size (a pack that would split a pair takes one more), so no twin trains for it
-    alone; AMC's trainings (no such baseline) still stack by themselves."""
+    each LRB training joins the pack of that training, at any pack size, so no twin
+    trains for it alone, and the pack's LRB trainings stack as their clean twins do;
+    AMC's trainings (no such baseline) still pack by themselves."""
     space = tmp_path / "twins.yaml"
     space.write_text(
         "name: twins\nbase: {dataset: digits, epochs: 2}\ngrid: {seed: [0, 1, 2]}\n"
@@ -105,10 +105,13 @@ def test_a_backdoor_training_is_packed_with_its_unattacked_twin(tmp_path: Path, 
     pack_of = {t.trial_id: k for k, p in enumerate(packs) for t in p.trainings}
     twin = {t.spec.config_hash: t.trial_id for t in trainings if t.spec.train_attack == "none"}
     assert all(pack_of[t.trial_id] == pack_of[twin[unattacked(t.spec).config_hash]] for t in lrb)
-    assert all(len(p.trainings) <= size + 1 for p in packs)
+    assert all(len(p.trainings) <= 2 * size for p in packs)
     assert sorted(pack_of) == sorted(t.trial_id for t in trainings)
     amc = [p for p in packs if any(t.spec.train_attack == "amc" for t in p.trainings)]
     assert sum(len(p.trainings) for p in amc) <= 9 + 2 * size  # together, not spread out
+    assert not lone_twins(packs)  # the estimate counts no twin training
+    alone = make_packs(lrb, size, slots=2, target_s=5.0, vectorize=True)  # siblings done
+    assert lone_twins(alone) == {t.trial_id for t in lrb}
 
 
 def _sweep(space: Path, results: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
