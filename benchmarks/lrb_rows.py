@@ -8,10 +8,11 @@ Such a record's AP is mostly which rows were drawn, and its error must say so
 trigger's effect *without* the poisoning: stamping the trigger (a few columns at their
 training maximum) may move a model that never learned it.
 
-Per dataset and seed (default settings, ``train_attack: lrb``): the record's ``ap``,
-its baseline (``ap_chance``: the twin's), advantage and error, and how many rows it scored; the backdoored model with every test row
-triggered (``test_ratio: 1``); the same trigger on the same spec trained without LRB;
-the record scored as VFLAIR counts (``count: all, over: epochs``).
+Per dataset and seed (default settings, ``train_attack: lrb``): the record's ``ap``, its
+baseline (``ap_chance``: the twin's), advantage and error, and how many rows it scored;
+the backdoored model with every test row triggered (``test_ratio: 1``); the same
+trigger on the same spec trained without LRB; the record scored as VFLAIR counts
+(``count: all, over: epochs``).
 Prints one JSON object.
 """
 
