@@ -56,10 +56,11 @@ if TYPE_CHECKING:
 
 # the whole command's fixed seconds: imports, planning, Ray's start, Tune's set-up, cold
 # actors, MLflow and the summary at the end. `python -m benchmarks.estimate_constants`
-# (2026-12-04, 2 cores): the smoke command less its measured parts, 22.2-27.4 s, median
-# 23.6 (12 s before counted only the sweep's own wall, not the command's, which a user
-# and benchmarks.estimate_accuracy time)
-STARTUP_S = 23.6
+# (2026-12-07, 2 cores, quiet): the smoke command less its measured parts, 8.1-10.3 s,
+# median 10.2 (23.6 on 2026-12-04, before issue 67's start-up cuts; 12 s before that
+# counted only the sweep's own wall, not the command's, which a user and
+# benchmarks.estimate_accuracy time)
+STARTUP_S = 10.2
 # probing stops after this (its child process is stopped); the rest uses the cost model
 # scaled to its family's probed classes. 20 s: planning ssl.yaml takes ~10 s, and a dry
 # run answers within 35 s (issue 45)
@@ -76,11 +77,12 @@ PROCESS_S = 1.5
 # ~36 s of wall at 2 concurrent trials above their measured parts)
 SEARCH_TRIAL_S = 1.0
 # CPU seconds of a fresh process importing a trial's or a party's code (Ray's worker,
-# torch, the party): `python -m benchmarks.estimate_constants`, 3.1-3.6, median 3.3.
+# torch, the party): `python -m benchmarks.estimate_constants` (2026-12-07), 2.31-2.37,
+# median 2.34 (3.3 on 2026-12-04, before the start-up cuts).
 # Each study of a search is a Tuner of its own: its trial processes and their party
 # actors start again (a grid's Tuner reuses its processes for pack after pack, and its
 # per-pack cost is PROCESS_S above)
-IMPORT_S = 3.3
+IMPORT_S = 2.34
 
 
 @dataclass(frozen=True)
