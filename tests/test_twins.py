@@ -15,6 +15,7 @@ import pytest
 
 from trainables.attacks.chance import gain
 from trainables.attacks.harness import run_attacks
+from trainables.attacks.tuning_trained import trial_specs
 from trainables.data import load_dataset
 from trainables.jobs import Job
 from trainables.records import Record
@@ -97,11 +98,32 @@ def test_a_lone_attacked_training_gets_a_twin_of_its_own(schedule: object) -> No
 
 def test_without_a_twin_the_baseline_is_unknown() -> None:
     """An attack that declares its baseline on a twin gets none from its own training:
-    through the harness alone (as FedHSSL fine-tuning and an adapted attacker's trials
-    score it) chance, advantage and error are NaN, not the backdoored model's own."""
+    through the harness alone (as FedHSSL fine-tuning scores it) chance, advantage and
+    error are NaN, not the backdoored model's own."""
     spec = _lrb("digits")
     parties = train_local_parties(prepare_parties(spec, load_dataset("digits")), EPOCHS)[1]
     (out,) = run_attacks(parties, [("lrb", {"test_ratio": 0.2})], spec.seed)
     assert not math.isnan(out.ap)
     assert all(math.isnan(v) for v in (out.score.chance, out.score.advantage))
     assert math.isnan(out.score.advantage_se)
+
+
+def test_an_adapted_attackers_trials_each_score_their_setting_on_the_one_twin() -> None:
+    """An adapted LRB (``train_attack_adapt``) trains one training per setting; all share
+    one twin, which scores each setting's trigger (``trigger_size`` differs), and both
+    the default and the ``@adapted`` record carry the baseline of their own setting."""
+    spec = _spec("breast_cancer", train_attack="lrb", train_attack_params={"test_ratio": 0.2},
+                 train_attack_adapt={"trials": 3, "sampler": "random"})  # fmt: skip
+    twins = Twins([Job(s, tuned=True) for s in trial_specs(spec)])
+    assert len(twins.jobs) == 4  # three trials, one twin
+    settings = {json.dumps(p, sort_keys=True) for _, p in twins.jobs[3].baselines}
+    assert len(settings) == 3, settings  # the default and two drawn settings
+    out = _outcomes([Job(spec)], "breast_cancer")
+    default, adapted = out[0]
+    assert adapted.attack_adapted and not default.attack_adapted
+    for record in (default, adapted):
+        params = json.loads(record.spec_json)["train_attack_params"]
+        chosen = json.loads(record.extra).get("attack_params", {})
+        ran = _spec("breast_cancer", train_attack="lrb", train_attack_params={**params, **chosen})
+        assert record.ap_chance == pytest.approx(_guess_on_unattacked(ran)), record.attack_label
+        assert 0.0 < record.ap_chance < 1.0  # not a trivial 0 or 1: 20 % of the test rows

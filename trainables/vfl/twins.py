@@ -13,8 +13,8 @@ runs its inference-time attacks; a pack holds one shape's trainings): it scores 
 attack's guess beside its own attacks (``Job.baselines``: never installed, never
 recorded). Where the jobs do not hold it, a twin trains for it alone (the plan's
 estimate does not count it). The attack's record then has ``ap_chance`` = the twin's
-AP, the advantage over it and an unpaired error; where no twin trains (an adapted
-attacker's trials, FedHSSL fine-tuning) they stay NaN (``harness.outcome_of``).
+AP, the advantage over it and an unpaired error; where no twin trains (FedHSSL
+fine-tuning) they stay NaN (``harness.outcome_of``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from trainables.spec import TrialSpec
 
 
 def baseline_attack(job: Job) -> AttackSpec | None:
-    """The training-time attack of ``job`` whose baseline an unattacked twin gives."""
+    """The training-time attack of ``job`` whose baseline an unattacked twin gives (an
+    adapted attacker's trials too: each with its own setting, on the one twin)."""
     spec = job.spec
-    if job.tuned or spec.train_attack == "none":
+    if spec.train_attack == "none":
         return None
     if not ATTACKS.get(spec.train_attack).info.unattacked_baseline:
         return None
@@ -44,8 +45,8 @@ def baseline_attack(job: Job) -> AttackSpec | None:
 
 def unattacked(spec: TrialSpec) -> TrialSpec:
     """``spec`` without its training-time attack: its twin."""
-    return TrialSpec.build(**{**spec.model_dump(), "train_attack": "none",
-                              "train_attack_params": {}})  # fmt: skip
+    bare = {"train_attack": "none", "train_attack_params": {}, "train_attack_adapt": {}}
+    return TrialSpec.build(**{**spec.model_dump(), **bare})
 
 
 def with_baseline(record: Record, baseline: Record) -> Record:
@@ -79,9 +80,7 @@ class Twins:
         self.jobs = list(jobs)
         self.carrier: dict[int, tuple[int, int]] = {}
         clean = {
-            job.spec.config_hash: k
-            for k, job in enumerate(jobs)
-            if not job.tuned and job.spec.train_attack == "none"
+            job.spec.config_hash: k for k, job in enumerate(jobs) if job.spec.train_attack == "none"
         }
         for k, job in enumerate(jobs):
             attack = baseline_attack(job)
