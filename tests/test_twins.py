@@ -22,7 +22,7 @@ from trainables.records import Record
 from trainables.schedule import ONE_BY_ONE, STACKED
 from trainables.spec import TrialSpec
 from trainables.transport.placement import LOCAL
-from trainables.trial import prepare_parties, train_local_parties
+from trainables.trial import prepare_parties, run_trial, train_local_parties
 from trainables.vfl.twins import Twins, unattacked
 from trainables.vfl.vectorized import run_vectorized
 
@@ -98,8 +98,8 @@ def test_a_lone_attacked_training_gets_a_twin_of_its_own(schedule: object) -> No
 
 def test_without_a_twin_the_baseline_is_unknown() -> None:
     """An attack that declares its baseline on a twin gets none from its own training:
-    through the harness alone (as FedHSSL fine-tuning scores it) chance, advantage and
-    error are NaN, not the backdoored model's own."""
+    through the harness alone chance, advantage and error are NaN, not the backdoored
+    model's own."""
     spec = _lrb("digits")
     parties = train_local_parties(prepare_parties(spec, load_dataset("digits")), EPOCHS)[1]
     (out,) = run_attacks(parties, [("lrb", {"test_ratio": 0.2})], spec.seed)
@@ -127,3 +127,19 @@ def test_an_adapted_attackers_trials_each_score_their_setting_on_the_one_twin() 
         ran = _spec("breast_cancer", train_attack="lrb", train_attack_params={**params, **chosen})
         assert record.ap_chance == pytest.approx(_guess_on_unattacked(ran)), record.attack_label
         assert 0.0 < record.ap_chance < 1.0  # not a trivial 0 or 1: 20 % of the test rows
+
+
+def test_a_fedhssl_trial_fine_tunes_its_twin_from_the_same_encoders() -> None:
+    """FedHSSL's LRB is installed at fine-tuning, so its twin is a fine-tuning without
+    it from the same pretrained encoders: the record gets a baseline, not NaN."""
+    tiny = {"pretrain_epochs": 1, "pretrain_batch": 128, "hidden": 16, "emb": 8, "proj": 16,
+            "pred": 8, "ft_lr": 0.01}  # fmt: skip
+    spec = TrialSpec.build(
+        dataset="breast_cancer", ssl_variant="local_simsiam", aligned_ratio=0.5, n_labeled=60,
+        epochs=3, batch_size=32, model_params=tiny, train_attack="lrb",
+        train_attack_params={"test_ratio": 0.2},
+    )  # fmt: skip
+    (lrb,) = run_trial(spec)
+    assert lrb.attack == "lrb" and json.loads(lrb.extra)["scored_rows"] > 5
+    assert lrb.ap_chance > 0.5  # breast_cancer's trigger alone, as on the NN path
+    assert lrb.ap_advantage == pytest.approx(gain(lrb.ap, lrb.ap_chance))

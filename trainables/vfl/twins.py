@@ -13,8 +13,9 @@ runs its inference-time attacks; a pack holds one shape's trainings): it scores 
 attack's guess beside its own attacks (``Job.baselines``: never installed, never
 recorded). Where the jobs do not hold it, a twin trains for it alone (the plan's
 estimate does not count it). The attack's record then has ``ap_chance`` = the twin's
-AP, the advantage over it and an unpaired error; where no twin trains (FedHSSL
-fine-tuning) they stay NaN (``harness.outcome_of``).
+AP, the advantage over it and an unpaired error. A FedHSSL-family trial fine-tunes its
+twin from the same pretrained encoders (``ssl/hssl/trial.py``). Through the harness
+alone they stay NaN (``harness.outcome_of``): unknown, not the backdoored model's own.
 """
 
 from __future__ import annotations
@@ -49,13 +50,13 @@ def unattacked(spec: TrialSpec) -> TrialSpec:
     return TrialSpec.build(**{**spec.model_dump(), **bare})
 
 
-def with_baseline(record: Record, baseline: Record) -> Record:
-    """``record`` (the attack's, on the attacked training) beside ``baseline`` (its guess
-    on the twin): chance = the twin's AP over the same rows; the error unpaired (the two
-    trainings' rows move together, so this overstates it), each side's no smaller than
-    its Wilson error (``at_least_wilson``)."""
+def with_baseline(record: Record, chance: float | None) -> Record:
+    """``record`` (the attack's, on the attacked training) beside ``chance``, the AP of
+    its guess on the twin, over the same rows; the error unpaired (the two trainings'
+    rows move together, so this overstates it), each side's no smaller than its Wilson
+    error (``at_least_wilson``)."""
     n = int(json.loads(record.extra).get("scored_rows", 0))
-    ap, chance = record.ap, baseline.ap
+    ap = record.ap
     if ap is None or chance is None or math.isnan(ap) or math.isnan(chance) or n == 0:
         return record  # unknown stays unknown
 
@@ -131,4 +132,4 @@ class Twins:
         if isinstance(outcome, BaseException) or base is None:
             return outcome
         name = self.jobs[k].spec.train_attack
-        return [with_baseline(r, base[at]) if r.attack == name else r for r in outcome]
+        return [with_baseline(r, base[at].ap) if r.attack == name else r for r in outcome]

@@ -131,9 +131,11 @@ def finetune(
     placement: Placement,
     attacks: Sequence[AttackSpec],
     keep_before: bool = False,
+    keep: bool = False,
 ) -> FineTuned:
     """Pick the lr on the validation split (or take ``ft_lr``), then fine-tune on all
-    labeled rows, all on the parties of ``group`` (rebuilt for each training)."""
+    labeled rows, all on the parties of ``group`` (rebuilt for each training); the final
+    parties come back where ``attacks`` are asked or ``keep``."""
     epochs = int(spec.required("epochs"))
     opt = ft_options(spec)
     candidates: list[Trained] = []
@@ -151,5 +153,5 @@ def finetune(
     if keep_before:  # the parties as they stand before fine-tuning (actors: copies)
         group.load(final.inits)
         before = group.snapshot()
-    trained = train_prepared(final, epochs, placement, bool(attacks), group=group)
+    trained = train_prepared(final, epochs, placement, bool(attacks) or keep, group=group)
     return FineTuned(opt, best, val_mp, tuple(candidates), trained, before)

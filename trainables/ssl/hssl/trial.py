@@ -17,9 +17,10 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
+from trainables.attacks.harness import run_attacks
 from trainables.data import Dataset
 from trainables.endpoint import Endpoint
-from trainables.jobs import AttackSpec
+from trainables.jobs import AttackSpec, Job
 from trainables.records import Record
 from trainables.rounds import TrainResult
 from trainables.spec import TrialSpec
@@ -39,6 +40,7 @@ from trainables.transport.group import PartyGroup
 from trainables.transport.open import open_parties
 from trainables.transport.placement import Placement
 from trainables.vfl.training import Trained, attacks_of, records_of
+from trainables.vfl.twins import baseline_attack, unattacked, with_baseline
 
 MC = "mc"
 MC_PRETRAINED = "mc_pretrained"
@@ -58,11 +60,18 @@ def run_hssl(
         pre_reports = group.call_all(Endpoint.defense_applied)
         encoders = group.call_all(SSLParty.pretrained_encoder)
         ft = finetune(spec, data, encoders, group, placement, evaluated, keep_before=bool(mc))
+        twin = None  # LRB's baseline: its trigger, fine-tuned without it (``vfl/twins.py``)
+        if (guess := baseline_attack(Job(spec))) is not None:
+            bare = unattacked(spec)
+            twin = finetune(bare, data, encoders, group, placement, [], keep=True).final.parties
     trained = combined(pre, ft, pre_reports)
     extra = measured(spec, data, pre, ft)
     n = len(data.labeled)
     metric = str(extra["metric"])  # what the clean MP is, on data.y_test (its mp_se)
     records = records_of(spec, trained, n, evaluated, extra, y_test=data.y_test, metric=metric)
+    if twin is not None and guess is not None:
+        chance = run_attacks(twin, [guess], spec.seed)[0].ap
+        records = [with_baseline(r, chance) if r.attack == guess[0] else r for r in records]
     if not mc:
         return records
     before = dataclasses.replace(trained, parties=ft.before)
