@@ -164,6 +164,9 @@ def synthetic_table(n_rows: int, seed: int = 0, n_defenses: int = 20, n_strength
         "aligned_ratio": np.ones(len(scen)),
         "n_labeled": np.full(len(scen), 60000, dtype=np.int64),
         "spec_json": spec,
+        # LRB's rows as the engine writes them since its baseline is a twin's: with the
+        # rows it scored (an LRB row without them reads as an old baseline: migrate.py)
+        "extra": np.where(attack == "lrb", '{"scored_rows": 100}', "{}"),
     }
     columns["config_hash"] = columns["trial_id"]
     return pa.table({k: pa.array(v, from_pandas=True) for k, v in columns.items()})

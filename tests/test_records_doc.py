@@ -132,3 +132,31 @@ def test_a_version_1_file_reads_through_the_migration(tmp_path: Path) -> None:
     assert [r["attack_preset"] for r in rows] == [None, "fast"]
     assert [r["attack_adapted"] for r in rows] == [False, False]
     assert all(r["spec"]["epochs"] == 1 and r["spec"]["lr_decay"] == "none" for r in rows)
+
+
+def test_an_lrb_row_from_before_its_twin_baseline_reads_with_an_unknown_baseline() -> None:
+    """A folder resumed across the change to LRB's baseline (its trigger on an unattacked
+    twin) holds rows whose ``ap_chance`` meant the backdoored model's own untriggered
+    rows: they read as unknown, new rows and other attacks as written."""
+    import dataclasses
+    import json
+
+    import pyarrow.compute as pc
+
+    from trainables.records import records_to_table
+    from trainables.results.migrate import OLD_BASELINE, migrate
+    from trainables.spec import TrialSpec
+
+    spec = TrialSpec.build(dataset="breast_cancer", epochs=2, train_attack="lrb",
+                           train_attack_params={"test_ratio": 0.2})  # fmt: skip
+    (new,) = run_trial(spec, trial_id="new")
+    assert "scored_rows" in json.loads(new.extra) and not math.isnan(new.ap_chance)
+    extra = {k: v for k, v in json.loads(new.extra).items() if k != "scored_rows"}
+    old = dataclasses.replace(new, trial_id="old", extra=json.dumps(extra), ap_chance=0.0)
+    (clean,) = run_trial(TrialSpec.build(dataset="breast_cancer", epochs=2), trial_id="clean")
+    table = migrate(records_to_table([new, old, clean]))
+    got = {r["trial_id"]: r for r in table.to_pylist()}
+    assert all(got["old"][c] is None for c in OLD_BASELINE) and got["old"]["ap"] == old.ap
+    assert got["new"]["ap_chance"] == new.ap_chance
+    assert got["clean"]["mp"] == clean.mp
+    assert pc.sum(pc.is_null(table.column("ap_chance"))).as_py() == 2  # old, and clean's own

@@ -6,22 +6,33 @@ nulls there. They are filled from what version 1 kept: the label, preset and ada
 flag from the row's ``extra`` JSON (``Attack.record_extra``), the label falling back to
 ``attack``; ``spec`` from ``spec_json``. Rows of version 2 are left as they are, so the
 migration is a no-op on a folder of new files and can run on any mix.
+
+LRB rows written before its baseline became its trigger on an unattacked twin
+(``trainables/vfl/twins.py``; such rows have no ``scored_rows`` in ``extra``) had the
+backdoored model's own untriggered rows as ``ap_chance``: another meaning, which a folder
+resumed across that change would pool with the new one. They read as unknown (null
+chance, advantage and error); their ``ap`` stands.
 """
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from trainables.records import RECORD_SCHEMA, spec_array
 
 NEW_COLUMNS = ("attack_label", "attack_preset", "attack_adapted", "spec")
+OLD_BASELINE = ("ap_chance", "ap_advantage", "ap_advantage_se")
+TWIN_BASELINED = "lrb"  # the attack whose baseline moved to a twin (then the only one)
 
 
 def migrate(table: pa.Table) -> pa.Table:
-    """``table`` with version 2's columns filled on rows that a version 1 file gave."""
+    """``table`` with version 2's columns filled on rows that a version 1 file gave, and
+    old LRB baselines unknown."""
+    table = _old_backdoor_baselines(table)
     present = [c for c in NEW_COLUMNS if c in table.column_names]
     if "attack_label" in present and table.column("attack_label").null_count:
         # what version 1 kept, for every row; a version 2 row's own values win (coalesce)
@@ -43,6 +54,30 @@ def migrate(table: pa.Table) -> pa.Table:
                 merged = pc.coalesce(table.column(column), pa.array(values, type=field.type))
                 table = table.set_column(table.column_names.index(column), field, merged)
     return _fill_spec(table) if "spec" in present else table
+
+
+def _old_backdoor_baselines(table: pa.Table) -> pa.Table:
+    """LRB rows without ``scored_rows`` in ``extra`` with a null baseline (module doc)."""
+    if not {"attack", "extra", *OLD_BASELINE} <= set(table.column_names):
+        return table
+    lrb = pc.fill_null(pc.equal(table.column("attack"), TWIN_BASELINED), False)
+    if not pc.any(lrb).as_py():
+        return table
+    at = pc.indices_nonzero(lrb)  # the few LRB rows' extra only: 1M rows' would be 0.16 s
+    new = pc.fill_null(
+        pc.match_substring(pc.take(table.column("extra"), at), '"scored_rows"'), False
+    )
+    old_at = pc.filter(at, pc.invert(new)).to_numpy()
+    if not len(old_at):
+        return table
+    mask = np.zeros(table.num_rows, dtype=bool)
+    mask[old_at] = True
+    old = pa.array(mask)
+    for column in OLD_BASELINE:
+        at, field = table.column_names.index(column), table.schema.field(column)
+        nulls = pc.if_else(old, pa.scalar(None, field.type), table.column(column))
+        table = table.set_column(at, field, nulls)
+    return table
 
 
 def _fill_spec(table: pa.Table) -> pa.Table:
