@@ -76,11 +76,6 @@ class Judge:
             return self.feature_score(guess).with_mp(self.clean_mp, n_test)
         return self._tamper(guess, attacker)
 
-    def truth_features(self, party_id: int, split: str, rows: np.ndarray) -> np.ndarray:
-        p = self.parties[party_id]
-        x = p.X_test if split == "test" else p.X_train
-        return x.cpu().numpy()[rows]
-
     def feature_ap(self, guess: FeatureGuess) -> float:
         """1 - MSE after scaling each column to [0, 1] by the true split's min and max."""
         return self.feature_score(guess).ap

@@ -79,9 +79,6 @@ class PublicKey:
     def add(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
         return a * b % self.nsquare if self.encrypted else a + b
 
-    def zero(self) -> Ciphertext:
-        return gmpy2.mpz(1) if self.encrypted else 0
-
     def total(self, items: Sequence[Ciphertext]) -> Ciphertext:
         """The (encrypted) sum of ``items``."""
         if not self.encrypted:
