@@ -34,15 +34,6 @@ EVERY_ROW = {"test_ratio": 1.0}
 VFLAIR_COUNT = {"count": "all", "over": "epochs"}  # VFLAIR's count: all rows, epochs' mean
 
 
-def scored_rows(y_test: np.ndarray, seed: int, ratio: float = 0.01, target: int = 0) -> int:
-    """How many rows LRB's default AP is over: its triggered rows (``LRB.run``'s draw) of
-    classes other than the target."""
-    n = len(y_test)
-    k = min(max(1, round(ratio * n)), n)
-    rows = np.random.default_rng([seed, 4243]).choice(n, size=k, replace=False)
-    return int((y_test[rows] != target).sum())
-
-
 def one(dataset: str, seed: int) -> dict[str, Any]:
     ds = load_dataset(dataset)
     spec = TrialSpec.build(dataset=dataset, seed=seed, train_attack="lrb")
@@ -59,7 +50,7 @@ def one(dataset: str, seed: int) -> dict[str, Any]:
         "record_chance": record.ap_chance,  # the same guess on the unattacked twin
         "record_advantage": record.ap_advantage,
         "record_advantage_se": record.ap_advantage_se,
-        "rows_scored": scored_rows(np.asarray(ds.y_test), seed),
+        "rows_scored": json.loads(record.extra)["scored_rows"],  # what its AP is over
         "every_row_ap": run_attacks(backdoored, [("lrb", EVERY_ROW)], seed)[0].ap,
         "without_attack_every_row_ap": run_attacks(clean, [("lrb", EVERY_ROW)], seed)[0].ap,
         "mp": record.mp,
