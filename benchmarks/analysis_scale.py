@@ -179,8 +179,11 @@ def timed(function) -> float:
     return time.perf_counter() - start
 
 
-def small_files(table: pa.Table, folder: Path, n_trainings: int) -> dict:
-    """Reading ``n_trainings`` as one file each, then compacted: per training, in ms."""
+def small_files(table: pa.Table, folder: Path, n_trainings: int, trainings: int) -> dict:
+    """Reading ``n_trainings`` as one file each, then compacted: per training, in ms, and
+    what reading all ``trainings`` as single files would take ({} for 0: not measured)."""
+    if n_trainings <= 0:
+        return {}
     sink = RecordSink(folder)
     items = [item for items in packs(table.slice(0, 13 * n_trainings), 300) for item in items]
     items = items[:n_trainings]
@@ -194,6 +197,7 @@ def small_files(table: pa.Table, folder: Path, n_trainings: int) -> dict:
         "small_trainings": len(items),
         "single_files_ms_per_training": {k: round(v * per[k], 3) for k, v in single.items()},
         "compacted_ms_per_training": {k: round(v * per[k], 4) for k, v in compacted.items()},
+        "uncompacted_read_seconds_estimate": round(single["read"] / len(items) * trainings, 1),
     }
 
 
@@ -203,7 +207,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--pack", type=int, default=100, help="trainings per write_many")
     p.add_argument("--threshold", type=int, default=10_000, help="maybe_compact threshold")
-    p.add_argument("--small-files", type=int, default=2000)
+    p.add_argument("--small-files", type=int, default=2000, help="0: not measured")
     p.add_argument("--keep", type=Path, default=None, help="write the sweep here, or reuse it")
     p.add_argument("--against", type=Path, default=None, help="another checkout to time too")
     args = p.parse_args()
@@ -219,9 +223,8 @@ def main() -> None:
         else:
             written = write_through_sink(table, folder, args.pack, args.threshold)
         timed_reports = reports(folder, codes, args.repeats)
-        small = small_files(table, Path(tmp) / "small", args.small_files)
-    trainings = pc.count_distinct(table.column("trial_id")).as_py()
-    per_file_read = small["single_files_ms_per_training"]["read"]
+        trainings = pc.count_distinct(table.column("trial_id")).as_py()
+        small = small_files(table, Path(tmp) / "small", args.small_files, trainings)
     out = {
         "benchmark": "analysis_scale",
         "rows": table.num_rows,
@@ -232,7 +235,6 @@ def main() -> None:
         "target_seconds": TARGET_S,
         **timed_reports,  # "against" (with --against), same_files, files_compared
         **small,
-        "uncompacted_read_seconds_estimate": round(per_file_read * trainings / 1000, 1),
         "cpus": os.cpu_count(),
         "loadavg_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }

@@ -14,6 +14,7 @@ Failures stay per training:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import time
@@ -72,6 +73,35 @@ def _reported_before() -> set[str]:
         return set(json.loads((Path(folder) / DONE_FILE).read_text()))
 
 
+class _Outbox:
+    """A pack's finished trainings not sent yet, and when it last sent.
+
+    Sent (``send``) at the end of every stack (``Schedule.stack_done``: a stack's outcomes
+    come in a burst, and the next stack may train for minutes) and, within a burst, at
+    most every ``REPORT_EVERY_S``; with a checkpoint at most every ``CHECKPOINT_EVERY_S``.
+    """
+
+    def __init__(self, inbox: Inbox, reported: set[str]) -> None:
+        self.inbox, self.reported = inbox, reported
+        self.items: list[tuple[str, list[Record]]] = []
+        self.last = self.last_checkpoint = time.perf_counter()
+
+    def send(self, checkpoint: bool | None = None) -> None:
+        """Send what it holds (nothing: no report); ``checkpoint`` None: if one is due."""
+        if not self.items and not checkpoint:
+            return
+        now = time.perf_counter()
+        if checkpoint is None:
+            checkpoint = now - self.last_checkpoint >= CHECKPOINT_EVERY_S
+        _report(self.inbox, self.items, self.reported, checkpoint)
+        self.items, self.last = [], now
+        self.last_checkpoint = now if checkpoint else self.last_checkpoint
+
+    def maybe_send(self) -> None:
+        if time.perf_counter() - self.last >= REPORT_EVERY_S:
+            self.send()
+
+
 def _report(
     inbox: Inbox, outbox: list[tuple[str, list[Record]]], reported: set[str], checkpoint: bool
 ) -> None:
@@ -100,15 +130,14 @@ def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.O
     reported = _reported_before()
     fault = None if reported else _fault_at()
     todo = [i for i, tid in enumerate(ids) if tid not in reported]
-    outbox: list[tuple[str, list[Record]]] = []
-    last = last_checkpoint = time.perf_counter()
+    outbox = _Outbox(ctx.inbox, reported)
     outcomes = run_pack(
         [jobs[i] for i in todo],
         [ids[i] for i in todo],
         ctx.placement,
         data_dir=ctx.data_dir,
         sweep=ctx.sweep,
-        schedule=ctx.schedule,
+        schedule=dataclasses.replace(ctx.schedule, stack_done=outbox.send),
     )
     failing = False
     try:
@@ -117,33 +146,25 @@ def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.O
             i = todo[j]
             if isinstance(outcome, Exception):  # deterministic: recorded, never retried
                 outcome = [error_record(jobs[i].spec, ids[i], ctx.sweep, error_text(outcome))]
-            outbox.append((ids[i], outcome))
+            outbox.items.append((ids[i], outcome))
             _inject(fault, finished)  # trainings may finish out of order (stacked)
-            now = time.perf_counter()
-            if now - last >= REPORT_EVERY_S:
-                checkpoint = now - last_checkpoint >= CHECKPOINT_EVERY_S
-                _report(ctx.inbox, outbox, reported, checkpoint)
-                outbox, last = [], now
-                last_checkpoint = now if checkpoint else last_checkpoint
+            outbox.maybe_send()
     except MissingDataError:
         raise  # this node lacks a data file: a fault of the node (maybe elsewhere next time)
     except BaseException:
         failing = True  # a fault: checkpoint what finished, so the retry starts here
         raise
     finally:
-        if outbox or failing:
-            _final_report(ctx.inbox, outbox, reported, failing)
+        _final_report(outbox, failing)
 
 
-def _final_report(
-    inbox: Inbox, outbox: list[tuple[str, list[Record]]], reported: set[str], failing: bool
-) -> None:
+def _final_report(outbox: _Outbox, failing: bool) -> None:
     """The last report: what finished, and with a fault a checkpoint. Best effort while
     failing: a trial Tune is stopping may refuse it, and the fault is what must surface."""
     if not failing:
-        _report(inbox, outbox, reported, checkpoint=False)
+        outbox.send(checkpoint=False)
         return
     try:
-        _report(inbox, outbox, reported, checkpoint=True)
+        outbox.send(checkpoint=True)
     except Exception:  # the original fault propagates; a retry re-runs these trainings
         pass

@@ -8,6 +8,7 @@ collapse into one training (its ``config_hash``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -45,9 +46,10 @@ class Training:
     search: bool = False  # a search cell: Optuna fills the searched fields per trial
     attacks: tuple[AttackSpec, ...] = field(default=(), hash=False, compare=False)
 
-    @property
+    @functools.cached_property
     def trial_id(self) -> str:
-        """The spec's hash, extended by the attacks it serves (adding one re-runs it)."""
+        """The spec's hash, extended by the attacks it serves (adding one re-runs it).
+        Once per training (frozen; ``dataclasses.replace`` builds a new one)."""
         if not self.attacks:
             return self.spec.config_hash
         blob = json.dumps([self.spec.config_hash, list(self.attacks)], sort_keys=True)

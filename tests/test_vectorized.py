@@ -18,7 +18,7 @@ from trainables.data import Dataset, load_dataset
 from trainables.jobs import Job, Outcome
 from trainables.kinds.nn import NNKind
 from trainables.records import Record
-from trainables.schedule import ONE_BY_ONE
+from trainables.schedule import ONE_BY_ONE, STACKED
 from trainables.spec import TrialSpec
 from trainables.stacked import StackedOptimizer
 from trainables.transport.open import open_parties
@@ -449,3 +449,32 @@ def test_a_packs_first_stack_is_small_so_its_records_come_first(
     split = dict(NNKind().run_many(jobs, data, LOCAL))
     assert all(_bare(split[i]) == _bare(whole[i]) for i in range(5))
     assert all(_vectorized(split[i]) for i in range(5))
+
+
+def test_stack_done_comes_after_a_stacks_outcomes_before_the_next_trains(
+    data: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Schedule.stack_done`` is called once a stack's outcomes were all taken and before
+    the next stack trains: a pack sends a stack's records then (``pack_trial._Outbox``),
+    not after the next stack. Stacks of 2 and 3 here; the base kind calls it per training."""
+    from trainables.kinds.base import TrialKind
+    from trainables.vfl import vectorized
+
+    events: list[str] = []
+    real = vectorized.train_stacked
+
+    def spy(ready: Sequence[Any], *args: Any, **kw: Any) -> Any:
+        events.append(f"train {len(ready)}")
+        return real(ready, *args, **kw)
+
+    monkeypatch.setattr(vectorized, "train_stacked", spy)
+    monkeypatch.setattr(vectorized, "FIRST_STACK", 2)
+    told = dataclasses.replace(STACKED, stack_done=lambda: events.append("done"))
+    for _ in NNKind().run_many([_job(seed) for seed in range(5)], data, LOCAL, told):
+        events.append("outcome")
+    first, second = ["train 2", *["outcome"] * 2, "done"], ["train 3", *["outcome"] * 3, "done"]
+    assert events == first + second
+    events.clear()
+    for _ in TrialKind.run_many(NNKind(), [_job(seed) for seed in range(2)], data, LOCAL, told):
+        events.append("outcome")
+    assert events == ["train 1", "outcome", "done", "train 1", "outcome", "done"]

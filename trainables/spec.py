@@ -8,10 +8,12 @@ before anything runs. ``frozen=True`` makes a spec an immutable record (Optuna's
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -282,15 +284,26 @@ class TrialSpec(BaseModel):
         except ValidationError as err:
             raise ConfigError(format_validation_error(err, source="trial spec")) from None
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """pydantic's copy without the cached ``config_hash`` (it copies ``__dict__``,
+        where the cache lives, even when ``update`` changes fields)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("config_hash", None)
+        return copy
+
     def updated(self, **fields: Any) -> TrialSpec:
         """This spec with ``fields`` changed, validated as a new one: the one way a spec
         changes, so its ``procedure`` fills in what the new fields leave unset (a
         ``model_copy`` would skip the validators)."""
         return TrialSpec.build(**{**self.model_dump(), **fields})
 
-    @property
+    @functools.cached_property
     def config_hash(self) -> str:
-        """Stable 16-hex-digit id of this spec: same fields, same hash, on any machine."""
+        """Stable 16-hex-digit id of this spec: same fields, same hash, on any machine.
+
+        Computed once per spec (a frozen model): the driver asks ~30 times a training
+        (ids, packs, the estimate, progress lines), 70 us each, a second per 500 trainings.
+        ``model_copy`` drops it (below), so a copy with changed fields hashes anew."""
         fields = self.model_dump(mode="json")
         for name in NEW_AT_DEFAULT_UNHASHED:  # old specs keep their hashes (and records)
             if fields[name] == TrialSpec.model_fields[name].get_default(call_default_factory=True):

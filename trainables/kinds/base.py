@@ -110,7 +110,8 @@ class TrialKind:
     ) -> Iterator[tuple[int, Outcome]]:
         """Run a pack of jobs on ``ds`` (one dataset, one shape), yielding ``(index, outcome)``
         as each finishes. The base runs them one after another on the same placement (its
-        warm actors), whatever ``schedule`` says; a kind may advance several at once as
+        warm actors), whatever else ``schedule`` says (it calls its ``stack_done`` after
+        each); a kind may advance several at once as
         ``schedule`` allows (``vfl/vectorized.py``) as long as each job's records equal
         what ``run`` gives it."""
         from trainables.defenses.applied import DefenseNeverApplied
@@ -121,3 +122,4 @@ class TrialKind:
                 yield i, self.run(job.spec, ds, placement, job.attacks)
             except (ConfigError, DefenseNeverApplied) as err:
                 yield i, err
+            schedule.done_stack()  # each training is a stack of its own here

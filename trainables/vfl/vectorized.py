@@ -204,6 +204,7 @@ def run_jobs(
         item = _Prepared(i, prepared, [*evaluated, *job.baselines])  # baselines scored last
         if key is None:  # alone, a stack of one: trained now, so no other's data waits
             yield from _run_chunk(jobs, [item], placement, schedule, faults)
+            schedule.done_stack()
             continue
         groups.setdefault(key, []).append(item)
     first = FIRST_STACK if schedule.halving is None else None
@@ -211,6 +212,7 @@ def run_jobs(
         for chunk in _chunks(group, first):
             first = None
             yield from _run_chunk(jobs, chunk, placement, schedule, faults)
+            schedule.done_stack()  # its records leave before the next stack trains
     if faults:
         raise faults[0]
 
