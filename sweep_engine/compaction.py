@@ -83,7 +83,7 @@ def compact(records_dir: Path, load_single: Loader, fault: Fault) -> Compaction:
     if not units and not retire:
         out.seconds = time.perf_counter() - start
         return out
-    written = {name: entry for name, entry in _write_parts(records_dir, units, fault, out)}
+    written = {name: entry for name, entry in write_parts(records_dir, units, fault, out)}
     fsync_dir(records_dir)
     _die_if(fault)  # parts in place, manifest not yet: they are orphans
     kept = {n: e for n, e in layout.parts.items() if n not in retire}
@@ -146,11 +146,12 @@ def _chunks(units: list[tuple[list[str], pa.Table]]) -> Iterator[list[tuple[list
         yield chunk
 
 
-def _write_parts(
+def write_parts(
     records_dir: Path, units: list[tuple[list[str], pa.Table]], fault: Fault, out: Compaction
 ) -> Iterator[tuple[str, PartEntry]]:
     """Each chunk of whole trainings as one part: bytes built in memory (so the sha256 is
-    of exactly what is written), then temporary file, fsync, rename."""
+    of exactly what is written), then temporary file, fsync, rename. Not yet in the
+    manifest: the caller fsyncs the folder and adds them (until then they are orphans)."""
     for chunk in _chunks(units):
         table = pa.concat_tables([t for _, t in chunk]).combine_chunks()
         live = tuple(tid for tids, _ in chunk for tid in tids)

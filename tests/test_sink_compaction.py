@@ -380,3 +380,70 @@ def test_reader_whose_files_vanish_scans_again(tmp_path: Path, monkeypatch, reti
     monkeypatch.setattr(layout, "scan", scan)
     assert rows(layout.read_live(tmp_path / "records")) == expected(items)
     assert fired and fired[0].parts_retired == (1 if retired == "part" else 0)
+
+
+def test_a_big_batch_is_one_part_and_supersedes_like_a_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of ``PART_AT`` trainings or more is written as one part, listed at once: no
+    single files, each training read once by every reader. A training of it recorded
+    before (an errored one, as a single file or in a part) is read from the new part only,
+    and compaction then leaves the folder clean."""
+    from sweep_engine import sink as sink_module
+
+    monkeypatch.setattr(sink_module, "PART_AT", 4)
+    sink = RecordSink(tmp_path)
+    old = [("e1", records("e1", status="error")), ("e2", records("e2", status="error"))]
+    sink.write_many(old[:1])  # e1: a single file
+    sink.write_many([*old[1:], ("x", records("x"))])
+    sink.compact()  # e2: in a part
+    sink.write("e1", records("e1", status="error"))  # and a single file again
+    again = [(t, records(t, n=2, mp=0.9)) for t in ("e1", "e2")]
+    batch = [*again, *[(f"b{i}", records(f"b{i}", n=1 + i % 3)) for i in range(3)]]
+    paths = sink.write_many(batch)
+    assert len(set(paths)) == 1 and layout.PART_RE.fullmatch(paths[0].name)
+    entry = layout.load_manifest(sink.records_dir)[paths[0].name]
+    assert entry.live == tuple(t for t, _ in batch) and entry.complete
+    items = [("x", records("x")), *batch]
+    assert_exactly(sink, items)
+    assert (sink.records_dir / "e1.parquet").exists()  # a leftover: nobody reads it
+    sink.compact()
+    assert_clean(sink, items)
+
+
+def test_killed_part_write_records_nothing_of_its_batch(tmp_path: Path) -> None:
+    """A kill while a big batch's part is written leaves half a part in a temporary file
+    and the manifest as it was: none of the batch is recorded, and writing it again works."""
+    from sweep_engine.sink import PART_AT
+
+    items = [(f"t{i}", records(f"t{i}", n=1 + i % 3)) for i in range(PART_AT)]
+    code = f"""
+    from tests.test_sink_compaction import records
+    sink.write_many([(f"t{{i}}", records(f"t{{i}}", n=1 + i % 3)) for i in range({PART_AT})])
+    """
+    proc = child(tmp_path, code, "kill_during_write:1")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    sink = RecordSink(tmp_path)
+    assert sink.files() == [] and sink.done() == set()
+    assert sink.clean_temporaries() == 1  # the half-written part
+    sink.write_many(items)
+    assert_exactly(sink, items)
+
+
+def test_maybe_compact_merges_parts_once_there_are_parts_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sweep_engine import sink as sink_module
+
+    monkeypatch.setattr(sink_module, "PART_AT", 2)
+    monkeypatch.setattr(sink_module, "PARTS_AT", 3)
+    sink = RecordSink(tmp_path)
+    items: list[tuple[str, list[Record]]] = []
+    for k in range(3):
+        batch = [(f"p{k}{i}", records(f"p{k}{i}")) for i in range(2)]
+        items += batch
+        sink.write_many(batch)
+        result = sink.maybe_compact(threshold=1000)
+        assert (result is None) == (k < 2)  # the third part makes three
+    assert len(layout.load_manifest(sink.records_dir)) == 1
+    assert_clean(sink, items)

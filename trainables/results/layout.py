@@ -1,7 +1,8 @@
 """The records folder's layout: single files, part files, and the manifest joining them.
 
 ``records/<trial_id>.parquet`` holds one training (``RecordSink.write``);
-``records/part-<32 hex>.parquet`` holds many (written by ``compact``);
+``records/part-<32 hex>.parquet`` holds many (written by ``compact``, or by ``write_many``
+for a batch of ``sink.PART_AT`` trainings or more: a compaction without single files);
 ``records/_parts.json`` (the manifest) names, for each part, its sha256, row count and the
 trial_ids *live* in it. Parquet readers skip names starting with ``_`` or ``.``.
 
