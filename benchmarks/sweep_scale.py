@@ -22,6 +22,10 @@ for) and in-process (the issue's definition of the loop). ``sweep_over_loop`` di
 the in-process loop, ``sweep_over_loop_process`` by the loop's process.
 ``overhead_per_training_s``: (sweep wall - its time to the first record) x slots / n,
 minus the loop's seconds per training: what the engine adds to each training in a slot.
+``--marginal`` (tiny): each repeat also sweeps 2n trainings; ``marginal_<transport>_s`` is
+(2n's seconds after its first record - n's) / n, the cost of one more training with what
+every sweep pays once at its end (the summary, Ray's shutdown) cancelled, and
+``marginal_over_loop_<transport>`` that over the in-process loop's seconds a training.
 Prints one JSON object.
 """
 
@@ -164,8 +168,11 @@ def stacked_share(results: Path) -> float | None:
     return round(float(flags.mean()), 4) if len(flags) else None
 
 
-def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) -> dict[str, Any]:
-    """Sweep (ray and local transports) against both loops, medians over ``repeats``."""
+def compare(
+    name: str, base: dict[str, Any], n: int, cpus: int, repeats: int, marginal: bool = False
+) -> dict[str, Any]:
+    """Sweep (ray and local transports) against both loops, medians over ``repeats``;
+    with ``marginal``, also ``2n`` trainings, for the cost of the n more."""
     runs: dict[str, list[float]] = {}
     stacked: dict[str, float | None] = {}
     for _ in range(repeats):
@@ -177,10 +184,19 @@ def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) ->
                 runs.setdefault(f"sweep_{transport}_s", []).append(out["wall"])
                 runs.setdefault(f"first_record_{transport}_s", []).append(out["first_record"])
                 stacked[transport] = out["stacked"]
+                if marginal:  # the same sweep with twice the trainings: after its first record
+                    space = space_file(folder, f"{name}2_{transport}", base, 2 * n, transport)
+                    double = sweep_process(space, folder / "results", cpus)
+                    more = (double["wall"] - double["first_record"]) - (
+                        out["wall"] - out["first_record"]
+                    )
+                    runs.setdefault(f"marginal_{transport}_s", []).append(more / n)
         runs.setdefault("loop_s", []).append(loop_in_process(base, n))
         runs.setdefault("loop_process_s", []).append(loop_process(base, n))
     med = {key: statistics.median(values) for key, values in runs.items()}
-    out: dict[str, Any] = {"n": n, "base": base, **{k: round(v, 2) for k, v in med.items()}}
+    out: dict[str, Any] = {
+        "n": n, "base": base, **{k: round(v, 2) for k, v in med.items() if "marginal" not in k}
+    }  # fmt: skip
     per_loop = med["loop_s"] / n
     for transport in ("ray", "local"):
         wall, first = med[f"sweep_{transport}_s"], med[f"first_record_{transport}_s"]
@@ -188,7 +204,13 @@ def compare(name: str, base: dict[str, Any], n: int, cpus: int, repeats: int) ->
         out[f"sweep_over_loop_process_{transport}"] = round(wall / med["loop_process_s"], 3)
         overhead = (wall - first) * cpus / n - per_loop
         out[f"overhead_per_training_{transport}_s"] = round(overhead, 4)
-    out["runs"] = {k: [round(x, 2) for x in v] for k, v in runs.items()}
+        if marginal:
+            out[f"marginal_{transport}_s"] = round(med[f"marginal_{transport}_s"], 5)
+            out[f"marginal_over_loop_{transport}"] = round(
+                med[f"marginal_{transport}_s"] / per_loop, 3
+            )
+    digits = {k: 5 if "marginal" in k else 2 for k in runs}
+    out["runs"] = {k: [round(x, digits[k]) for x in v] for k, v in runs.items()}
     out["stacked_share"] = stacked  # of the last repeat's training records, per transport
     return out
 
@@ -226,6 +248,12 @@ def main() -> None:
         help="NAME:STRENGTH applied to every training of the tiny and vflair workloads "
         "(issue 44's: mid:1)",
     )
+    parser.add_argument(
+        "--marginal",
+        action="store_true",
+        help="tiny: also sweep 2n trainings; marginal_<transport>_s is what the n more cost "
+        "after the first record, a training (fixed costs at the end cancel)",
+    )
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
@@ -260,7 +288,8 @@ def main() -> None:
         defended = {"defense": name, "defense_param": float(strength) if strength else None}
         out["defense"] = args.defense
     if args.tiny:
-        out["tiny"] = compare("tiny", {**TINY, **defended}, args.tiny, args.cpus, args.repeats)
+        tiny = {**TINY, **defended}
+        out["tiny"] = compare("tiny", tiny, args.tiny, args.cpus, args.repeats, args.marginal)
     if args.vflair:
         base = {**VFLAIR, **defended}
         out["vflair"] = compare("vflair", base, args.vflair, args.cpus, args.repeats)

@@ -478,3 +478,20 @@ def test_stack_done_comes_after_a_stacks_outcomes_before_the_next_trains(
     for _ in TrialKind.run_many(NNKind(), [_job(seed) for seed in range(2)], data, LOCAL, told):
         events.append("outcome")
     assert events == ["train 1", "outcome", "done", "train 1", "outcome", "done"]
+
+
+def test_stacks_stay_under_stack_bytes_and_the_first_under_first_stack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_chunks`` cuts a group where the next training's data would pass ``STACK_BYTES``
+    (a running sum of what the stack holds), and the first stack at ``first`` trainings."""
+    from types import SimpleNamespace
+
+    from trainables.vfl import vectorized
+
+    monkeypatch.setattr(vectorized, "STACK_BYTES", 250)
+    group: Any = [SimpleNamespace(nbytes=b) for b in (100, 100, 100, 40, 10, 300, 100)]
+    sizes = [[c.nbytes for c in chunk] for chunk in vectorized._chunks(group)]
+    assert sizes == [[100, 100], [100, 40, 10], [300], [100]]
+    sizes = [[c.nbytes for c in chunk] for chunk in vectorized._chunks(group, first=1)]
+    assert sizes == [[100], [100, 100, 40, 10], [300], [100]]  # 250: not past it
