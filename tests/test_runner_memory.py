@@ -12,6 +12,7 @@ grow.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,39 @@ def test_the_inbox_works_after_a_cluster_in_this_process_shut_down(ray_session: 
     inbox = Inbox()
     ((tid, (got,)),) = inbox.take(inbox.post([("t", [record])]))
     assert tid == "t" and got.mp == 0.5
+
+
+def test_a_stack_of_tiny_trainings_reaches_the_sink_as_one_part_recorded_once(
+    tmp_path: Path,
+) -> None:
+    """A real sweep (its own Ray, ``transport: local``) of 100 tiny trainings: one pack,
+    its first stack of 16 and then a stack of 84, whose records reach the driver together
+    and are written as one part file (``sink.PART_AT``). Every training is recorded once,
+    ``vflsweep verify`` checks the part, and the same command again runs nothing."""
+    from sweep_engine.sink import PART_AT
+    from trainables.results.layout import PART_RE, load_manifest
+
+    space = _plan(tmp_path, 100)
+    text = space.read_text().replace("run: {pack: auto}", "run: {pack: auto, transport: local}")
+    space.write_text(text)
+    results = tmp_path / "results"
+    cmd = [sys.executable, "sweep.py", "--space", str(space), "--results", str(results)]
+    cmd += ["--no-mlflow", "--num-cpus", "2"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "done: 100 trainings recorded, 0 failed" in first.stdout
+    records = results / "many" / "records"
+    manifest = load_manifest(records)
+    (part,) = [name for name, entry in manifest.items() if len(entry.live) >= PART_AT]
+    assert PART_RE.fullmatch(part)
+    ids = RecordSink(results / "many").read().column("trial_id").to_pylist()
+    assert len(ids) == len(set(ids)) == 100
+    check = subprocess.run(
+        [sys.executable, "-m", "sweep_engine.vflsweep", "verify", str(results / "many")],
+        cwd=ROOT, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "100 trainings planned, 100 already recorded, 0 to run" in again.stdout
