@@ -4,8 +4,8 @@ Why a second object: ``Placement`` answers "in this process or one Ray actor per
 with what resources"; every kind reads it. ``Schedule`` answers "stacked or one by one,
 cut by successive halving, watched epoch by epoch"; only the kinds whose trainings run
 the round loop read it (``kinds/nn.py`` through ``vfl/vectorized.py``), and the base kind
-runs a pack one training after another whatever it says. Light (no torch): a sweep's
-``SweepContext`` carries it into every trial.
+runs a pack one training after another whatever it says, telling ``stack_done`` after
+each. Light (no torch): a sweep's ``SweepContext`` carries it into every trial.
 """
 
 from __future__ import annotations
