@@ -4,9 +4,10 @@ Why packs: a Tune trial costs about 0.4 s here (a placement group, a trainable s
 a report round trip); a tiny training costs 0.01-0.1 s. The trainable (``entry.start_pack``,
 then ``pack_trial.train_pack``) runs its pack's trainings one after another on the same
 warm party actors (``run_pack``, which may advance several at once) and reports the
-finished trainings' records about every ``pack_trial.REPORT_EVERY_S``, so the driver
-writes each training's records as before. This module is the driver's side: packs, their
-configs and specs in the object store, the Tuner, and what failed.
+finished trainings' records at the end of each stack (and within one, after at most
+``pack_trial.REPORT_EVERY_S``), so the driver writes each training's records as before.
+This module is the driver's side: packs, their configs and specs in the object store, the
+Tuner, and what failed.
 """
 
 from __future__ import annotations

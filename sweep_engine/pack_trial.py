@@ -34,7 +34,7 @@ from trainables.results.faults import FAULT_ENV, fault_at
 from trainables.spec import TrialSpec
 from trainables.trial import run_pack
 
-REPORT_EVERY_S = 0.5  # a pack reports its finished trainings at most this often
+REPORT_EVERY_S = 0.5  # the longest a finished training waits in its pack, within a stack
 CHECKPOINT_EVERY_S = 10.0  # and checkpoints the ids reported at most this often
 DONE_FILE = "done.json"  # in a pack's checkpoint: the trial ids already reported
 
@@ -74,17 +74,25 @@ def _reported_before() -> set[str]:
 
 
 class _Outbox:
-    """A pack's finished trainings not sent yet, and when it last sent.
+    """A pack's finished trainings not sent yet, and since when it holds them.
 
     Sent (``send``) at the end of every stack (``Schedule.stack_done``: a stack's outcomes
-    come in a burst, and the next stack may train for minutes) and, within a burst, at
-    most every ``REPORT_EVERY_S``; with a checkpoint at most every ``CHECKPOINT_EVERY_S``.
+    come in a burst, and the next stack may train for minutes), and within a burst once
+    its oldest has waited ``REPORT_EVERY_S`` (a stack whose records take long to build);
+    with a checkpoint at most every ``CHECKPOINT_EVERY_S``. So a stack's records go as one
+    batch (one part file in the driver for 64 or more: ``sink.PART_AT``).
     """
 
     def __init__(self, inbox: Inbox, reported: set[str]) -> None:
         self.inbox, self.reported = inbox, reported
         self.items: list[tuple[str, list[Record]]] = []
-        self.last = self.last_checkpoint = time.perf_counter()
+        self.since = 0.0  # when the oldest of ``items`` came
+        self.last_checkpoint = time.perf_counter()
+
+    def add(self, trial_id: str, records: list[Record]) -> None:
+        if not self.items:
+            self.since = time.perf_counter()
+        self.items.append((trial_id, records))
 
     def send(self, checkpoint: bool | None = None) -> None:
         """Send what it holds (nothing: no report); ``checkpoint`` None: if one is due."""
@@ -94,11 +102,11 @@ class _Outbox:
         if checkpoint is None:
             checkpoint = now - self.last_checkpoint >= CHECKPOINT_EVERY_S
         _report(self.inbox, self.items, self.reported, checkpoint)
-        self.items, self.last = [], now
+        self.items = []
         self.last_checkpoint = now if checkpoint else self.last_checkpoint
 
     def maybe_send(self) -> None:
-        if time.perf_counter() - self.last >= REPORT_EVERY_S:
+        if self.items and time.perf_counter() - self.since >= REPORT_EVERY_S:
             self.send()
 
 
@@ -146,7 +154,7 @@ def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.O
             i = todo[j]
             if isinstance(outcome, Exception):  # deterministic: recorded, never retried
                 outcome = [error_record(jobs[i].spec, ids[i], ctx.sweep, error_text(outcome))]
-            outbox.items.append((ids[i], outcome))
+            outbox.add(ids[i], outcome)
             _inject(fault, finished)  # trainings may finish out of order (stacked)
             outbox.maybe_send()
     except MissingDataError:
