@@ -5,7 +5,8 @@ Workload: a synthetic VFLAIR-shaped sweep (``analysis.synthetic.synthetic_table`
 scenarios (agg/split x FedSGD/FedBCD), 20 defenses x 10 strengths + undefended, 12 attacks
 (10 inference-time sharing a training, 2 training-time with their own), about 96 seeds:
 about 231k trainings. They are written through ``RecordSink.write_many`` in packs of
-``--pack`` trainings, the driver calling ``maybe_compact(--threshold)`` after each pack and
+``--pack`` trainings (a pack of ``sink.PART_AT`` or more is one part file, as the driver
+writes a stack's batch), the driver calling ``maybe_compact(--threshold)`` after each pack and
 ``compact()`` at the end, as a sweep does; the JSON gives those seconds (``--keep DIR``
 writes them there once and reuses them after). Timed (median over ``--repeats``): the
 command a user runs, ``python -m analysis <dir> --compare partition=agg:split --compare
@@ -43,7 +44,7 @@ import pyarrow.compute as pc
 
 from analysis.load import read_records
 from analysis.synthetic import synthetic_table
-from sweep_engine.sink import RecordSink
+from sweep_engine.sink import PART_AT, RecordSink
 from trainables.records import Record
 
 TARGET_S = 10.0
@@ -187,8 +188,9 @@ def small_files(table: pa.Table, folder: Path, n_trainings: int, trainings: int)
     sink = RecordSink(folder)
     items = [item for items in packs(table.slice(0, 13 * n_trainings), 300) for item in items]
     items = items[:n_trainings]
-    for start in range(0, len(items), 300):
-        sink.write_many(items[start : start + 300])
+    batch = PART_AT - 1  # single files: a bigger batch is written as one part
+    for start in range(0, len(items), batch):
+        sink.write_many(items[start : start + batch])
     single = {"read": timed(lambda: read_records(folder)), "done": timed(sink.done)}
     sink.compact()
     compacted = {"read": timed(lambda: read_records(folder)), "done": timed(sink.done)}
