@@ -187,7 +187,7 @@ def mark_ended(sweep_dir: Path | None, line: str, code: int) -> None:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     progress.update(phase="ended", running=[], error=line, exit_code=code, updated_at=now)
     try:
-        write_progress(sweep_dir, progress)
+        write_progress(sweep_dir, progress, final=True)
     except OSError:
         pass
 

@@ -108,6 +108,10 @@ class Tracker:
         self.others: float | None = None  # other work's CPU share lately (machine_load.py)
         self.cpus = os.cpu_count() or 1
         self._lock = threading.Lock()
+        if sweep_dir is not None:  # a run of this folder before, in this process, ended
+            from sweep_engine.status import reopen
+
+            reopen(sweep_dir)
 
     def __getstate__(self) -> dict[str, Any]:
         """Tune pickles its callbacks (``tuner.pkl``), so ours and its tracker: no lock."""

@@ -101,8 +101,11 @@ class _Outbox:
         now = time.perf_counter()
         if checkpoint is None:
             checkpoint = now - self.last_checkpoint >= CHECKPOINT_EVERY_S
-        _report(self.inbox, self.items, self.reported, checkpoint)
-        self.items = []
+        # let go of them first: when Tune refuses the report (a Ctrl-C, a lost trial) after
+        # the inbox took them, the driver finds them there (``Progress.take_rest``); sent
+        # again by the final report, they were in the inbox twice
+        items, self.items = self.items, []
+        _report(self.inbox, items, self.reported, checkpoint)
         self.last_checkpoint = now if checkpoint else self.last_checkpoint
 
     def maybe_send(self) -> None:

@@ -225,9 +225,12 @@ class Progress(tune.Callback):
     def finished(self, items: list[tuple[str, list[Record]]], names: list[str]) -> None:
         """Write trainings' records in one batch and print a line for each; once only: a
         retried pack may report a training again. Compacts when single files pile up."""
-        pairs = zip(items, names, strict=True)
         seen = self.seen  # one set per batch: the property builds a new one each call
-        fresh = [(item, name) for item, name in pairs if item[0] not in seen]
+        fresh = []
+        for item, name in zip(items, names, strict=True):
+            if item[0] not in seen:  # nor twice in one batch: what a trial posted twice
+                seen.add(item[0])  # (``take_rest``) is the same training's records
+                fresh.append((item, name))
         self.repeats += len(items) - len(fresh)
         if not fresh:
             return

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -40,11 +41,33 @@ class NotASweepError(ValueError):
     """The folder does not exist or holds no sweep."""
 
 
-def write_progress(sweep_dir: Path, snapshot: dict[str, Any]) -> Path:
-    """``<sweep>/progress.json``, atomically (a reader sees the old or the new file)."""
+# Sweep folders whose run in this process ended on a fault (``fault_exits.mark_ended``):
+# a heartbeat or a finished training's save must not write "running" over that last word
+# between it and the process's exit. A new run in the process opens the folder again.
+_ENDED: set[Path] = set()
+_WRITING = threading.Lock()
+
+
+def write_progress(sweep_dir: Path, snapshot: dict[str, Any], final: bool = False) -> Path:
+    """``<sweep>/progress.json``, atomically (a reader sees the old or the new file), one
+    writer at a time; ``final``: the run's last word, after which this process writes no
+    other snapshot of the folder until ``reopen``."""
     from sweep_engine.parts import write_json_atomic
 
-    return write_json_atomic(sweep_dir / PROGRESS, snapshot, indent=None)
+    path, key = sweep_dir / PROGRESS, Path(os.path.abspath(sweep_dir))
+    with _WRITING:
+        if key in _ENDED and not final:
+            return path
+        write_json_atomic(path, snapshot, indent=None)
+        if final:
+            _ENDED.add(key)
+    return path
+
+
+def reopen(sweep_dir: Path) -> None:
+    """A new run of the folder in this process: its snapshots are written again."""
+    with _WRITING:
+        _ENDED.discard(Path(os.path.abspath(sweep_dir)))
 
 
 def read_progress(sweep_dir: Path) -> dict[str, Any] | None:

@@ -121,6 +121,23 @@ def test_a_batch_posted_by_a_trial_that_died_before_its_report_is_written_at_the
     assert sorted(sink.read().column("trial_id").to_pylist()) == sorted(progress.written)
 
 
+def test_a_batch_posted_twice_before_no_report_is_written_once(
+    tmp_path: Path, ray_session: None
+) -> None:
+    """A trial whose report Tune refused after the inbox took its batch (a Ctrl-C), and
+    that posted the same trainings again in its last report: ``take_rest`` finds them
+    twice in one batch and writes each once (it raised "a training appears twice")."""
+    specs = [TrialSpec.build(dataset="breast_cancer", epochs=1, seed=s) for s in range(3)]
+    sink, inbox = RecordSink(tmp_path / "twice"), Inbox()
+    progress = Progress(sink, inbox, len(specs))
+    _report(inbox, specs, "twice")
+    _report(inbox, specs[1:], "twice")
+    progress.take_rest()
+    assert sorted(progress.written) == sorted(s.config_hash for s in specs)
+    assert progress.repeats == 2 and inbox.rest() == []
+    assert sorted(sink.read().column("trial_id").to_pylist()) == sorted(progress.written)
+
+
 def test_tune_keeps_as_much_of_a_big_pack_as_of_a_small_one(tmp_path: Path) -> None:
     """A real grid on Ray: packs of 20 and of 2 trainings leave Tune trial states (its
     experiment snapshot, which holds what the driver keeps of each trial) of one size."""

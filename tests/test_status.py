@@ -124,3 +124,28 @@ def test_a_folder_without_a_sweep_exits_2_and_says_why(
     (tmp_path / "file").write_text("x")
     assert main([str(tmp_path / "file"), "--json"]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_a_fault_s_ended_progress_is_not_overwritten_by_a_late_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """``mark_ended`` (a fault: a lost Ray head, a full disk) is the run's last word in
+    ``progress.json``: a heartbeat or a finished training's save that comes after it, before
+    the process exits, does not write "running" over it; a new run of the folder does."""
+    from sweep_engine.fault_exits import mark_ended
+    from sweep_engine.status import read_progress
+
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    tracker = Tracker(4, sweep_dir=sweep)
+    tracker.set_phase("running")
+    tracker.save(force=True)
+    assert read_progress(sweep)["phase"] == "running"
+    mark_ended(sweep, "error: lost the Ray head", 5)
+    tracker.save(force=True)  # the race: the main thread still saving
+    ended = read_progress(sweep)
+    assert ended["phase"] == "ended" and ended["exit_code"] == 5
+    again = Tracker(4, sweep_dir=sweep)  # the next run in this process
+    again.set_phase("running")
+    again.save(force=True)
+    assert read_progress(sweep)["phase"] == "running"
