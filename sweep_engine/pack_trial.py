@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -76,17 +77,20 @@ def _reported_before() -> set[str]:
 class _Outbox:
     """A pack's finished trainings not sent yet, and since when it holds them.
 
-    Sent (``send``) at the end of every stack (``Schedule.stack_done``: a stack's outcomes
-    come in a burst, and the next stack may train for minutes), and within a burst once
-    its oldest has waited ``REPORT_EVERY_S`` (a stack whose records take long to build);
-    with a checkpoint at most every ``CHECKPOINT_EVERY_S``. So a stack's records go as one
-    batch (one part file in the driver for 64 or more: ``sink.PART_AT``).
+    Sent (``send``) at the end of a stack (``stack_done``: a stack's outcomes come in a
+    burst, and the next stack may train for minutes) unless a send went less than
+    ``REPORT_EVERY_S`` before (short stacks in a row, a lone tiny training each: a report
+    costs the sweep ~10 ms, more than such a training), and within a burst once its oldest
+    has waited ``REPORT_EVERY_S``; with a checkpoint at most every ``CHECKPOINT_EVERY_S``.
+    So a stack's records go as one batch (one part file in the driver for 64 or more:
+    ``sink.PART_AT``).
     """
 
     def __init__(self, inbox: Inbox, reported: set[str]) -> None:
         self.inbox, self.reported = inbox, reported
         self.items: list[tuple[str, list[Record]]] = []
         self.since = 0.0  # when the oldest of ``items`` came
+        self.last_send = -math.inf
         self.last_checkpoint = time.perf_counter()
 
     def add(self, trial_id: str, records: list[Record]) -> None:
@@ -105,11 +109,16 @@ class _Outbox:
         # the inbox took them, the driver finds them there (``Progress.take_rest``); sent
         # again by the final report, they were in the inbox twice
         items, self.items = self.items, []
+        self.last_send = now
         _report(self.inbox, items, self.reported, checkpoint)
         self.last_checkpoint = now if checkpoint else self.last_checkpoint
 
     def maybe_send(self) -> None:
         if self.items and time.perf_counter() - self.since >= REPORT_EVERY_S:
+            self.send()
+
+    def stack_done(self) -> None:
+        if time.perf_counter() - self.last_send >= REPORT_EVERY_S:
             self.send()
 
 
@@ -148,7 +157,7 @@ def train_pack(config: dict[str, Any], ctx: SweepContext, packs: dict[str, ray.O
         ctx.placement,
         data_dir=ctx.data_dir,
         sweep=ctx.sweep,
-        schedule=dataclasses.replace(ctx.schedule, stack_done=outbox.send),
+        schedule=dataclasses.replace(ctx.schedule, stack_done=outbox.stack_done),
     )
     failing = False
     try:
